@@ -1,0 +1,67 @@
+# stepline developer entry points. `make run` and `make test` do all their own set-up.
+#
+# One cargo profile everywhere (release: run, test, clippy, bench) so RocksDB is compiled once, and
+# a target directory outside the checkout so every clone and CI run on the machine shares it.
+
+SHELL := /bin/bash
+
+CARGO_TARGET_DIR ?= $(HOME)/.cache/stepline/target
+export CARGO_TARGET_DIR
+
+# Python venv with the real clients of the end-to-end tests (pydantic-ai, OTLP exporters).
+VENV ?= $(HOME)/.cache/stepline/venv
+VENV_PYTHON := $(VENV)/bin/python
+SYSTEM_PYTHON ?= python3
+REQUIREMENTS := tests/python/requirements.txt
+VENV_STAMP := $(VENV)/.requirements.sha256
+
+CONFIG ?= collector.yaml
+
+.PHONY: run test deps venv lint bench
+
+## run: stepline on the default config (OTLP 127.0.0.1:4317/4318, API 127.0.0.1:4320, data in ./data)
+run: deps
+	cargo run --release -- --config $(CONFIG)
+
+## test: the whole suite, end-to-end tests included (real binary + real Pydantic AI clients)
+test: deps venv
+	STEPLINE_PYTHON=$(VENV_PYTHON) cargo test --release
+
+## deps: system packages the build needs (libclang for the RocksDB bindings); a no-op when present
+deps:
+	@missing=""; \
+	if command -v dpkg >/dev/null 2>&1; then \
+	  dpkg -s libclang-dev >/dev/null 2>&1 || missing="$$missing libclang-dev"; \
+	  command -v c++ >/dev/null 2>&1 || missing="$$missing g++"; \
+	else \
+	  echo "deps: no dpkg here; make sure libclang and a C++ compiler are installed (RocksDB needs them)"; \
+	fi; \
+	if [ -n "$$missing" ]; then \
+	  if [ "$$(id -u)" -eq 0 ]; then \
+	    echo "deps: installing$$missing"; \
+	    apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y $$missing; \
+	  else \
+	    echo "deps: missing system packages:$$missing"; \
+	    echo "deps: install them with: sudo apt-get update && sudo apt-get install -y$$missing"; \
+	    exit 1; \
+	  fi; \
+	fi
+
+## venv: (re)create $(VENV) when tests/python/requirements.txt changed (stamp holds its sha256)
+venv:
+	@want=$$(sha256sum $(REQUIREMENTS) | cut -d' ' -f1); \
+	have=$$(cat $(VENV_STAMP) 2>/dev/null || true); \
+	if [ -x "$(VENV_PYTHON)" ] && [ "$$want" = "$$have" ]; then exit 0; fi; \
+	echo "venv: installing $(REQUIREMENTS) into $(VENV)"; \
+	$(SYSTEM_PYTHON) -m venv $(VENV) \
+	  && $(VENV_PYTHON) -m pip install --quiet --disable-pip-version-check -r $(REQUIREMENTS) \
+	  && echo "$$want" > $(VENV_STAMP)
+
+## lint: formatting and clippy (warnings are errors)
+lint: deps
+	cargo fmt --check
+	cargo clippy --release --all-targets -- -D warnings
+
+## bench: the load generator (Pydantic-AI-shaped traces over gRPC and HTTP)
+bench: deps
+	cargo run --release --example loadgen

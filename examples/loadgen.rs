@@ -1,0 +1,1890 @@
+//! Load generator for the `stepline` binary: measures OTLP trace ingest throughput with durable
+//! acknowledgements.
+//!
+//! By default it starts `stepline` itself on free loopback ports with a fresh temporary data
+//! directory (a `collector.yaml` written next to it, `sync: true`), waits for `/healthz`, sends
+//! Pydantic-AI-2.x-shaped agent runs over OTLP/gRPC and/or OTLP/HTTP protobuf from `C`
+//! concurrent connections, checks that every request is acknowledged (the server answers only
+//! after a durable RocksDB commit), and prints throughput, request latency and bytes on disk per
+//! run. With `--grpc` / `--http` (and optionally `--api`, `--data-dir`) it targets an instance that
+//! is already running instead. Only loopback addresses are ever targeted.
+//!
+//! The last line printed on stdout is a one-line JSON summary.
+//!
+//! ```text
+//! cargo build --release
+//! cargo run --release --example loadgen -- --runs 500
+//! cargo run --release --example loadgen -- --transport http --batch-spans 5 --concurrency 8
+//! ```
+
+use std::collections::BTreeMap;
+use std::net::{SocketAddr, TcpListener};
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use anyhow::{bail, Context, Result};
+use clap::{Parser, ValueEnum};
+use opentelemetry_proto::tonic::collector::trace::v1::trace_service_client::TraceServiceClient;
+use opentelemetry_proto::tonic::collector::trace::v1::{
+    ExportTracePartialSuccess, ExportTraceServiceRequest, ExportTraceServiceResponse,
+};
+use opentelemetry_proto::tonic::common::v1::{
+    any_value, AnyValue, ArrayValue, InstrumentationScope, KeyValue,
+};
+use opentelemetry_proto::tonic::resource::v1::Resource;
+use opentelemetry_proto::tonic::trace::v1::span::SpanKind;
+use opentelemetry_proto::tonic::trace::v1::{ResourceSpans, ScopeSpans, Span};
+use prost::Message;
+use serde::Serialize;
+use serde_json::json;
+use tokio::sync::mpsc;
+use tonic::codec::CompressionEncoding;
+use tonic::transport::{Channel, Endpoint};
+
+/// Upper bound on the number of runs per transport, whatever the options say.
+const MAX_RUNS: u64 = 10_000_000;
+/// Runs per transport when neither `--runs` nor `--duration` is given.
+const DEFAULT_RUNS: u64 = 2_000;
+/// Jobs a generator may prepare ahead of its connection.
+const JOBS_AHEAD: usize = 4;
+/// One megabyte, as used in every MB and MB/s figure printed (decimal).
+const MB: f64 = 1_000_000.0;
+
+/// Command line of the load generator.
+#[derive(Parser, Debug)]
+#[command(
+    name = "loadgen",
+    about = "Measure stepline OTLP ingest throughput with durable acknowledgements"
+)]
+struct Args {
+    /// `stepline` binary to start. Default: `$CARGO_TARGET_DIR/release/stepline`, then
+    /// `target/release/stepline`.
+    #[arg(long)]
+    bin: Option<PathBuf>,
+    /// OTLP/gRPC endpoint (ip:port, loopback only) of an instance that is already running.
+    /// Giving `--grpc` or `--http` disables starting a server.
+    #[arg(long)]
+    grpc: Option<SocketAddr>,
+    /// OTLP/HTTP endpoint (ip:port, loopback only) of an instance that is already running.
+    #[arg(long)]
+    http: Option<SocketAddr>,
+    /// Query API endpoint (ip:port, loopback only) of a running instance: health check before
+    /// the load and a read-back of one run after it.
+    #[arg(long)]
+    api: Option<SocketAddr>,
+    /// Data directory of a running instance, to measure bytes on disk per run.
+    #[arg(long)]
+    data_dir: Option<PathBuf>,
+    /// Which OTLP transport to load; `both` runs gRPC then HTTP, each with the full run count.
+    #[arg(long, value_enum, default_value_t = TransportChoice::Both)]
+    transport: TransportChoice,
+    /// Concurrent connections (each one sends its requests one after the other).
+    #[arg(short, long, default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..=1024))]
+    concurrency: u32,
+    /// Agent runs to send per transport (default 2000; unbounded up to 10 000 000 when
+    /// `--duration` is given).
+    #[arg(short, long, value_parser = clap::value_parser!(u64).range(1..=10_000_000))]
+    runs: Option<u64>,
+    /// Stop each transport's phase after this many seconds (whichever of runs/duration ends
+    /// first).
+    #[arg(short, long, value_name = "SECONDS")]
+    duration: Option<f64>,
+    /// Model requests per run; every step but the last one calls a tool, so a run has
+    /// 2 x steps spans.
+    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u32).range(1..=500))]
+    steps: u32,
+    /// Approximate size in bytes of the user prompt, tool results, final answer and system
+    /// instructions (each varies by +-25%).
+    #[arg(long, default_value_t = 400, value_parser = clap::value_parser!(u32).range(16..=1_000_000))]
+    message_bytes: u32,
+    /// Spans per request. 0 = one whole run per request; otherwise each connection cuts its
+    /// stream of spans (children in end order, run span last) into requests of this size,
+    /// as a BatchSpanProcessor would.
+    #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u32).range(0..=100_000))]
+    batch_spans: u32,
+    /// Request compression (gRPC message compression / HTTP `Content-Encoding`).
+    #[arg(long, value_enum, default_value_t = Compression::None)]
+    compression: Compression,
+    /// Timeout of one export request, in seconds.
+    #[arg(long, default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..=600))]
+    request_timeout: u64,
+    /// How long to wait for `/healthz` after starting the server, in seconds.
+    #[arg(long, default_value_t = 60, value_parser = clap::value_parser!(u64).range(1..=600))]
+    startup_timeout: u64,
+    /// Hard limit on each transport's phase, in seconds.
+    #[arg(long, default_value_t = 600, value_parser = clap::value_parser!(u64).range(1..=86_400))]
+    time_limit: u64,
+    /// Abort a phase after this many failed requests.
+    #[arg(long, default_value_t = 1000)]
+    max_failures: u64,
+    /// Seed of the id and text generator (default: time based, so runs never repeat).
+    #[arg(long)]
+    seed: Option<u64>,
+    /// Keep the temporary directory (config, data, server log) of a started server.
+    #[arg(long)]
+    keep_data: bool,
+}
+
+/// `--transport` values.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+enum TransportChoice {
+    /// OTLP/gRPC only.
+    Grpc,
+    /// OTLP/HTTP protobuf only.
+    Http,
+    /// gRPC first, then HTTP.
+    Both,
+}
+
+/// One OTLP transport under load.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Transport {
+    /// `TraceService/Export` over HTTP/2.
+    Grpc,
+    /// `POST /v1/traces` with `application/x-protobuf`.
+    Http,
+}
+
+impl Transport {
+    /// Lower-case name used in the output.
+    fn name(self) -> &'static str {
+        match self {
+            Transport::Grpc => "grpc",
+            Transport::Http => "http",
+        }
+    }
+}
+
+/// `--compression` values.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+enum Compression {
+    /// Uncompressed requests.
+    None,
+    /// gzip.
+    Gzip,
+    /// zstd.
+    Zstd,
+}
+
+impl Compression {
+    /// Lower-case name used in the output.
+    fn name(self) -> &'static str {
+        match self {
+            Compression::None => "none",
+            Compression::Gzip => "gzip",
+            Compression::Zstd => "zstd",
+        }
+    }
+}
+
+/// Where the load goes.
+#[derive(Debug)]
+struct Target {
+    /// OTLP/gRPC endpoint.
+    grpc: Option<SocketAddr>,
+    /// OTLP/HTTP endpoint.
+    http: Option<SocketAddr>,
+    /// Query API endpoint.
+    api: Option<SocketAddr>,
+    /// Data directory to measure.
+    data_dir: Option<PathBuf>,
+}
+
+// ---------------------------------------------------------------------------------------------
+// Random numbers and synthetic content
+// ---------------------------------------------------------------------------------------------
+
+/// SplitMix64: small and fast; good enough for ids and filler text, not cryptographic.
+struct Rng(u64);
+
+impl Rng {
+    /// A generator started from `seed`.
+    fn new(seed: u64) -> Self {
+        Rng(seed)
+    }
+
+    /// The next 64 random bits.
+    fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    /// A number in `lo..=hi`.
+    fn range(&mut self, lo: u64, hi: u64) -> u64 {
+        lo + self.next_u64() % (hi.saturating_sub(lo) + 1)
+    }
+
+    /// A random element of a non-empty slice.
+    fn pick<'a, T>(&mut self, items: &'a [T]) -> &'a T {
+        &items[(self.next_u64() % items.len() as u64) as usize]
+    }
+
+    /// `N` random bytes, never all zero (OTLP treats all-zero ids as invalid).
+    fn id<const N: usize>(&mut self) -> [u8; N] {
+        let mut out = [0u8; N];
+        for chunk in out.chunks_mut(8) {
+            let bytes = self.next_u64().to_be_bytes();
+            chunk.copy_from_slice(&bytes[..chunk.len()]);
+        }
+        if out.iter().all(|b| *b == 0) {
+            out[N - 1] = 1;
+        }
+        out
+    }
+
+    /// A UUIDv7-shaped string (time-ordered prefix), like Pydantic AI's `gen_ai.agent.call.id`.
+    fn uuid_v7(&mut self, unix_ms: u64) -> String {
+        let a = self.next_u64();
+        let b = self.next_u64();
+        format!(
+            "{:08x}-{:04x}-7{:03x}-{:04x}-{:012x}",
+            (unix_ms >> 16) & 0xFFFF_FFFF,
+            unix_ms & 0xFFFF,
+            a & 0xFFF,
+            0x8000 | ((a >> 12) & 0x3FFF),
+            b & 0xFFFF_FFFF_FFFF
+        )
+    }
+
+    /// A UUIDv4-shaped string.
+    fn uuid_v4(&mut self) -> String {
+        let a = self.next_u64();
+        let b = self.next_u64();
+        format!(
+            "{:08x}-{:04x}-4{:03x}-{:04x}-{:012x}",
+            a >> 32,
+            (a >> 16) & 0xFFFF,
+            a & 0xFFF,
+            0x8000 | (b >> 50),
+            b & 0xFFFF_FFFF_FFFF
+        )
+    }
+
+    /// An OpenAI-style tool call id (`call_` + 24 alphanumerics).
+    fn tool_call_id(&mut self) -> String {
+        const ALPHABET: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
+        let mut id = String::with_capacity(29);
+        id.push_str("call_");
+        for _ in 0..24 {
+            id.push(*self.pick(ALPHABET) as char);
+        }
+        id
+    }
+
+    /// English-looking filler text of about `target` bytes (+-25%), ASCII only.
+    fn text(&mut self, target: usize) -> String {
+        #[rustfmt::skip]
+        const WORDS: &[&str] = &[
+            "the", "customer", "order", "shipment", "was", "delayed", "because", "warehouse",
+            "inventory", "report", "shows", "that", "invoice", "payment", "refund", "policy",
+            "requires", "approval", "from", "manager", "before", "we", "can", "process", "it",
+            "please", "check", "status", "of", "account", "and", "summarise", "recent", "tickets",
+            "latency", "increased", "after", "deployment", "database", "query", "returned", "rows",
+            "with", "missing", "fields", "next", "step", "is", "to", "verify", "address",
+            "contact", "support", "team", "escalate", "if", "needed", "according", "documentation",
+            "section", "describes", "limits", "for", "requests", "per", "minute", "region",
+        ];
+        let target = target.max(8);
+        let want = target * 3 / 4 + self.range(0, (target / 2) as u64) as usize;
+        let mut out = String::with_capacity(want + 16);
+        let mut sentence_start = true;
+        while out.len() < want {
+            if !out.is_empty() {
+                out.push(' ');
+            }
+            let word = *self.pick(WORDS);
+            if sentence_start {
+                let mut chars = word.chars();
+                if let Some(first) = chars.next() {
+                    out.push(first.to_ascii_uppercase());
+                    out.push_str(chars.as_str());
+                }
+            } else {
+                out.push_str(word);
+            }
+            sentence_start = self.range(0, 11) == 0;
+            if sentence_start {
+                out.push('.');
+            }
+        }
+        if !out.ends_with('.') {
+            out.push('.');
+        }
+        out
+    }
+}
+
+/// Wall clock in nanoseconds since the Unix epoch.
+fn now_unix_nanos() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_nanos() as u64)
+        .unwrap_or(0)
+}
+
+// ---------------------------------------------------------------------------------------------
+// OTLP building blocks
+// ---------------------------------------------------------------------------------------------
+
+/// A key/value attribute.
+fn kv(key: &str, value: any_value::Value) -> KeyValue {
+    KeyValue {
+        key: key.to_owned(),
+        value: Some(AnyValue { value: Some(value) }),
+        ..Default::default()
+    }
+}
+
+/// A string attribute.
+fn kv_str(key: &str, value: impl Into<String>) -> KeyValue {
+    kv(key, any_value::Value::StringValue(value.into()))
+}
+
+/// An integer attribute.
+fn kv_int(key: &str, value: i64) -> KeyValue {
+    kv(key, any_value::Value::IntValue(value))
+}
+
+/// A string-array attribute.
+fn kv_str_array(key: &str, values: &[&str]) -> KeyValue {
+    let values = values
+        .iter()
+        .map(|v| AnyValue {
+            value: Some(any_value::Value::StringValue((*v).to_owned())),
+        })
+        .collect();
+    kv(key, any_value::Value::ArrayValue(ArrayValue { values }))
+}
+
+/// The resource every generated span is sent under (an instrumented Python agent service).
+fn agent_resource() -> Resource {
+    Resource {
+        attributes: vec![
+            kv_str("service.name", "loadgen-agent"),
+            kv_str("telemetry.sdk.language", "python"),
+            kv_str("telemetry.sdk.name", "opentelemetry"),
+            kv_str("telemetry.sdk.version", "1.38.0"),
+        ],
+        ..Default::default()
+    }
+}
+
+/// The instrumentation scope Pydantic AI uses.
+fn pydantic_ai_scope() -> InstrumentationScope {
+    InstrumentationScope {
+        name: "pydantic-ai".to_owned(),
+        version: "2.0.0".to_owned(),
+        ..Default::default()
+    }
+}
+
+/// Ids and times of one span, relative times in nanoseconds since the run started.
+struct SpanShape {
+    /// Span id.
+    span_id: [u8; 8],
+    /// Parent span id, `None` for the run span.
+    parent: Option<[u8; 8]>,
+    /// Span name.
+    name: String,
+    /// Span kind.
+    kind: SpanKind,
+    /// Start, relative to the run start.
+    start: u64,
+    /// End, relative to the run start.
+    end: u64,
+}
+
+/// A finished span of a generated run plus the bookkeeping the report needs.
+struct GeneratedSpan {
+    /// The OTLP span.
+    span: Span,
+    /// Bytes of message JSON it carries (input/output messages, all_messages).
+    message_bytes: u64,
+    /// For the run span: the run id (`gen_ai.agent.call.id`).
+    root_of: Option<String>,
+}
+
+/// Turns a [`SpanShape`] into an OTLP span of `trace_id`, shifted by `offset` nanoseconds.
+fn make_span(
+    trace_id: &[u8; 16],
+    shape: SpanShape,
+    offset: u64,
+    attributes: Vec<KeyValue>,
+) -> Span {
+    Span {
+        trace_id: trace_id.to_vec(),
+        span_id: shape.span_id.to_vec(),
+        parent_span_id: shape.parent.map(|p| p.to_vec()).unwrap_or_default(),
+        // Sampled, parent known to be local: what the Python SDK sends.
+        flags: 0x101,
+        name: shape.name,
+        kind: shape.kind as i32,
+        start_time_unix_nano: offset + shape.start,
+        end_time_unix_nano: offset + shape.end,
+        attributes,
+        ..Default::default()
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Pydantic-AI-shaped runs
+// ---------------------------------------------------------------------------------------------
+
+/// Agent names a run is given.
+const AGENTS: &[&str] = &[
+    "support_agent",
+    "research_agent",
+    "billing_agent",
+    "ops_agent",
+];
+/// Models and their providers.
+const MODELS: &[(&str, &str)] = &[
+    ("gpt-4o", "openai"),
+    ("gpt-4.1-mini", "openai"),
+    ("claude-sonnet-4-5", "anthropic"),
+];
+/// Tools the model calls.
+const TOOLS: &[&str] = &[
+    "search_docs",
+    "get_order",
+    "run_sql",
+    "fetch_url",
+    "lookup_customer",
+    "send_email",
+];
+
+/// Arguments object of a call to `tool`, with free text of about `text_bytes`.
+fn tool_arguments(rng: &mut Rng, tool: &str, text_bytes: usize) -> serde_json::Value {
+    match tool {
+        "search_docs" => json!({"query": rng.text(text_bytes), "top_k": rng.range(3, 10)}),
+        "get_order" => json!({
+            "order_id": format!("ord_{:08}", rng.range(0, 99_999_999)),
+            "include_items": true,
+            "note": rng.text(text_bytes),
+        }),
+        "run_sql" => json!({
+            "statement": format!(
+                "SELECT id, status, note FROM tickets WHERE note LIKE '%{}%' LIMIT {}",
+                rng.text(text_bytes),
+                rng.range(5, 50)
+            ),
+        }),
+        "fetch_url" => json!({
+            "url": format!("https://docs.example.com/kb/{}", rng.range(1, 99_999)),
+            "reason": rng.text(text_bytes),
+        }),
+        "lookup_customer" => json!({
+            "email": format!("user{}@example.com", rng.range(1, 999_999)),
+            "fields": ["name", "plan", "open_tickets"],
+            "context": rng.text(text_bytes),
+        }),
+        _ => json!({
+            "to": format!("user{}@example.com", rng.range(1, 999_999)),
+            "subject": rng.text(40),
+            "body": rng.text(text_bytes),
+        }),
+    }
+}
+
+/// A message part in the OTel GenAI JSON form (`type` first, as producers write it).
+#[derive(Serialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+enum Part<'a> {
+    /// `{"type":"text","content":...}`.
+    Text {
+        /// The text.
+        content: &'a str,
+    },
+    /// `{"type":"tool_call","id":...,"name":...,"arguments":{...}}`.
+    ToolCall {
+        /// Tool call id.
+        id: &'a str,
+        /// Tool name.
+        name: &'a str,
+        /// Arguments object.
+        arguments: &'a serde_json::Value,
+    },
+    /// `{"type":"tool_call_response","id":...,"name":...,"result":...}` (Pydantic AI's form).
+    ToolCallResponse {
+        /// Tool call id.
+        id: &'a str,
+        /// Tool name.
+        name: &'a str,
+        /// The tool's return value.
+        result: &'a str,
+    },
+}
+
+/// A chat message in the OTel GenAI JSON form: `{"role":...,"parts":[...],"finish_reason":...}`.
+#[derive(Serialize)]
+struct ChatMessage<'a> {
+    /// `user`, `assistant`, ...
+    role: &'a str,
+    /// Its parts.
+    parts: Vec<Part<'a>>,
+    /// Why the model stopped (assistant messages).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    finish_reason: Option<&'a str>,
+}
+
+impl ChatMessage<'_> {
+    /// The message as a JSON string.
+    fn to_json(&self) -> Result<String> {
+        serde_json::to_string(self).context("serialising a chat message")
+    }
+}
+
+/// `[m1,m2,...]` from already serialised messages.
+fn json_array(messages: &[String]) -> String {
+    let len: usize = messages.iter().map(|m| m.len() + 1).sum();
+    let mut out = String::with_capacity(len + 2);
+    out.push('[');
+    for (i, message) in messages.iter().enumerate() {
+        if i > 0 {
+            out.push(',');
+        }
+        out.push_str(message);
+    }
+    out.push(']');
+    out
+}
+
+/// Builds one agent run as Pydantic AI 2.x exports it: `chat` and `execute_tool` spans under an
+/// `invoke_agent` span, children in the order they end, the run span last. The run ends at
+/// `now_ns`.
+fn build_run(
+    rng: &mut Rng,
+    steps: usize,
+    message_bytes: usize,
+    now_ns: u64,
+) -> Result<Vec<GeneratedSpan>> {
+    const MS: u64 = 1_000_000;
+    let trace_id: [u8; 16] = rng.id();
+    let root_id: [u8; 8] = rng.id();
+    let agent = *rng.pick(AGENTS);
+    let (model, provider) = *rng.pick(MODELS);
+    let call_id = rng.uuid_v7(now_ns / MS);
+    let conversation_id = rng.uuid_v4();
+    let instructions = rng.text(message_bytes);
+    let system_instructions = serde_json::to_string(&[Part::Text {
+        content: &instructions,
+    }])
+    .context("serialising system instructions")?;
+
+    let mut history: Vec<String> = Vec::with_capacity(2 * steps);
+    let prompt = rng.text(message_bytes);
+    history.push(
+        ChatMessage {
+            role: "user",
+            parts: vec![Part::Text { content: &prompt }],
+            finish_reason: None,
+        }
+        .to_json()?,
+    );
+
+    // Spans with times relative to the run start; shifted once the run's length is known.
+    let mut children: Vec<(SpanShape, Vec<KeyValue>, u64)> = Vec::with_capacity(2 * steps);
+    let mut t = rng.range(MS, 3 * MS);
+    let (mut input_tokens_total, mut output_tokens_total) = (0i64, 0i64);
+    let mut final_answer = String::new();
+
+    for step in 0..steps {
+        let last = step + 1 == steps;
+        let chat_start = t;
+        t += rng.range(400 * MS, 2_500 * MS);
+        let chat_end = t;
+
+        let input = json_array(&history);
+        let tool = *rng.pick(TOOLS);
+        let tool_call_id = rng.tool_call_id();
+        let arguments = tool_arguments(rng, tool, message_bytes / 4);
+        let (assistant, finish_reason) = if last {
+            final_answer = rng.text(message_bytes);
+            let message = ChatMessage {
+                role: "assistant",
+                parts: vec![Part::Text {
+                    content: &final_answer,
+                }],
+                finish_reason: Some("stop"),
+            };
+            (message.to_json()?, "stop")
+        } else {
+            let message = ChatMessage {
+                role: "assistant",
+                parts: vec![Part::ToolCall {
+                    id: &tool_call_id,
+                    name: tool,
+                    arguments: &arguments,
+                }],
+                finish_reason: Some("tool_call"),
+            };
+            (message.to_json()?, "tool_call")
+        };
+        let output = format!("[{assistant}]");
+        let input_tokens = (input.len() + system_instructions.len()) as i64 / 4;
+        let output_tokens = output.len() as i64 / 4;
+        input_tokens_total += input_tokens;
+        output_tokens_total += output_tokens;
+        let message_json_bytes = (input.len() + output.len()) as u64;
+        let attributes = vec![
+            kv_str("gen_ai.operation.name", "chat"),
+            kv_str("gen_ai.provider.name", provider),
+            kv_str("gen_ai.system", provider),
+            kv_str("gen_ai.request.model", model),
+            kv_str("gen_ai.response.model", model),
+            kv_str(
+                "gen_ai.response.id",
+                format!("resp_{:016x}", rng.next_u64()),
+            ),
+            kv_str("server.address", "api.example.com"),
+            kv_str("gen_ai.agent.name", agent),
+            kv_str("gen_ai.agent.call.id", call_id.clone()),
+            kv_str("gen_ai.conversation.id", conversation_id.clone()),
+            kv_str("gen_ai.input.messages", input),
+            kv_str("gen_ai.output.messages", output),
+            kv_str("gen_ai.system_instructions", system_instructions.clone()),
+            kv_int("gen_ai.usage.input_tokens", input_tokens),
+            kv_int("gen_ai.usage.output_tokens", output_tokens),
+            kv_str_array("gen_ai.response.finish_reasons", &[finish_reason]),
+        ];
+        let shape = SpanShape {
+            span_id: rng.id(),
+            parent: Some(root_id),
+            name: format!("chat {model}"),
+            kind: SpanKind::Client,
+            start: chat_start,
+            end: chat_end,
+        };
+        children.push((shape, attributes, message_json_bytes));
+        history.push(assistant);
+
+        if !last {
+            t += rng.range(MS / 10, 2 * MS);
+            let tool_start = t;
+            t += rng.range(5 * MS, 800 * MS);
+            let tool_end = t;
+            let result = rng.text(message_bytes);
+            let attributes = vec![
+                kv_str("gen_ai.operation.name", "execute_tool"),
+                kv_str("gen_ai.tool.name", tool),
+                kv_str("gen_ai.tool.call.id", tool_call_id.clone()),
+                kv_str("gen_ai.tool.call.arguments", arguments.to_string()),
+                kv_str("gen_ai.tool.call.result", result.as_str()),
+            ];
+            let shape = SpanShape {
+                span_id: rng.id(),
+                parent: Some(root_id),
+                name: format!("execute_tool {tool}"),
+                kind: SpanKind::Internal,
+                start: tool_start,
+                end: tool_end,
+            };
+            children.push((shape, attributes, 0));
+            history.push(
+                ChatMessage {
+                    role: "user",
+                    parts: vec![Part::ToolCallResponse {
+                        id: &tool_call_id,
+                        name: tool,
+                        result: &result,
+                    }],
+                    finish_reason: None,
+                }
+                .to_json()?,
+            );
+            t += rng.range(MS / 10, MS);
+        }
+    }
+    t += rng.range(MS / 2, 2 * MS);
+    let run_end = t;
+    let offset = now_ns.saturating_sub(run_end);
+
+    let mut spans: Vec<GeneratedSpan> = children
+        .into_iter()
+        .map(|(shape, attributes, message_bytes)| GeneratedSpan {
+            span: make_span(&trace_id, shape, offset, attributes),
+            message_bytes,
+            root_of: None,
+        })
+        .collect();
+
+    let all_messages = json_array(&history);
+    let all_messages_bytes = all_messages.len() as u64;
+    let attributes = vec![
+        kv_str("gen_ai.operation.name", "invoke_agent"),
+        kv_str("gen_ai.agent.name", agent),
+        kv_str("gen_ai.agent.call.id", call_id.clone()),
+        kv_str("gen_ai.conversation.id", conversation_id),
+        kv_str("model_name", model),
+        kv_str("agent_name", agent),
+        kv_str("pydantic_ai.all_messages", all_messages),
+        kv_str("gen_ai.system_instructions", system_instructions),
+        kv_str("final_result", final_answer),
+        kv_int("gen_ai.usage.input_tokens", input_tokens_total),
+        kv_int("gen_ai.usage.output_tokens", output_tokens_total),
+    ];
+    let shape = SpanShape {
+        span_id: root_id,
+        parent: None,
+        name: format!("invoke_agent {agent}"),
+        kind: SpanKind::Internal,
+        start: 0,
+        end: run_end,
+    };
+    spans.push(GeneratedSpan {
+        span: make_span(&trace_id, shape, offset, attributes),
+        message_bytes: all_messages_bytes,
+        root_of: Some(call_id),
+    });
+    Ok(spans)
+}
+
+// ---------------------------------------------------------------------------------------------
+// Requests
+// ---------------------------------------------------------------------------------------------
+
+/// A request body ready for one transport.
+enum Payload {
+    /// The message tonic encodes (and compresses, when asked).
+    Grpc(ExportTraceServiceRequest),
+    /// Encoded (and compressed, when asked) protobuf body.
+    Http(Vec<u8>),
+}
+
+/// One export request plus what it carries.
+struct Job {
+    /// The request.
+    payload: Payload,
+    /// Spans in it.
+    spans: u64,
+    /// Run spans in it (runs that are complete once it is acknowledged).
+    runs: u64,
+    /// Bytes of message JSON in it.
+    message_bytes: u64,
+    /// Encoded protobuf size, before compression.
+    payload_bytes: u64,
+    /// Whether its last span is a run span (a connection only stops at such a boundary).
+    ends_at_run_boundary: bool,
+    /// Run id of the last run span in it.
+    last_run_id: Option<String>,
+}
+
+/// What the generators need to know.
+#[derive(Clone, Copy)]
+struct Workload {
+    /// Transport the jobs are for.
+    transport: Transport,
+    /// Model requests per run.
+    steps: usize,
+    /// Approximate size of a text message.
+    message_bytes: usize,
+    /// Spans per request, 0 = one run per request.
+    batch_spans: usize,
+    /// Request compression.
+    compression: Compression,
+    /// Runs to generate in total (over all connections).
+    total_runs: u64,
+}
+
+/// Compresses an HTTP body.
+fn compress(body: Vec<u8>, compression: Compression) -> Result<Vec<u8>> {
+    match compression {
+        Compression::None => Ok(body),
+        Compression::Gzip => {
+            use std::io::Write;
+            let mut encoder =
+                flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+            encoder
+                .write_all(&body)
+                .context("gzip-compressing a request")?;
+            encoder.finish().context("gzip-compressing a request")
+        }
+        Compression::Zstd => zstd::bulk::compress(&body, 3).context("zstd-compressing a request"),
+    }
+}
+
+/// Packs spans into one export request for `workload.transport`.
+fn make_job(spans: Vec<GeneratedSpan>, workload: &Workload) -> Result<Job> {
+    let ends_at_run_boundary = spans.last().is_some_and(|s| s.root_of.is_some());
+    let span_count = spans.len() as u64;
+    let (mut runs, mut message_bytes, mut last_run_id) = (0, 0, None);
+    let otlp_spans: Vec<Span> = spans
+        .into_iter()
+        .map(|generated| {
+            message_bytes += generated.message_bytes;
+            if let Some(run_id) = generated.root_of {
+                runs += 1;
+                last_run_id = Some(run_id);
+            }
+            generated.span
+        })
+        .collect();
+    let request = ExportTraceServiceRequest {
+        resource_spans: vec![ResourceSpans {
+            resource: Some(agent_resource()),
+            scope_spans: vec![ScopeSpans {
+                scope: Some(pydantic_ai_scope()),
+                spans: otlp_spans,
+                ..Default::default()
+            }],
+            ..Default::default()
+        }],
+    };
+    let payload_bytes = request.encoded_len() as u64;
+    let payload = match workload.transport {
+        Transport::Grpc => Payload::Grpc(request),
+        Transport::Http => Payload::Http(compress(request.encode_to_vec(), workload.compression)?),
+    };
+    Ok(Job {
+        payload,
+        spans: span_count,
+        runs,
+        message_bytes,
+        payload_bytes,
+        ends_at_run_boundary,
+        last_run_id,
+    })
+}
+
+/// Generator of one connection (runs on the blocking pool so building runs stays off the
+/// request path): claims run numbers from `next_run` until `total_runs` are taken, and hands
+/// requests to its connection until that connection hangs up.
+fn generate(
+    workload: Workload,
+    next_run: Arc<AtomicU64>,
+    seed: u64,
+    jobs: mpsc::Sender<Job>,
+) -> Result<()> {
+    let mut rng = Rng::new(seed);
+    let mut pending: Vec<GeneratedSpan> = Vec::new();
+    loop {
+        if next_run.fetch_add(1, Ordering::Relaxed) >= workload.total_runs {
+            break;
+        }
+        let run = build_run(
+            &mut rng,
+            workload.steps,
+            workload.message_bytes,
+            now_unix_nanos(),
+        )?;
+        if workload.batch_spans == 0 {
+            if jobs.blocking_send(make_job(run, &workload)?).is_err() {
+                return Ok(());
+            }
+            continue;
+        }
+        pending.extend(run);
+        while pending.len() >= workload.batch_spans {
+            let rest = pending.split_off(workload.batch_spans);
+            let chunk = std::mem::replace(&mut pending, rest);
+            if jobs.blocking_send(make_job(chunk, &workload)?).is_err() {
+                return Ok(());
+            }
+        }
+    }
+    if !pending.is_empty() {
+        // A closed channel here only means the connection already stopped.
+        let _ = jobs.blocking_send(make_job(pending, &workload)?);
+    }
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------------------------
+// Connections
+// ---------------------------------------------------------------------------------------------
+
+/// Why a request was not acknowledged.
+struct Failure {
+    /// Short category (`grpc Unavailable`, `http 503`, `timeout`, ...), used for counting.
+    kind: String,
+    /// Details of one occurrence.
+    detail: String,
+}
+
+/// One connection to the server.
+enum Connection {
+    /// A dedicated HTTP/2 channel.
+    Grpc(TraceServiceClient<Channel>),
+    /// A dedicated HTTP/1.1 client (one pooled connection).
+    Http {
+        /// The client.
+        client: reqwest::Client,
+        /// `http://host:port/v1/traces`.
+        url: String,
+        /// `Content-Encoding` header value.
+        content_encoding: Option<&'static str>,
+    },
+}
+
+impl Connection {
+    /// Opens a connection of `transport` to `addr`.
+    async fn open(
+        transport: Transport,
+        addr: SocketAddr,
+        compression: Compression,
+        timeout: Duration,
+    ) -> Result<Self> {
+        match transport {
+            Transport::Grpc => {
+                let channel = Endpoint::from_shared(format!("http://{addr}"))
+                    .context("building the gRPC endpoint")?
+                    .connect_timeout(Duration::from_secs(5))
+                    .timeout(timeout)
+                    .tcp_nodelay(true)
+                    .connect()
+                    .await
+                    .with_context(|| format!("connecting to OTLP/gRPC at {addr}"))?;
+                let mut client = TraceServiceClient::new(channel);
+                client = match compression {
+                    Compression::None => client,
+                    Compression::Gzip => client.send_compressed(CompressionEncoding::Gzip),
+                    Compression::Zstd => client.send_compressed(CompressionEncoding::Zstd),
+                };
+                Ok(Connection::Grpc(client))
+            }
+            Transport::Http => {
+                let client = reqwest::Client::builder()
+                    .no_proxy()
+                    .pool_max_idle_per_host(1)
+                    .tcp_nodelay(true)
+                    .connect_timeout(Duration::from_secs(5))
+                    .timeout(timeout)
+                    .build()
+                    .context("building the HTTP client")?;
+                let content_encoding = match compression {
+                    Compression::None => None,
+                    Compression::Gzip => Some("gzip"),
+                    Compression::Zstd => Some("zstd"),
+                };
+                Ok(Connection::Http {
+                    client,
+                    url: format!("http://{addr}/v1/traces"),
+                    content_encoding,
+                })
+            }
+        }
+    }
+
+    /// Sends one request; `Ok` only for a success answer without rejected spans.
+    async fn send(&mut self, payload: Payload) -> Result<(), Failure> {
+        match (self, payload) {
+            (Connection::Grpc(client), Payload::Grpc(request)) => {
+                let response = client.export(request).await.map_err(|status| Failure {
+                    kind: format!("grpc {:?}", status.code()),
+                    detail: status.message().to_owned(),
+                })?;
+                check_partial_success(response.into_inner().partial_success)
+            }
+            (
+                Connection::Http {
+                    client,
+                    url,
+                    content_encoding,
+                },
+                Payload::Http(body),
+            ) => {
+                let mut request = client
+                    .post(url.as_str())
+                    .header(reqwest::header::CONTENT_TYPE, "application/x-protobuf")
+                    .body(body);
+                if let Some(encoding) = content_encoding {
+                    request = request.header(reqwest::header::CONTENT_ENCODING, *encoding);
+                }
+                let response = request.send().await.map_err(http_failure)?;
+                let status = response.status();
+                let content_type = response
+                    .headers()
+                    .get(reqwest::header::CONTENT_TYPE)
+                    .and_then(|v| v.to_str().ok())
+                    .unwrap_or("")
+                    .to_owned();
+                let body = response.bytes().await.map_err(http_failure)?;
+                if !status.is_success() {
+                    let shown = &body[..body.len().min(300)];
+                    return Err(Failure {
+                        kind: format!("http {}", status.as_u16()),
+                        detail: String::from_utf8_lossy(shown).into_owned(),
+                    });
+                }
+                if content_type.contains("protobuf") {
+                    let decoded =
+                        ExportTraceServiceResponse::decode(body.as_ref()).map_err(|e| Failure {
+                            kind: "bad response body".to_owned(),
+                            detail: e.to_string(),
+                        })?;
+                    check_partial_success(decoded.partial_success)
+                } else if content_type.contains("json") && !body.is_empty() {
+                    check_json_partial_success(&body)
+                } else {
+                    Ok(())
+                }
+            }
+            _ => Err(Failure {
+                kind: "internal".to_owned(),
+                detail: "payload built for the other transport".to_owned(),
+            }),
+        }
+    }
+}
+
+/// Classifies a reqwest error.
+fn http_failure(error: reqwest::Error) -> Failure {
+    let kind = if error.is_timeout() {
+        "http timeout"
+    } else if error.is_connect() {
+        "http connect"
+    } else {
+        "http transport"
+    };
+    Failure {
+        kind: kind.to_owned(),
+        detail: error.to_string(),
+    }
+}
+
+/// A partial success with rejected spans is a failure.
+fn check_partial_success(partial: Option<ExportTracePartialSuccess>) -> Result<(), Failure> {
+    match partial {
+        Some(p) if p.rejected_spans > 0 => Err(Failure {
+            kind: "partial success".to_owned(),
+            detail: format!("{} spans rejected: {}", p.rejected_spans, p.error_message),
+        }),
+        _ => Ok(()),
+    }
+}
+
+/// The same check for an OTLP/JSON answer (`partialSuccess.rejectedSpans`, number or string).
+fn check_json_partial_success(body: &[u8]) -> Result<(), Failure> {
+    let value: serde_json::Value = serde_json::from_slice(body).map_err(|e| Failure {
+        kind: "bad response body".to_owned(),
+        detail: e.to_string(),
+    })?;
+    let partial = &value["partialSuccess"];
+    let rejected = match &partial["rejectedSpans"] {
+        serde_json::Value::Number(n) => n.as_i64().unwrap_or(0),
+        serde_json::Value::String(s) => s.parse().unwrap_or(0),
+        _ => 0,
+    };
+    if rejected > 0 {
+        return Err(Failure {
+            kind: "partial success".to_owned(),
+            detail: format!("{rejected} spans rejected: {}", partial["errorMessage"]),
+        });
+    }
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------------------------
+// Measurement
+// ---------------------------------------------------------------------------------------------
+
+/// Count and one example of a failure kind.
+#[derive(Debug, Default)]
+struct FailureCount {
+    /// Occurrences.
+    count: u64,
+    /// Detail of the first occurrence.
+    example: String,
+}
+
+/// Counters of one connection, merged per phase.
+#[derive(Default)]
+struct Stats {
+    /// Acknowledged requests.
+    ok_requests: u64,
+    /// Failed requests.
+    failed_requests: u64,
+    /// Spans in acknowledged requests.
+    spans: u64,
+    /// Runs whose run span was acknowledged.
+    runs: u64,
+    /// Message JSON bytes in acknowledged requests.
+    message_bytes: u64,
+    /// Encoded protobuf bytes of acknowledged requests.
+    payload_bytes: u64,
+    /// Latency of every acknowledged request, microseconds.
+    latencies_us: Vec<u64>,
+    /// Failures by kind.
+    failures: BTreeMap<String, FailureCount>,
+    /// Id of one acknowledged run (to read it back).
+    last_run_id: Option<String>,
+    /// Stopped by `--duration` / `--time-limit`.
+    hit_deadline: bool,
+    /// Stopped by `--max-failures`.
+    aborted: bool,
+}
+
+impl Stats {
+    /// Adds another connection's counters.
+    fn merge(&mut self, other: Stats) {
+        self.ok_requests += other.ok_requests;
+        self.failed_requests += other.failed_requests;
+        self.spans += other.spans;
+        self.runs += other.runs;
+        self.message_bytes += other.message_bytes;
+        self.payload_bytes += other.payload_bytes;
+        self.latencies_us.extend(other.latencies_us);
+        for (kind, failure) in other.failures {
+            let entry = self.failures.entry(kind).or_default();
+            if entry.count == 0 {
+                entry.example = failure.example;
+            }
+            entry.count += failure.count;
+        }
+        if other.last_run_id.is_some() {
+            self.last_run_id = other.last_run_id;
+        }
+        self.hit_deadline |= other.hit_deadline;
+        self.aborted |= other.aborted;
+    }
+}
+
+/// Sends the jobs of one connection until its generator is done, the deadline passes (at a run
+/// boundary) or too many requests failed.
+async fn drive_connection(
+    mut connection: Connection,
+    mut jobs: mpsc::Receiver<Job>,
+    deadline: Instant,
+    failures: Arc<AtomicU64>,
+    max_failures: u64,
+) -> Stats {
+    let mut stats = Stats::default();
+    let mut at_run_boundary = true;
+    while let Some(job) = jobs.recv().await {
+        if at_run_boundary && Instant::now() >= deadline {
+            stats.hit_deadline = true;
+            break;
+        }
+        if failures.load(Ordering::Relaxed) >= max_failures {
+            stats.aborted = true;
+            break;
+        }
+        at_run_boundary = job.ends_at_run_boundary;
+        let started = Instant::now();
+        match connection.send(job.payload).await {
+            Ok(()) => {
+                stats
+                    .latencies_us
+                    .push(started.elapsed().as_micros() as u64);
+                stats.ok_requests += 1;
+                stats.spans += job.spans;
+                stats.runs += job.runs;
+                stats.message_bytes += job.message_bytes;
+                stats.payload_bytes += job.payload_bytes;
+                if job.last_run_id.is_some() {
+                    stats.last_run_id = job.last_run_id;
+                }
+            }
+            Err(failure) => {
+                failures.fetch_add(1, Ordering::Relaxed);
+                stats.failed_requests += 1;
+                let entry = stats.failures.entry(failure.kind).or_default();
+                if entry.count == 0 {
+                    entry.example = failure.detail;
+                }
+                entry.count += 1;
+            }
+        }
+    }
+    stats
+}
+
+/// Result of loading one transport.
+struct PhaseReport {
+    /// The transport.
+    transport: Transport,
+    /// Merged counters.
+    stats: Stats,
+    /// Wall time from the first request to the last answer.
+    elapsed: Duration,
+}
+
+impl PhaseReport {
+    /// Latency percentile in milliseconds (nearest rank), 0 without samples.
+    fn latency_ms(&self, quantile: f64) -> f64 {
+        let sorted = &self.stats.latencies_us;
+        if sorted.is_empty() {
+            return 0.0;
+        }
+        let rank = ((quantile * sorted.len() as f64).ceil() as usize).clamp(1, sorted.len());
+        sorted[rank - 1] as f64 / 1000.0
+    }
+
+    /// `count` per second of elapsed time.
+    fn rate(&self, count: u64) -> f64 {
+        let secs = self.elapsed.as_secs_f64();
+        if secs > 0.0 {
+            count as f64 / secs
+        } else {
+            0.0
+        }
+    }
+
+    /// The machine-readable form.
+    fn to_json(&self) -> serde_json::Value {
+        let s = &self.stats;
+        let failures: serde_json::Map<String, serde_json::Value> = s
+            .failures
+            .iter()
+            .map(|(kind, f)| (kind.clone(), json!(f.count)))
+            .collect();
+        json!({
+            "transport": self.transport.name(),
+            "runs": s.runs,
+            "spans": s.spans,
+            "requests": s.ok_requests,
+            "failed_requests": s.failed_requests,
+            "failures": failures,
+            "elapsed_s": round3(self.elapsed.as_secs_f64()),
+            "runs_per_s": round3(self.rate(s.runs)),
+            "spans_per_s": round3(self.rate(s.spans)),
+            "requests_per_s": round3(self.rate(s.ok_requests)),
+            "message_json_bytes": s.message_bytes,
+            "message_json_mb_per_s": round3(self.rate(s.message_bytes) / MB),
+            "otlp_payload_bytes": s.payload_bytes,
+            "otlp_payload_mb_per_s": round3(self.rate(s.payload_bytes) / MB),
+            "latency_ms": {
+                "p50": round3(self.latency_ms(0.50)),
+                "p99": round3(self.latency_ms(0.99)),
+                "max": round3(self.latency_ms(1.0)),
+            },
+            "stopped_by_deadline": s.hit_deadline,
+            "aborted_after_failures": s.aborted,
+        })
+    }
+}
+
+/// Rounds to three decimals for the JSON summary.
+fn round3(x: f64) -> f64 {
+    (x * 1000.0).round() / 1000.0
+}
+
+/// Loads one transport: `concurrency` connections, each fed by its own generator.
+async fn run_phase(
+    transport: Transport,
+    addr: SocketAddr,
+    args: &Args,
+    total_runs: u64,
+    phase_limit: Duration,
+    seed: u64,
+) -> Result<PhaseReport> {
+    let workload = Workload {
+        transport,
+        steps: args.steps as usize,
+        message_bytes: args.message_bytes as usize,
+        batch_spans: args.batch_spans as usize,
+        compression: args.compression,
+        total_runs,
+    };
+    let timeout = Duration::from_secs(args.request_timeout);
+    let next_run = Arc::new(AtomicU64::new(0));
+    let failures = Arc::new(AtomicU64::new(0));
+
+    let mut generators = Vec::new();
+    let mut queues = Vec::new();
+    for index in 0..u64::from(args.concurrency) {
+        let (sender, receiver) = mpsc::channel(JOBS_AHEAD);
+        let next_run = Arc::clone(&next_run);
+        let seed = seed ^ (index + 1).wrapping_mul(0xA076_1D64_78BD_642F);
+        generators.push(tokio::task::spawn_blocking(move || {
+            generate(workload, next_run, seed, sender)
+        }));
+        queues.push(receiver);
+    }
+    let mut connections = Vec::new();
+    for _ in 0..args.concurrency {
+        connections.push(Connection::open(transport, addr, args.compression, timeout).await?);
+    }
+
+    let started = Instant::now();
+    let deadline = started + phase_limit;
+    let drivers: Vec<_> = connections
+        .into_iter()
+        .zip(queues)
+        .map(|(connection, queue)| {
+            tokio::spawn(drive_connection(
+                connection,
+                queue,
+                deadline,
+                Arc::clone(&failures),
+                args.max_failures,
+            ))
+        })
+        .collect();
+    let mut stats = Stats::default();
+    for driver in drivers {
+        stats.merge(driver.await.context("a connection task panicked")?);
+    }
+    let elapsed = started.elapsed();
+    for generator in generators {
+        generator.await.context("a generator task panicked")??;
+    }
+    stats.latencies_us.sort_unstable();
+    Ok(PhaseReport {
+        transport,
+        stats,
+        elapsed,
+    })
+}
+
+/// Sizes of the files under a directory.
+#[derive(Debug, Default, Clone, Copy)]
+struct DiskUsage {
+    /// Sum of file lengths.
+    bytes: u64,
+    /// Sum of allocated blocks.
+    allocated: u64,
+    /// Number of files.
+    files: u64,
+}
+
+/// Walks `dir` and sums its file sizes (files that vanish during the walk, e.g. compacted SST
+/// files, are skipped).
+fn disk_usage(dir: &Path) -> Result<DiskUsage> {
+    use std::os::unix::fs::MetadataExt;
+    let mut usage = DiskUsage::default();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(path) = stack.pop() {
+        let entries = match std::fs::read_dir(&path) {
+            Ok(entries) => entries,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound && path != dir => continue,
+            Err(e) => return Err(e).with_context(|| format!("reading {}", path.display())),
+        };
+        for entry in entries {
+            let entry = entry.with_context(|| format!("reading {}", path.display()))?;
+            let metadata = match entry.path().symlink_metadata() {
+                Ok(metadata) => metadata,
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+                Err(e) => {
+                    return Err(e).with_context(|| format!("stat {}", entry.path().display()))
+                }
+            };
+            if metadata.is_dir() {
+                stack.push(entry.path());
+            } else if metadata.is_file() {
+                usage.bytes += metadata.len();
+                usage.allocated += metadata.blocks() * 512;
+                usage.files += 1;
+            }
+        }
+    }
+    Ok(usage)
+}
+
+// ---------------------------------------------------------------------------------------------
+// The server under test
+// ---------------------------------------------------------------------------------------------
+
+/// A `stepline` process started by the load generator.
+struct Server {
+    /// The process (killed if dropped while still running).
+    child: tokio::process::Child,
+    /// Its combined stdout/stderr.
+    log_path: PathBuf,
+}
+
+impl Server {
+    /// Stops the server: SIGTERM, then SIGKILL after 10 s. Returns how it ended.
+    async fn stop(mut self) -> Result<String> {
+        if let Some(pid) = self.child.id() {
+            // Ask for a clean shutdown of exactly this process; fall through to SIGKILL if
+            // `kill` is unavailable.
+            let _ = std::process::Command::new("kill")
+                .arg("-TERM")
+                .arg(pid.to_string())
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .status();
+        }
+        match tokio::time::timeout(Duration::from_secs(10), self.child.wait()).await {
+            Ok(status) => Ok(format!(
+                "exited ({})",
+                status.context("waiting for stepline to exit")?
+            )),
+            Err(_) => {
+                self.child.kill().await.context("killing stepline")?;
+                Ok("killed after 10 s without exiting on SIGTERM".to_owned())
+            }
+        }
+    }
+}
+
+/// The `stepline` binary to start.
+fn resolve_binary(explicit: Option<&Path>) -> Result<PathBuf> {
+    if let Some(path) = explicit {
+        if !path.is_file() {
+            bail!("--bin {} is not a file", path.display());
+        }
+        return Ok(path.to_path_buf());
+    }
+    let mut candidates = Vec::new();
+    if let Some(dir) = std::env::var_os("CARGO_TARGET_DIR") {
+        candidates.push(PathBuf::from(dir).join("release").join("stepline"));
+    }
+    candidates.push(PathBuf::from("target/release/stepline"));
+    candidates
+        .iter()
+        .find(|p| p.is_file())
+        .cloned()
+        .with_context(|| {
+            format!(
+                "no stepline binary at {}; run `cargo build --release` or pass --bin",
+                candidates
+                    .iter()
+                    .map(|p| p.display().to_string())
+                    .collect::<Vec<_>>()
+                    .join(" or ")
+            )
+        })
+}
+
+/// `n` distinct free loopback ports (all listeners are held until every port is chosen).
+fn free_ports(n: usize) -> Result<Vec<u16>> {
+    let listeners = (0..n)
+        .map(|_| TcpListener::bind("127.0.0.1:0").context("finding a free port"))
+        .collect::<Result<Vec<_>>>()?;
+    listeners
+        .iter()
+        .map(|l| {
+            l.local_addr()
+                .map(|a| a.port())
+                .context("reading a port number")
+        })
+        .collect()
+}
+
+/// The last `lines` lines of a log file, for error messages.
+fn log_tail(path: &Path, lines: usize) -> String {
+    match std::fs::read_to_string(path) {
+        Ok(text) => {
+            let all: Vec<&str> = text.lines().collect();
+            all[all.len().saturating_sub(lines)..].join("\n")
+        }
+        Err(e) => format!("(cannot read {}: {e})", path.display()),
+    }
+}
+
+/// A health-check / read-back HTTP client.
+fn api_client() -> Result<reqwest::Client> {
+    reqwest::Client::builder()
+        .no_proxy()
+        .timeout(Duration::from_secs(5))
+        .build()
+        .context("building the API client")
+}
+
+/// Polls `GET /healthz` until it answers 200, the process exits, or `timeout` passes.
+async fn wait_healthy(
+    api: SocketAddr,
+    mut server: Option<&mut Server>,
+    timeout: Duration,
+) -> Result<()> {
+    let client = api_client()?;
+    let url = format!("http://{api}/healthz");
+    let started = Instant::now();
+    loop {
+        if let Some(server) = server.as_deref_mut() {
+            if let Some(status) = server
+                .child
+                .try_wait()
+                .context("checking the stepline process")?
+            {
+                bail!(
+                    "stepline exited during startup ({status}); last log lines:\n{}",
+                    log_tail(&server.log_path, 40)
+                );
+            }
+        }
+        let last = match client.get(&url).send().await {
+            Ok(response) if response.status() == reqwest::StatusCode::OK => return Ok(()),
+            Ok(response) => format!("status {}", response.status()),
+            Err(e) => e.to_string(),
+        };
+        if started.elapsed() >= timeout {
+            let tail = server
+                .map(|s| format!("; last log lines:\n{}", log_tail(&s.log_path, 40)))
+                .unwrap_or_default();
+            bail!(
+                "{url} did not answer 200 within {} s ({last}){tail}",
+                timeout.as_secs()
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// Starts `stepline` on free ports with a fresh data directory under `dir`.
+async fn start_server(
+    binary: &Path,
+    dir: &Path,
+    startup_timeout: Duration,
+) -> Result<(Server, Target)> {
+    let ports = free_ports(3)?;
+    let grpc: SocketAddr = ([127, 0, 0, 1], ports[0]).into();
+    let http: SocketAddr = ([127, 0, 0, 1], ports[1]).into();
+    let api: SocketAddr = ([127, 0, 0, 1], ports[2]).into();
+    let data_dir = dir.join("data");
+    std::fs::create_dir_all(&data_dir)
+        .with_context(|| format!("creating {}", data_dir.display()))?;
+    // A JSON string is a valid YAML double-quoted scalar, whatever the path contains.
+    let data_dir_yaml = serde_json::to_string(&data_dir.display().to_string())
+        .context("quoting the data directory")?;
+    let config = format!(
+        "receivers:
+  otlp:
+    protocols:
+      grpc: {{ endpoint: {grpc} }}
+      http: {{ endpoint: {http} }}
+processors:
+  stepline: {{}}
+extensions:
+  stepline_storage: {{ directory: {data_dir_yaml}, sync: true }}
+  stepline_api: {{ endpoint: {api} }}
+service:
+  extensions: [stepline_storage, stepline_api]
+  pipelines:
+    traces: {{ receivers: [otlp], processors: [stepline], exporters: [] }}
+"
+    );
+    let config_path = dir.join("collector.yaml");
+    std::fs::write(&config_path, config)
+        .with_context(|| format!("writing {}", config_path.display()))?;
+    let log_path = dir.join("stepline.log");
+    let log = std::fs::File::create(&log_path)
+        .with_context(|| format!("creating {}", log_path.display()))?;
+    let log_err = log
+        .try_clone()
+        .with_context(|| format!("opening {}", log_path.display()))?;
+    let child = tokio::process::Command::new(binary)
+        .arg("--config")
+        .arg(&config_path)
+        .stdin(Stdio::null())
+        .stdout(log)
+        .stderr(log_err)
+        .kill_on_drop(true)
+        .spawn()
+        .with_context(|| format!("starting {}", binary.display()))?;
+    let mut server = Server { child, log_path };
+    wait_healthy(api, Some(&mut server), startup_timeout).await?;
+    let target = Target {
+        grpc: Some(grpc),
+        http: Some(http),
+        api: Some(api),
+        data_dir: Some(data_dir),
+    };
+    Ok((server, target))
+}
+
+/// Reads one acknowledged run back through the query API: `GET /v1/runs/{id}`.
+async fn read_back(api: SocketAddr, run_id: &str) -> serde_json::Value {
+    let url = format!("http://{api}/v1/runs/{run_id}");
+    let answer = async {
+        let response = api_client()?
+            .get(&url)
+            .send()
+            .await
+            .with_context(|| format!("GET {url}"))?;
+        let status = response.status().as_u16();
+        let body: serde_json::Value = response.json().await.unwrap_or(serde_json::Value::Null);
+        anyhow::Ok((status, body))
+    }
+    .await;
+    match answer {
+        Ok((status, body)) => json!({
+            "run_id": run_id,
+            "http_status": status,
+            "run_status": body.get("status").cloned().unwrap_or(serde_json::Value::Null),
+            "model_requests": body.get("model_request_count").cloned()
+                .or_else(|| body.get("counts").cloned())
+                .unwrap_or(serde_json::Value::Null),
+        }),
+        Err(e) => json!({"run_id": run_id, "error": format!("{e:#}")}),
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// main
+// ---------------------------------------------------------------------------------------------
+
+/// Checks that an endpoint given on the command line is a loopback address.
+fn require_loopback(name: &str, addr: Option<SocketAddr>) -> Result<()> {
+    match addr {
+        Some(a) if !a.ip().is_loopback() => {
+            bail!("--{name} {a}: the load generator only targets loopback addresses")
+        }
+        _ => Ok(()),
+    }
+}
+
+#[tokio::main]
+async fn main() -> Result<()> {
+    let args = Args::parse();
+    require_loopback("grpc", args.grpc)?;
+    require_loopback("http", args.http)?;
+    require_loopback("api", args.api)?;
+    let transports: Vec<Transport> = match args.transport {
+        TransportChoice::Grpc => vec![Transport::Grpc],
+        TransportChoice::Http => vec![Transport::Http],
+        TransportChoice::Both => vec![Transport::Grpc, Transport::Http],
+    };
+    let duration = match args.duration {
+        Some(d) if !(d.is_finite() && d > 0.0) => bail!("--duration must be a positive number"),
+        Some(d) => Some(Duration::from_secs_f64(d.min(86_400.0))),
+        None => None,
+    };
+    let time_limit = Duration::from_secs(args.time_limit);
+    let phase_limit = duration.map_or(time_limit, |d| d.min(time_limit));
+    let total_runs = match (args.runs, duration) {
+        (Some(runs), _) => runs.min(MAX_RUNS),
+        (None, Some(_)) => MAX_RUNS,
+        (None, None) => DEFAULT_RUNS,
+    };
+    let seed = args
+        .seed
+        .unwrap_or_else(|| now_unix_nanos() ^ (u64::from(std::process::id()) << 32));
+
+    // The server: started here, or already running.
+    let external = args.grpc.is_some() || args.http.is_some();
+    let mut temp_dir = None;
+    let mut server = None;
+    let target = if external {
+        let target = Target {
+            grpc: args.grpc,
+            http: args.http,
+            api: args.api,
+            data_dir: args.data_dir.clone(),
+        };
+        if let Some(api) = target.api {
+            wait_healthy(api, None, Duration::from_secs(args.startup_timeout)).await?;
+        }
+        target
+    } else {
+        let binary = resolve_binary(args.bin.as_deref())?;
+        let dir = tempfile::Builder::new()
+            .prefix("stepline-loadgen-")
+            .tempdir()
+            .context("creating a temporary directory")?;
+        let (started, target) = start_server(
+            &binary,
+            dir.path(),
+            Duration::from_secs(args.startup_timeout),
+        )
+        .await?;
+        println!(
+            "started {} (pid {}) in {}",
+            binary.display(),
+            started.child.id().unwrap_or(0),
+            dir.path().display()
+        );
+        server = Some(started);
+        temp_dir = Some(dir);
+        target
+    };
+    for transport in &transports {
+        let missing = match transport {
+            Transport::Grpc => target.grpc.is_none(),
+            Transport::Http => target.http.is_none(),
+        };
+        if missing {
+            bail!(
+                "--transport needs a {} endpoint: pass --{} too",
+                transport.name(),
+                transport.name()
+            );
+        }
+    }
+    let disk_before = match &target.data_dir {
+        Some(dir) => Some(disk_usage(dir)?),
+        None => None,
+    };
+
+    let spans_per_run = 2 * u64::from(args.steps);
+    println!(
+        "target grpc={} http={} api={} | up to {} runs per transport{}, {} steps ({} spans/run), \
+         ~{} B messages, {} connections, {}, compression {}, seed {}",
+        target.grpc.map_or("-".to_owned(), |a| a.to_string()),
+        target.http.map_or("-".to_owned(), |a| a.to_string()),
+        target.api.map_or("-".to_owned(), |a| a.to_string()),
+        total_runs,
+        duration.map_or(String::new(), |d| format!(" or {:.1} s", d.as_secs_f64())),
+        args.steps,
+        spans_per_run,
+        args.message_bytes,
+        args.concurrency,
+        if args.batch_spans == 0 {
+            "one run per request".to_owned()
+        } else {
+            format!("{} spans per request", args.batch_spans)
+        },
+        args.compression.name(),
+        seed,
+    );
+
+    let mut reports = Vec::new();
+    for (index, transport) in transports.iter().enumerate() {
+        let addr = match transport {
+            Transport::Grpc => target.grpc,
+            Transport::Http => target.http,
+        }
+        .context("endpoint checked above")?;
+        let phase_seed = seed.wrapping_add((index as u64 + 1) << 48);
+        let report = run_phase(*transport, addr, &args, total_runs, phase_limit, phase_seed)
+            .await
+            .with_context(|| format!("loading {}", transport.name()))?;
+        reports.push(report);
+    }
+
+    println!();
+    println!(
+        "{:<9} {:>8} {:>9} {:>8} {:>6} {:>9} {:>9} {:>8} {:>9} {:>9} {:>8} {:>8} {:>8}",
+        "transport",
+        "runs",
+        "spans",
+        "requests",
+        "failed",
+        "elapsed_s",
+        "spans/s",
+        "req/s",
+        "msgMB/s",
+        "otlpMB/s",
+        "p50_ms",
+        "p99_ms",
+        "max_ms"
+    );
+    for r in &reports {
+        let s = &r.stats;
+        println!(
+            "{:<9} {:>8} {:>9} {:>8} {:>6} {:>9.2} {:>9.0} {:>8.1} {:>9.2} {:>9.2} {:>8.2} {:>8.2} {:>8.2}",
+            r.transport.name(),
+            s.runs,
+            s.spans,
+            s.ok_requests,
+            s.failed_requests,
+            r.elapsed.as_secs_f64(),
+            r.rate(s.spans),
+            r.rate(s.ok_requests),
+            r.rate(s.message_bytes) / MB,
+            r.rate(s.payload_bytes) / MB,
+            r.latency_ms(0.50),
+            r.latency_ms(0.99),
+            r.latency_ms(1.0),
+        );
+        for (kind, failure) in &s.failures {
+            println!(
+                "  failures {kind}: {} (e.g. {})",
+                failure.count, failure.example
+            );
+        }
+        if s.hit_deadline {
+            println!("  stopped by the duration/time limit");
+        }
+        if s.aborted {
+            println!("  aborted after {} failed requests", args.max_failures);
+        }
+    }
+
+    // Read one acknowledged run back (shows whether acknowledged data is queryable).
+    let mut read_backs = Vec::new();
+    if let Some(api) = target.api {
+        for r in &reports {
+            if let Some(run_id) = &r.stats.last_run_id {
+                let answer = read_back(api, run_id).await;
+                println!("read back ({}): {answer}", r.transport.name());
+                read_backs.push(answer);
+            }
+        }
+    }
+
+    // Disk: live, then (for a server started here) after it stopped.
+    let disk_live = match &target.data_dir {
+        Some(dir) => Some(disk_usage(dir)?),
+        None => None,
+    };
+    let mut shutdown = None;
+    if let Some(server) = server.take() {
+        shutdown = Some(server.stop().await?);
+    }
+    let disk_final = match &target.data_dir {
+        Some(dir) => Some(disk_usage(dir)?),
+        None => None,
+    };
+    let total_runs_acked: u64 = reports.iter().map(|r| r.stats.runs).sum();
+    let per_run = |bytes: u64| {
+        if total_runs_acked > 0 {
+            bytes as f64 / total_runs_acked as f64
+        } else {
+            0.0
+        }
+    };
+    let mut disk_json = serde_json::Value::Null;
+    if let (Some(dir), Some(before), Some(live), Some(end)) =
+        (&target.data_dir, disk_before, disk_live, disk_final)
+    {
+        if let Some(how) = &shutdown {
+            println!("stepline {how}");
+        }
+        println!(
+            "disk: {} = {} bytes in {} files ({:.2} MB, allocated {:.2} MB) for {} runs \
+             = {:.0} bytes/run (live before shutdown {:.0} bytes/run; {:.0} bytes at start)",
+            dir.display(),
+            end.bytes,
+            end.files,
+            end.bytes as f64 / MB,
+            end.allocated as f64 / MB,
+            total_runs_acked,
+            per_run(end.bytes),
+            per_run(live.bytes),
+            before.bytes,
+        );
+        disk_json = json!({
+            "data_dir": dir.display().to_string(),
+            "bytes": end.bytes,
+            "allocated_bytes": end.allocated,
+            "files": end.files,
+            "bytes_per_run": round3(per_run(end.bytes)),
+            "live_bytes": live.bytes,
+            "live_bytes_per_run": round3(per_run(live.bytes)),
+            "bytes_at_start": before.bytes,
+            "delta_bytes_per_run": round3(per_run(end.bytes.saturating_sub(before.bytes))),
+        });
+    }
+    if let Some(dir) = temp_dir {
+        if args.keep_data {
+            println!("kept {}", dir.keep().display());
+        }
+    }
+
+    let failed: u64 = reports.iter().map(|r| r.stats.failed_requests).sum();
+    let summary = json!({
+        "loadgen": "stepline",
+        "ok": failed == 0,
+        "config": {
+            "steps": args.steps,
+            "spans_per_run": spans_per_run,
+            "message_bytes": args.message_bytes,
+            "concurrency": args.concurrency,
+            "batch_spans": args.batch_spans,
+            "compression": args.compression.name(),
+            "runs_per_transport": total_runs,
+            "duration_s": duration.map(|d| d.as_secs_f64()),
+            "seed": seed,
+        },
+        "transports": reports.iter().map(PhaseReport::to_json).collect::<Vec<_>>(),
+        "runs": total_runs_acked,
+        "failed_requests": failed,
+        "disk": disk_json,
+        "read_back": read_backs,
+        "server": shutdown,
+    });
+    println!("{summary}");
+    if failed > 0 {
+        bail!("{failed} requests were not acknowledged");
+    }
+    Ok(())
+}

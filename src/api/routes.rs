@@ -1,0 +1,279 @@
+//! Routes and handlers of the query API.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use axum::extract::{Path, Query, Request, State};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use serde_json::{json, Map, Value};
+
+use super::error::ApiError;
+use crate::continuation::{self, Format, Selector};
+use crate::domain::{Run, SnapshotMeta};
+use crate::ingest::{Applied, Ingest};
+use crate::store::{RunFilter, Store};
+
+/// What the handlers share.
+#[derive(Clone)]
+pub struct ApiState {
+    /// The store, for reads.
+    pub store: Arc<Store>,
+    /// The ingest service, for writes (abandon).
+    pub ingest: Arc<Ingest>,
+    /// Bearer token required on `/v1/*`, when configured.
+    pub bearer_token: Option<String>,
+}
+
+/// Page size of `GET /v1/runs` when `limit` is not given, and its maximum.
+const DEFAULT_LIMIT: usize = 100;
+const MAX_LIMIT: usize = 1000;
+
+/// Builds the API router.
+pub fn router(state: ApiState) -> Router {
+    let v1 = Router::new()
+        .route("/v1/runs", get(list_runs))
+        .route("/v1/runs/{run_id}", get(get_run))
+        .route("/v1/runs/{run_id}/events", get(get_events))
+        .route("/v1/runs/{run_id}/effects", get(get_effects))
+        .route("/v1/runs/{run_id}/snapshots", get(get_snapshots))
+        .route("/v1/runs/{run_id}/continuation", get(get_continuation))
+        .route("/v1/runs/{run_id}/abandon", post(abandon))
+        .route_layer(middleware::from_fn_with_state(state.clone(), require_token));
+    Router::new()
+        .route("/healthz", get(|| async { Json(json!({"status": "ok"})) }))
+        .route("/metrics", get(metrics))
+        .merge(v1)
+        .fallback(|| async { ApiError::NotFound("no such endpoint".into()) })
+        .with_state(state)
+}
+
+async fn require_token(State(state): State<ApiState>, request: Request, next: Next) -> Response {
+    if let Some(token) = &state.bearer_token {
+        let given = request
+            .headers()
+            .get(http::header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.strip_prefix("Bearer "));
+        if given != Some(token.as_str()) {
+            return ApiError::Unauthorized.into_response();
+        }
+    }
+    next.run(request).await
+}
+
+async fn metrics(State(state): State<ApiState>) -> impl IntoResponse {
+    (
+        [(http::header::CONTENT_TYPE, "text/plain; version=0.0.4")],
+        super::metrics::render(state.ingest.counters()),
+    )
+}
+
+/// Runs blocking store work on the blocking pool.
+async fn blocking<T: Send + 'static>(
+    state: &ApiState,
+    work: impl FnOnce(&Store) -> Result<T, ApiError> + Send + 'static,
+) -> Result<T, ApiError> {
+    let store = state.store.clone();
+    tokio::task::spawn_blocking(move || work(&store))
+        .await
+        .map_err(|e| ApiError::Internal(e.to_string()))?
+}
+
+/// Rejects query parameters the endpoint does not know.
+fn check_params(params: &HashMap<String, String>, allowed: &[&str]) -> Result<(), ApiError> {
+    let mut unknown: Vec<&String> = params.keys().filter(|k| !allowed.contains(&k.as_str())).collect();
+    unknown.sort();
+    match unknown.first() {
+        None => Ok(()),
+        Some(k) => Err(ApiError::BadRequest(format!(
+            "unknown query parameter {k:?}; this endpoint takes {}",
+            if allowed.is_empty() { "none".to_string() } else { allowed.join(", ") }
+        ))),
+    }
+}
+
+fn parse_bool(params: &HashMap<String, String>, key: &str) -> Result<bool, ApiError> {
+    match params.get(key).map(String::as_str) {
+        None | Some("false") | Some("0") => Ok(false),
+        Some("true") | Some("1") | Some("") => Ok(true),
+        Some(other) => Err(ApiError::BadRequest(format!("{key} must be true or false, not {other:?}"))),
+    }
+}
+
+/// Resolves a run id or alias to its record.
+fn find_run(store: &Store, id: &str) -> Result<Run, ApiError> {
+    let run_id = store
+        .resolve_run(id)?
+        .ok_or_else(|| ApiError::NotFound(format!("run {id:?} not found")))?;
+    store
+        .run(&run_id)?
+        .ok_or_else(|| ApiError::NotFound(format!("run {id:?} not found")))
+}
+
+async fn list_runs(
+    State(state): State<ApiState>,
+    Query(params): Query<HashMap<String, String>>,
+) -> Result<Json<Value>, ApiError> {
+    check_params(
+        &params,
+        &["conversation_id", "parent_run_id", "agent_name", "status", "trace_id", "limit", "cursor"],
+    )?;
+    if let Some(s) = params.get("status") {
+        if crate::domain::RunStatus::parse(s).is_none() {
+            return Err(ApiError::BadRequest(format!(
+                "status must be one of running, completed, failed, abandoned, not {s:?}"
+            )));
+        }
+    }
+    let limit = match params.get("limit") {
+        None => DEFAULT_LIMIT,
+        Some(l) => l
+            .parse::<usize>()
+            .ok()
+            .filter(|n| (1..=MAX_LIMIT).contains(n))
+            .ok_or_else(|| ApiError::BadRequest(format!("limit must be a number from 1 to {MAX_LIMIT}, not {l:?}")))?,
+    };
+    let cursor = match params.get("cursor") {
+        None => None,
+        Some(c) => Some(hex::decode(c).map_err(|_| ApiError::BadRequest(format!("cursor {c:?} is not one this API returned")))?),
+    };
+    let filter = RunFilter {
+        conversation_id: params.get("conversation_id").cloned(),
+        parent_run_id: params.get("parent_run_id").cloned(),
+        agent_name: params.get("agent_name").cloned(),
+        status: params.get("status").cloned(),
+        trace_id: params.get("trace_id").cloned(),
+    };
+    let (runs, next) = blocking(&state, move |s| Ok(s.list_runs(&filter, cursor.as_deref(), limit)?)).await?;
+    Ok(Json(json!({"runs": runs, "next_cursor": next.map(hex::encode)})))
+}
+
+async fn get_run(
+    State(state): State<ApiState>,
+    Path(run_id): Path<String>,
+    Query(params): Query<HashMap<String, String>>,
+) -> Result<Json<Run>, ApiError> {
+    check_params(&params, &[])?;
+    Ok(Json(blocking(&state, move |s| find_run(s, &run_id)).await?))
+}
+
+async fn get_events(
+    State(state): State<ApiState>,
+    Path(run_id): Path<String>,
+    Query(params): Query<HashMap<String, String>>,
+) -> Result<Json<Value>, ApiError> {
+    check_params(&params, &[])?;
+    let events = blocking(&state, move |s| {
+        let run = find_run(s, &run_id)?;
+        Ok(s.events(&run.run_id)?)
+    })
+    .await?;
+    Ok(Json(json!({"events": events})))
+}
+
+async fn get_effects(
+    State(state): State<ApiState>,
+    Path(run_id): Path<String>,
+    Query(params): Query<HashMap<String, String>>,
+) -> Result<Json<Value>, ApiError> {
+    check_params(&params, &["unresolved"])?;
+    let unresolved = parse_bool(&params, "unresolved")?;
+    let effects = blocking(&state, move |s| {
+        let run = find_run(s, &run_id)?;
+        let mut effects = s.effects(&run.run_id)?;
+        if unresolved {
+            effects.retain(|e| e.status.is_unresolved());
+        }
+        Ok(effects)
+    })
+    .await?;
+    Ok(Json(json!({"effects": effects})))
+}
+
+async fn get_snapshots(
+    State(state): State<ApiState>,
+    Path(run_id): Path<String>,
+    Query(params): Query<HashMap<String, String>>,
+) -> Result<Json<Value>, ApiError> {
+    check_params(&params, &[])?;
+    let snapshots: Vec<SnapshotMeta> = blocking(&state, move |s| {
+        let run = find_run(s, &run_id)?;
+        Ok(s.snapshots(&run.run_id)?.into_iter().map(|r| r.meta).collect())
+    })
+    .await?;
+    Ok(Json(json!({"snapshots": snapshots})))
+}
+
+async fn get_continuation(
+    State(state): State<ApiState>,
+    Path(run_id): Path<String>,
+    Query(params): Query<HashMap<String, String>>,
+) -> Result<Json<Value>, ApiError> {
+    check_params(&params, &["format", "include_interrupted", "at"])?;
+    let format_name = params.get("format").map(String::as_str).unwrap_or("otel");
+    let format = Format::parse(format_name).ok_or_else(|| {
+        ApiError::BadRequest(format!(
+            "unknown format {format_name:?}; supported formats: {}",
+            Format::NAMES.join(", ")
+        ))
+    })?;
+    let selector = Selector {
+        at: match params.get("at") {
+            None => None,
+            Some(a) => Some(a.parse::<u32>().map_err(|_| {
+                ApiError::BadRequest(format!("at must be a snapshot seq (a whole number), not {a:?}"))
+            })?),
+        },
+        include_interrupted: parse_bool(&params, "include_interrupted")?,
+    };
+    blocking(&state, move |s| {
+        let run = find_run(s, &run_id)?;
+        let history = continuation::load(s, run, selector)?;
+        let (fields, warnings) = continuation::render(format, &history);
+        let unresolved: Vec<_> = history
+            .effects
+            .iter()
+            .filter(|e| e.status.is_unresolved())
+            .cloned()
+            .collect();
+        let meta = &history.snapshot.meta;
+        let mut body = Map::new();
+        body.insert("run_id".into(), json!(history.run.run_id));
+        body.insert("format".into(), json!(format.as_str()));
+        body.insert(
+            "snapshot".into(),
+            json!({
+                "seq": meta.seq,
+                "step_index": meta.step_index,
+                "state": meta.state,
+                "source": meta.source,
+                "message_count": meta.message_count,
+                "timestamp": meta.timestamp,
+            }),
+        );
+        body.insert("unresolved_effects".into(), json!(unresolved));
+        body.insert("warnings".into(), json!(warnings));
+        body.extend(fields);
+        Ok(Json(Value::Object(body)))
+    })
+    .await
+}
+
+async fn abandon(
+    State(state): State<ApiState>,
+    Path(run_id): Path<String>,
+    Query(params): Query<HashMap<String, String>>,
+) -> Result<Json<Run>, ApiError> {
+    check_params(&params, &[])?;
+    match state.ingest.abandon(&run_id, "abandoned by request").await? {
+        Applied::Abandoned(id) => Ok(Json(blocking(&state, move |s| find_run(s, &id)).await?)),
+        Applied::AlreadyOver(id, status) => Err(ApiError::Conflict(format!(
+            "run {id} is already {status}; only a running run can be abandoned"
+        ))),
+        Applied::UnknownRun => Err(ApiError::NotFound(format!("run {run_id:?} not found"))),
+        Applied::StillActive | Applied::Stored => Err(ApiError::Internal("unexpected writer answer".into())),
+    }
+}

@@ -1,0 +1,36 @@
+//! Configuration: `collector.yaml` in the OpenTelemetry Collector layout.
+//!
+//! Raw YAML → `${env:…}` substitution on the parsed tree ([`expand`]) → serde types with
+//! `deny_unknown_fields` ([`raw`]) → validated [`Config`] ([`validate`], pure) → built by the
+//! caller (binding endpoints, opening storage). Every problem is reported at once, each with
+//! the file and the key path: `collector.yaml: service.pipelines.traces: references receiver
+//! "x" which is not configured`.
+//!
+//! Component types known today:
+//! - receiver `otlp` (`protocols.grpc`, `protocols.http`; at least one);
+//! - processor `stepline` (the interpreter: `inactivity_timeout`) and `batch` (accepted with
+//!   `timeout`, `send_batch_size`, `send_batch_max_size` so Collector configs load, but it has
+//!   no effect: stepline commits every request durably before acknowledging it, and batching
+//!   for the backend belongs to the exporters);
+//! - extensions `stepline_storage`, `stepline_api` and `health_check`;
+//! - no exporter type yet: pipelines' `exporters` lists must be empty.
+//!
+//! Unknown keys and unknown component types stop the start.
+
+mod duration;
+mod endpoint;
+mod error;
+mod expand;
+mod load;
+mod model;
+mod raw;
+mod validate;
+
+pub use error::{ConfigError, ConfigProblem};
+pub use model::{
+    ApiConfig, Config, GrpcReceiverConfig, HealthCheckConfig, HttpReceiverConfig,
+    InterpreterConfig, OtlpReceiverConfig, StorageConfig, DEFAULT_API_ENDPOINT,
+    DEFAULT_GRPC_ENDPOINT, DEFAULT_GRPC_MAX_RECV_MSG_SIZE, DEFAULT_GRPC_MAX_RECV_MSG_SIZE_MIB,
+    DEFAULT_HTTP_ENDPOINT, DEFAULT_HTTP_MAX_REQUEST_BODY_SIZE, DEFAULT_INACTIVITY_TIMEOUT,
+    DEFAULT_STORAGE_DIRECTORY,
+};

@@ -1,0 +1,243 @@
+//! The configuration as written: serde types for each component's settings, every one with
+//! `deny_unknown_fields`. Nothing here is validated beyond YAML types; see `validate`.
+//!
+//! Every field is optional so that a missing key, an explicit `~` and an environment reference
+//! that expanded to nothing all mean "use the default".
+
+use std::fmt;
+
+use serde::de::{self, Deserializer, Visitor};
+use serde::Deserialize;
+
+/// A scalar read as text: strings as written, numbers and booleans in their canonical form
+/// (so `bearer_token: 12345` or a port-like value from the environment is still text).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Text(pub(crate) String);
+
+impl<'de> Deserialize<'de> for Text {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        deserializer.deserialize_any(TextVisitor)
+    }
+}
+
+struct TextVisitor;
+
+impl Visitor<'_> for TextVisitor {
+    type Value = Text;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a string")
+    }
+
+    fn visit_str<E: de::Error>(self, value: &str) -> Result<Text, E> {
+        Ok(Text(value.to_owned()))
+    }
+
+    fn visit_string<E: de::Error>(self, value: String) -> Result<Text, E> {
+        Ok(Text(value))
+    }
+
+    fn visit_bool<E: de::Error>(self, value: bool) -> Result<Text, E> {
+        Ok(Text(value.to_string()))
+    }
+
+    fn visit_i64<E: de::Error>(self, value: i64) -> Result<Text, E> {
+        Ok(Text(value.to_string()))
+    }
+
+    fn visit_u64<E: de::Error>(self, value: u64) -> Result<Text, E> {
+        Ok(Text(value.to_string()))
+    }
+
+    fn visit_f64<E: de::Error>(self, value: f64) -> Result<Text, E> {
+        Ok(Text(value.to_string()))
+    }
+}
+
+/// A settings block whose mere presence matters: `grpc:` with nothing under it (or `grpc: {}`)
+/// enables gRPC with defaults, while a missing `grpc` key leaves it off.
+#[derive(Debug, Default)]
+pub(crate) enum Section<T> {
+    /// The key is not there.
+    #[default]
+    Absent,
+    /// The key is there; an empty or null body gives `T::default()`.
+    Present(T),
+}
+
+impl<'de, T: Deserialize<'de> + Default> Deserialize<'de> for Section<T> {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        Ok(Self::Present(
+            Option::<T>::deserialize(deserializer)?.unwrap_or_default(),
+        ))
+    }
+}
+
+/// `receivers.otlp`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawOtlpReceiver {
+    /// `protocols`: which OTLP transports to serve.
+    pub(crate) protocols: Option<RawOtlpProtocols>,
+}
+
+/// `receivers.otlp.protocols`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawOtlpProtocols {
+    /// `grpc`: OTLP over gRPC.
+    #[serde(default)]
+    pub(crate) grpc: Section<RawGrpcProtocol>,
+    /// `http`: OTLP over HTTP (protobuf or JSON).
+    #[serde(default)]
+    pub(crate) http: Section<RawHttpProtocol>,
+}
+
+/// `receivers.otlp.protocols.grpc`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawGrpcProtocol {
+    /// `endpoint`: `host:port` to listen on.
+    pub(crate) endpoint: Option<Text>,
+    /// `max_recv_msg_size_mib`: largest accepted request, in MiB.
+    pub(crate) max_recv_msg_size_mib: Option<u64>,
+}
+
+/// `receivers.otlp.protocols.http`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawHttpProtocol {
+    /// `endpoint`: `host:port` to listen on.
+    pub(crate) endpoint: Option<Text>,
+    /// `max_request_body_size`: largest accepted body, in bytes.
+    pub(crate) max_request_body_size: Option<u64>,
+}
+
+/// `processors.stepline`: the interpreter.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawSteplineProcessor {
+    /// `inactivity_timeout`: duration after which a silent run is abandoned; `0s` disables.
+    pub(crate) inactivity_timeout: Option<Text>,
+}
+
+/// `processors.batch`: accepted for compatibility with Collector configs, without effect.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawBatchProcessor {
+    /// `timeout`: a duration.
+    pub(crate) timeout: Option<Text>,
+    /// `send_batch_size`: a count.
+    pub(crate) send_batch_size: Option<u64>,
+    /// `send_batch_max_size`: a count; 0 means no limit.
+    pub(crate) send_batch_max_size: Option<u64>,
+}
+
+/// `extensions.stepline_storage`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawStorageExtension {
+    /// `directory`: where RocksDB lives.
+    pub(crate) directory: Option<Text>,
+    /// `sync`: fsync the WAL on every acknowledged write.
+    pub(crate) sync: Option<bool>,
+}
+
+/// `extensions.stepline_api`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawApiExtension {
+    /// `endpoint`: `host:port` of the query API.
+    pub(crate) endpoint: Option<Text>,
+    /// `bearer_token`: required `Authorization: Bearer` token; empty means none.
+    pub(crate) bearer_token: Option<Text>,
+}
+
+/// `extensions.health_check`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawHealthCheckExtension {
+    /// `endpoint`: `host:port`.
+    pub(crate) endpoint: Option<Text>,
+}
+
+/// `service`. Pipelines are kept as YAML so each one is decoded (and reported) on its own.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawService {
+    /// `extensions`: ids of the extensions to start.
+    pub(crate) extensions: Option<Vec<String>>,
+    /// `pipelines`: pipeline id → [`RawPipeline`].
+    pub(crate) pipelines: Option<serde_yaml_ng::Mapping>,
+    /// `telemetry`: stepline's own logs.
+    pub(crate) telemetry: Option<RawTelemetry>,
+}
+
+/// `service.pipelines.<id>`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawPipeline {
+    /// `receivers`: receiver ids.
+    pub(crate) receivers: Option<Vec<String>>,
+    /// `processors`: processor ids, in order.
+    pub(crate) processors: Option<Vec<String>>,
+    /// `exporters`: exporter ids.
+    pub(crate) exporters: Option<Vec<String>>,
+}
+
+/// `service.telemetry`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawTelemetry {
+    /// `logs`.
+    pub(crate) logs: Option<RawTelemetryLogs>,
+}
+
+/// `service.telemetry.logs`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawTelemetryLogs {
+    /// `level`: `trace`, `debug`, `info`, `warn` or `error`.
+    pub(crate) level: Option<Text>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn decode<T: serde::de::DeserializeOwned>(yaml: &str) -> Result<T, String> {
+        let value: serde_yaml_ng::Value = serde_yaml_ng::from_str(yaml).unwrap();
+        serde_path_to_error::deserialize(&value).map_err(|error| error.to_string())
+    }
+
+    #[test]
+    fn section_distinguishes_absent_from_empty() {
+        let absent: RawOtlpProtocols = decode("http: {}").unwrap();
+        assert!(matches!(absent.grpc, Section::Absent));
+        assert!(matches!(absent.http, Section::Present(_)));
+        let null: RawOtlpProtocols = decode("grpc:").unwrap();
+        assert!(matches!(null.grpc, Section::Present(_)));
+        assert!(matches!(null.http, Section::Absent));
+    }
+
+    #[test]
+    fn text_accepts_any_scalar_but_not_collections() {
+        let api: RawApiExtension = decode("bearer_token: 12345\nendpoint: true").unwrap();
+        assert_eq!(api.bearer_token, Some(Text("12345".into())));
+        assert_eq!(api.endpoint, Some(Text("true".into())));
+        let error = decode::<RawApiExtension>("endpoint: [a]").unwrap_err();
+        assert!(
+            error.contains("endpoint: invalid type: sequence, expected a string"),
+            "{error}"
+        );
+    }
+
+    #[test]
+    fn unknown_fields_are_rejected_with_their_path() {
+        let error = decode::<RawOtlpProtocols>("grpc:\n  endpiont: x").unwrap_err();
+        assert!(
+            error.starts_with("grpc.endpiont: unknown field `endpiont`"),
+            "{error}"
+        );
+    }
+}

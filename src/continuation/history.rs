@@ -1,0 +1,159 @@
+//! Loading the history of a snapshot, with what the renderers need to know about it.
+
+use std::collections::HashMap;
+
+use serde_json::Value;
+
+use crate::domain::{MessageHash, Run, SnapshotRecord, SnapshotState, ToolEffect};
+use crate::interpreter::{FactKind, SpanFact};
+use crate::service_error::{ServiceError, ServiceErrorCode};
+use crate::store::{Store, StoreError};
+
+/// Which snapshot to continue from.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Selector {
+    /// A specific snapshot seq.
+    pub at: Option<u32>,
+    /// Allow the latest snapshot even if it is interrupted.
+    pub include_interrupted: bool,
+}
+
+/// Why no continuation could be given.
+#[derive(Debug, thiserror::Error)]
+pub enum ContinuationError {
+    /// The run has no snapshot matching the request.
+    #[error("{0}")]
+    NoSnapshot(String),
+    /// The store failed or is missing data.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+impl ServiceError for ContinuationError {
+    fn error_code(&self) -> ServiceErrorCode {
+        match self {
+            Self::NoSnapshot(_) => ServiceErrorCode::NotFound,
+            Self::Store(e) => e.error_code(),
+        }
+    }
+}
+
+/// A snapshot's history plus its context.
+pub struct History {
+    /// The run.
+    pub run: Run,
+    /// The chosen snapshot.
+    pub snapshot: SnapshotRecord,
+    /// Message bodies (OTel GenAI shape), in order.
+    pub messages: Vec<Value>,
+    /// Their hashes, in order.
+    pub hashes: Vec<MessageHash>,
+    /// System instructions in force at the snapshot (array of parts).
+    pub system_instructions: Option<Value>,
+    /// The run's model-request facts, in start order.
+    pub models: Vec<SpanFact>,
+    /// The run's tool-effect ledger.
+    pub effects: Vec<ToolEffect>,
+}
+
+impl History {
+    /// The model request whose output contains the message, if any.
+    pub fn producer_of(&self, hash: &MessageHash) -> Option<&SpanFact> {
+        self.models
+            .iter()
+            .find(|m| m.output.iter().flatten().any(|r| &r.hash == hash))
+    }
+
+    /// Start of the first model request whose input contains the message, if any.
+    pub fn first_sent(&self, hash: &MessageHash) -> Option<u64> {
+        self.models
+            .iter()
+            .find(|m| m.input.iter().flatten().any(|r| &r.hash == hash))
+            .map(|m| m.start_ns)
+    }
+
+    /// Index of effects by tool-call id, in ledger order.
+    pub fn effects_by_id(&self) -> HashMap<&str, Vec<&ToolEffect>> {
+        let mut map: HashMap<&str, Vec<&ToolEffect>> = HashMap::new();
+        for e in &self.effects {
+            map.entry(e.tool_call_id.as_str()).or_default().push(e);
+        }
+        map
+    }
+}
+
+/// Loads the history of the snapshot `selector` picks for `run`.
+pub fn load(store: &Store, run: Run, selector: Selector) -> Result<History, ContinuationError> {
+    let records = store.snapshots(&run.run_id)?;
+    let chosen = match selector.at {
+        Some(seq) => records.iter().find(|r| r.meta.seq == seq).ok_or_else(|| {
+            ContinuationError::NoSnapshot(format!(
+                "run {} has no snapshot {seq} (it has {})",
+                run.run_id,
+                records.len()
+            ))
+        })?,
+        None => records
+            .iter()
+            .rev()
+            .find(|r| selector.include_interrupted || r.meta.state == SnapshotState::Complete)
+            .ok_or_else(|| {
+                let why = run
+                    .continuation_unavailable
+                    .clone()
+                    .unwrap_or_else(|| "no snapshot has every tool call answered yet; pass include_interrupted=true for the latest one".into());
+                ContinuationError::NoSnapshot(format!(
+                    "run {} has no {}snapshot: {why}",
+                    run.run_id,
+                    if selector.include_interrupted { "" } else { "complete " }
+                ))
+            })?,
+    }
+    .clone();
+
+    // Each record is a delta on the one before it.
+    let mut hashes: Vec<MessageHash> = Vec::new();
+    for r in records.iter().take_while(|r| r.meta.seq <= chosen.meta.seq) {
+        match r.base {
+            None => hashes.clear(),
+            Some(b) if b + 1 == r.meta.seq => hashes.truncate(r.keep as usize),
+            Some(b) => {
+                return Err(StoreError::Corrupt {
+                    cf: "snapshots",
+                    reason: format!("snapshot {} is based on {b}, not its predecessor", r.meta.seq),
+                }
+                .into())
+            }
+        }
+        hashes.extend(r.append.iter().cloned());
+    }
+    let messages = store.messages(&run.run_id, &hashes)?;
+
+    let mut models: Vec<SpanFact> = Vec::new();
+    let mut agent_instructions = None;
+    for f in store.facts(&run.run_id)? {
+        match f.kind {
+            FactKind::ModelRequest => models.push(f),
+            FactKind::AgentRun => agent_instructions = f.system_instructions.clone(),
+            FactKind::ToolCall => {}
+        }
+    }
+    models.sort_by_key(|m| (m.start_ns, m.span_id.clone()));
+    let step = chosen.meta.step_index as usize;
+    let system_instructions = models
+        .iter()
+        .take(step.max(1))
+        .rev()
+        .find_map(|m| m.system_instructions.clone())
+        .or(agent_instructions);
+    let effects = store.effects(&run.run_id)?;
+    Ok(History {
+        run,
+        snapshot: chosen,
+        messages,
+        hashes,
+        system_instructions,
+        models,
+        effects,
+    })
+}

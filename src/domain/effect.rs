@@ -1,0 +1,64 @@
+//! The tool-effect ledger: which tool calls ran, and which may have had side effects when a run died.
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+/// Where a tool call stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum EffectStatus {
+    /// The model asked for it; nothing says it ran.
+    Requested,
+    /// Known to be running.
+    Started,
+    /// Returned a result.
+    Completed,
+    /// Failed (or asked the model to retry).
+    Failed,
+    /// The run is over without a terminal record: it may or may not have had its effect.
+    UnknownAfterCrash,
+}
+
+impl EffectStatus {
+    /// True for `requested` and `started`: the call's outcome is not known yet.
+    pub fn is_unsettled(self) -> bool {
+        matches!(self, Self::Requested | Self::Started)
+    }
+
+    /// True when the outcome is not known: unsettled, or unknown after a crash.
+    pub fn is_unresolved(self) -> bool {
+        matches!(self, Self::Requested | Self::Started | Self::UnknownAfterCrash)
+    }
+}
+
+/// One tool call of a run.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ToolEffect {
+    /// The call id (ids repeat across runs; the ledger is per run).
+    pub tool_call_id: String,
+    /// The tool.
+    pub tool_name: String,
+    /// Where it stands.
+    pub status: EffectStatus,
+    /// Arguments, when the telemetry carries them.
+    pub arguments: Option<Value>,
+    /// When the model asked for it.
+    pub requested_at: Option<String>,
+    /// When the tool began.
+    pub started_at: Option<String>,
+    /// When the tool ended.
+    pub ended_at: Option<String>,
+    /// The result, when the telemetry carries it.
+    pub result: Option<Value>,
+    /// Error text of a failed call.
+    pub error: Option<String>,
+    /// Idempotency key, when the tool span provides one.
+    pub idempotency_key: Option<String>,
+    /// The n-th call with this id in the run (from 0); ids may repeat within a run too.
+    pub occurrence: u32,
+    /// Span of the tool execution (hex), when it arrived.
+    pub span_id: Option<String>,
+    /// Framework retry details (Pydantic AI `pydantic_ai.tool.retry.*`), when the tool asked for a retry.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retry: Option<Value>,
+}

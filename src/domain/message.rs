@@ -1,0 +1,106 @@
+//! Messages in the canonical OTel GenAI shape, content-addressed so each is stored once per run.
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use sha2::{Digest, Sha256};
+
+/// SHA-256 of a message's canonical JSON (object keys sorted), as 64 lowercase hex characters.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct MessageHash(pub String);
+
+impl MessageHash {
+    /// Hashes a message. `serde_json::Value` keeps object keys sorted, so equal messages hash
+    /// equally whatever key order the producer used.
+    pub fn of(message: &Value) -> Self {
+        let canonical = serde_json::to_vec(message).unwrap_or_default();
+        Self(hex::encode(Sha256::digest(&canonical)))
+    }
+}
+
+/// What the validity walk needs to know of a message, kept next to its hash so snapshots can be
+/// judged without loading message bodies.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MessageShape {
+    /// `assistant`, `user`, `system`, `tool`, ...
+    pub role: String,
+    /// Tool-call ids this message opens (tool_call parts).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub opens: Vec<String>,
+    /// Tool-call ids this message answers (tool_call_response parts).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub closes: Vec<String>,
+}
+
+impl MessageShape {
+    /// Reads the shape of a canonical OTel GenAI message.
+    pub fn of(message: &Value) -> Self {
+        let role = message
+            .get("role")
+            .and_then(Value::as_str)
+            .unwrap_or("other")
+            .to_string();
+        let mut shape = MessageShape {
+            role,
+            ..Default::default()
+        };
+        for part in message
+            .get("parts")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+        {
+            let id = part
+                .get("id")
+                .and_then(Value::as_str)
+                .unwrap_or("")
+                .to_string();
+            match part.get("type").and_then(Value::as_str) {
+                Some("tool_call") => shape.opens.push(id),
+                Some("tool_call_response") => shape.closes.push(id),
+                _ => {}
+            }
+        }
+        shape
+    }
+}
+
+/// A message of a history: its hash (the key of its body) and its shape.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MessageRef {
+    /// Key of the message body in the run's message store.
+    pub hash: MessageHash,
+    /// Role and tool-call ids, for the validity walk.
+    pub shape: MessageShape,
+}
+
+impl MessageRef {
+    /// Builds the reference of a message body.
+    pub fn of(message: &Value) -> Self {
+        Self {
+            hash: MessageHash::of(message),
+            shape: MessageShape::of(message),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn key_order_does_not_change_the_hash() {
+        let a: Value = serde_json::from_str(r#"{"role":"user","parts":[{"type":"text","content":"hi"}]}"#).unwrap();
+        let b: Value = serde_json::from_str(r#"{"parts":[{"content":"hi","type":"text"}],"role":"user"}"#).unwrap();
+        assert_eq!(MessageHash::of(&a), MessageHash::of(&b));
+    }
+
+    #[test]
+    fn shape_lists_tool_ids() {
+        let m = json!({"role":"assistant","parts":[{"type":"tool_call","id":"a","name":"f"},{"type":"text","content":"x"}]});
+        assert_eq!(MessageShape::of(&m).opens, vec!["a".to_string()]);
+        let r = json!({"role":"user","parts":[{"type":"tool_call_response","id":"a","result":"1"}]});
+        assert_eq!(MessageShape::of(&r).closes, vec!["a".to_string()]);
+    }
+}

@@ -1,0 +1,15 @@
+//! Domain records: what stepline knows about agent runs. Names follow the design document.
+
+mod effect;
+mod event;
+mod message;
+mod run;
+mod snapshot;
+mod time;
+
+pub use effect::{EffectStatus, ToolEffect};
+pub use event::{EventKind, StepEvent};
+pub use message::{MessageHash, MessageRef, MessageShape};
+pub use run::{Run, RunStatus};
+pub use snapshot::{SnapshotMeta, SnapshotRecord, SnapshotSource, SnapshotState};
+pub use time::{format_timestamp, Nanos};

@@ -1,0 +1,87 @@
+//! A run: one agent invocation.
+
+use serde::{Deserialize, Serialize};
+
+/// Where a run stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RunStatus {
+    /// No end seen yet.
+    Running,
+    /// The agent-run span ended without error.
+    Completed,
+    /// The agent-run span ended with an error.
+    Failed,
+    /// Declared dead by the orchestrator, or silent longer than the inactivity timeout.
+    Abandoned,
+}
+
+impl RunStatus {
+    /// The wire name (`running`, `completed`, ...).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Running => "running",
+            Self::Completed => "completed",
+            Self::Failed => "failed",
+            Self::Abandoned => "abandoned",
+        }
+    }
+
+    /// Parses a wire name.
+    pub fn parse(text: &str) -> Option<Self> {
+        match text {
+            "running" => Some(Self::Running),
+            "completed" => Some(Self::Completed),
+            "failed" => Some(Self::Failed),
+            "abandoned" => Some(Self::Abandoned),
+            _ => None,
+        }
+    }
+
+    /// True once the run is over (no further work will be recorded for it).
+    pub fn is_over(self) -> bool {
+        !matches!(self, Self::Running)
+    }
+}
+
+/// The run record served by the API.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Run {
+    /// Stable id: `<trace id>-<agent-run span id>`, the same whether or not the run span arrived.
+    pub run_id: String,
+    /// Framework run ids that resolve to this run (e.g. `gen_ai.agent.call.id`).
+    pub aliases: Vec<String>,
+    /// Trace the run belongs to (hex).
+    pub trace_id: String,
+    /// `gen_ai.agent.name`.
+    pub agent_name: Option<String>,
+    /// `gen_ai.conversation.id` (or the producer's session id).
+    pub conversation_id: Option<String>,
+    /// The run whose tool call started this (delegate) run.
+    pub parent_run_id: Option<String>,
+    /// Where the run stands.
+    pub status: RunStatus,
+    /// RFC 3339 start (the run span's, or the earliest child's when the run span has not arrived).
+    pub started_at: String,
+    /// RFC 3339 end, once over.
+    pub ended_at: Option<String>,
+    /// Error text of a failed or abandoned run.
+    pub error: Option<String>,
+    /// Model requests seen.
+    pub model_request_count: u32,
+    /// Tool calls in the ledger.
+    pub tool_call_count: u32,
+    /// Stored snapshots.
+    pub snapshot_count: u32,
+    /// Step events.
+    pub event_count: u32,
+    /// Sum of `gen_ai.usage.input_tokens` over the run's model requests.
+    pub input_tokens: u64,
+    /// Sum of `gen_ai.usage.output_tokens` over the run's model requests.
+    pub output_tokens: u64,
+    /// Why no continuation can be built, when content is missing or damaged.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub continuation_unavailable: Option<String>,
+    /// Start in nanoseconds since the epoch, for ordered indexes.
+    pub started_ns: u64,
+}

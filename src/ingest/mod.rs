@@ -1,0 +1,240 @@
+//! The core ingest service: one function per OTLP signal, shared by the gRPC and HTTP receivers.
+//!
+//! A trace request is interpreted on the blocking pool, then handed to the single writer thread,
+//! which merges the requests waiting at that moment into one RocksDB write batch (WAL on, fsync
+//! when configured) and answers each request only after that batch is committed.
+
+mod apply;
+mod writer;
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use opentelemetry_proto::tonic::collector::logs::v1::ExportLogsServiceRequest;
+use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequest;
+use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
+use opentelemetry_proto::tonic::metrics::v1::metric::Data;
+
+pub use apply::Applied;
+use apply::Work;
+use writer::Writer;
+
+use crate::interpreter::interpret_span;
+use crate::service_error::{ServiceError, ServiceErrorCode};
+use crate::store::Store;
+
+/// What an accepted export request produced, for the OTLP `partial_success` field.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ExportOutcome {
+    /// Items (spans, log records, data points) rejected; 0 when everything was accepted.
+    pub rejected: i64,
+    /// Why items were rejected; empty when `rejected` is 0.
+    pub message: String,
+}
+
+/// Why an export request was not accepted.
+#[derive(Debug, thiserror::Error)]
+pub enum IngestError {
+    /// The store could not commit the request; nothing was acknowledged, the client should retry.
+    #[error("storage unavailable: {0}")]
+    Storage(String),
+    /// Too many requests are waiting for the writer; the client should retry later.
+    #[error("stepline is busy: {0} requests are waiting to be written; retry later")]
+    Overloaded(usize),
+    /// The service is shutting down and takes no new requests.
+    #[error("stepline is shutting down")]
+    ShuttingDown,
+}
+
+impl ServiceError for IngestError {
+    fn error_code(&self) -> ServiceErrorCode {
+        ServiceErrorCode::Unavailable
+    }
+
+    fn retry_after(&self) -> Option<Duration> {
+        Some(Duration::from_secs(1))
+    }
+}
+
+/// Counters of what was received, for `/metrics`.
+#[derive(Debug, Default)]
+pub struct IngestCounters {
+    /// Spans acknowledged.
+    pub accepted_spans: AtomicU64,
+    /// Spans rejected (partial success).
+    pub refused_spans: AtomicU64,
+    /// Spans recognised as agent runs, model requests or tool calls.
+    pub interpreted_spans: AtomicU64,
+    /// Log records acknowledged.
+    pub accepted_log_records: AtomicU64,
+    /// Metric data points acknowledged.
+    pub accepted_metric_points: AtomicU64,
+}
+
+/// The ingest service. Cheap to share behind an `Arc`.
+pub struct Ingest {
+    writer: Writer,
+    counters: Arc<IngestCounters>,
+}
+
+/// Requests that may wait for the writer before new ones are refused with a retryable error.
+const WRITER_QUEUE: usize = 1024;
+
+impl Ingest {
+    /// Starts the writer thread over `store`.
+    pub fn new(store: Arc<Store>) -> Self {
+        Self {
+            writer: Writer::start(store, WRITER_QUEUE),
+            counters: Arc::new(IngestCounters::default()),
+        }
+    }
+
+    /// Counters of what was received.
+    pub fn counters(&self) -> &IngestCounters {
+        &self.counters
+    }
+
+    /// Interprets and durably stores a trace export request.
+    pub async fn export_traces(
+        &self,
+        request: ExportTraceServiceRequest,
+    ) -> Result<ExportOutcome, IngestError> {
+        let (interpreted, total, invalid) = tokio::task::spawn_blocking(move || {
+            let mut out = Vec::new();
+            let (mut total, mut invalid) = (0u64, 0u64);
+            for span in request
+                .resource_spans
+                .iter()
+                .flat_map(|r| &r.scope_spans)
+                .flat_map(|s| &s.spans)
+            {
+                total += 1;
+                if span.trace_id.len() != 16 || span.span_id.len() != 8 {
+                    invalid += 1;
+                    continue;
+                }
+                if let Some(i) = interpret_span(span) {
+                    out.push(i);
+                }
+            }
+            (out, total, invalid)
+        })
+        .await
+        .map_err(|e| IngestError::Storage(format!("interpreter task failed: {e}")))?;
+
+        let interpreted_count = interpreted.len() as u64;
+        if !interpreted.is_empty() {
+            self.writer.submit(Work::Spans(interpreted)).await?;
+        }
+        let c = &self.counters;
+        c.accepted_spans.fetch_add(total - invalid, Ordering::Relaxed);
+        c.refused_spans.fetch_add(invalid, Ordering::Relaxed);
+        c.interpreted_spans
+            .fetch_add(interpreted_count, Ordering::Relaxed);
+        Ok(if invalid > 0 {
+            ExportOutcome {
+                rejected: invalid as i64,
+                message: format!(
+                    "{invalid} spans rejected: trace_id must be 16 bytes and span_id 8 bytes"
+                ),
+            }
+        } else {
+            ExportOutcome::default()
+        })
+    }
+
+    /// Accepts and counts a logs export request.
+    pub async fn export_logs(
+        &self,
+        request: ExportLogsServiceRequest,
+    ) -> Result<ExportOutcome, IngestError> {
+        let records: usize = request
+            .resource_logs
+            .iter()
+            .flat_map(|r| &r.scope_logs)
+            .map(|s| s.log_records.len())
+            .sum();
+        self.counters
+            .accepted_log_records
+            .fetch_add(records as u64, Ordering::Relaxed);
+        Ok(ExportOutcome::default())
+    }
+
+    /// Accepts and counts a metrics export request.
+    pub async fn export_metrics(
+        &self,
+        request: ExportMetricsServiceRequest,
+    ) -> Result<ExportOutcome, IngestError> {
+        let points: usize = request
+            .resource_metrics
+            .iter()
+            .flat_map(|r| &r.scope_metrics)
+            .flat_map(|s| &s.metrics)
+            .map(|m| match &m.data {
+                Some(Data::Gauge(g)) => g.data_points.len(),
+                Some(Data::Sum(s)) => s.data_points.len(),
+                Some(Data::Histogram(h)) => h.data_points.len(),
+                Some(Data::ExponentialHistogram(h)) => h.data_points.len(),
+                Some(Data::Summary(s)) => s.data_points.len(),
+                None => 0,
+            })
+            .sum();
+        self.counters
+            .accepted_metric_points
+            .fetch_add(points as u64, Ordering::Relaxed);
+        Ok(ExportOutcome::default())
+    }
+
+    /// Declares a run (by id or alias) dead now: unsettled tool calls become `unknown_after_crash`.
+    pub async fn abandon(&self, run: &str, reason: &str) -> Result<Applied, IngestError> {
+        self.writer
+            .submit(Work::Abandon {
+                run: run.to_string(),
+                reason: reason.to_string(),
+                at_ns: now_ns(),
+                silent_since_ns: 0,
+            })
+            .await
+    }
+
+    /// Abandons every running run silent for longer than `timeout`. Returns how many.
+    pub async fn sweep(&self, store: &Store, timeout: Duration) -> Result<usize, IngestError> {
+        let now = now_ns();
+        let cutoff = now.saturating_sub(timeout.as_nanos() as u64);
+        let ids = store
+            .running_run_ids()
+            .map_err(|e| IngestError::Storage(e.to_string()))?;
+        let mut abandoned = 0;
+        for id in ids {
+            let silent = store
+                .run_meta(&id)
+                .map_err(|e| IngestError::Storage(e.to_string()))?
+                .is_some_and(|m| m.last_seen_ns <= cutoff);
+            if !silent {
+                continue;
+            }
+            let applied = self
+                .writer
+                .submit(Work::Abandon {
+                    run: id,
+                    reason: format!("no telemetry for {}s (inactivity timeout)", timeout.as_secs()),
+                    at_ns: now,
+                    silent_since_ns: cutoff,
+                })
+                .await?;
+            if matches!(applied, Applied::Abandoned(_)) {
+                abandoned += 1;
+            }
+        }
+        Ok(abandoned)
+    }
+}
+
+/// Wall-clock nanoseconds since the epoch.
+pub fn now_ns() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos() as u64)
+        .unwrap_or(0)
+}

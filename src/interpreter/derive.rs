@@ -1,0 +1,723 @@
+//! Deriving a run from the set of its facts: record, events, tool-effect ledger and snapshots.
+//!
+//! `derive` is a pure function of the facts and the run's meta (lineage, abandonment), so the
+//! same facts give the same run whatever order they arrived in, and a duplicate changes nothing.
+
+use serde::{Deserialize, Serialize};
+use serde_json::{json, Value};
+
+use super::fact::{FactKind, SpanFact};
+use super::validity::{walk, Walk};
+use crate::domain::{
+    format_timestamp, EffectStatus, EventKind, MessageHash, MessageRef, Run, RunStatus,
+    SnapshotMeta, SnapshotRecord, SnapshotSource, SnapshotState, StepEvent, ToolEffect,
+};
+
+/// What is known of a run besides its span facts.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct RunMeta {
+    /// The run whose tool call started this one, once the link is resolved.
+    pub parent_run_id: Option<String>,
+    /// Set when the run was declared dead.
+    pub abandoned: Option<Abandonment>,
+    /// Wall-clock nanoseconds when a new fact of the run last arrived.
+    pub last_seen_ns: u64,
+}
+
+/// A run declared dead.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Abandonment {
+    /// When, in nanoseconds since the epoch.
+    pub at_ns: u64,
+    /// Why (`abandoned by request`, `no telemetry for 600s`).
+    pub reason: String,
+}
+
+/// Everything derived for one run.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DerivedRun {
+    /// The run record.
+    pub run: Run,
+    /// Step events, chronological.
+    pub events: Vec<StepEvent>,
+    /// The tool-effect ledger, in request order.
+    pub effects: Vec<ToolEffect>,
+    /// Snapshots, in step order, as deltas.
+    pub snapshots: Vec<SnapshotRecord>,
+    /// Message bodies the derivation created (reconstructed tool returns), to store with the run.
+    pub new_messages: Vec<Value>,
+}
+
+/// A ledger entry while it is being built.
+struct EffectBuild {
+    effect: ToolEffect,
+    /// Index of the model request that asked for it.
+    request_step: Option<usize>,
+    requested_ns: Option<u64>,
+    ended_ns: Option<u64>,
+}
+
+/// Derives a run from its facts.
+pub fn derive(run_id: &str, facts: &[SpanFact], meta: &RunMeta) -> DerivedRun {
+    let agent = facts
+        .iter()
+        .filter(|f| f.kind == FactKind::AgentRun)
+        .min_by_key(|f| (f.start_ns, f.span_id.as_str()));
+    let mut models: Vec<&SpanFact> = facts
+        .iter()
+        .filter(|f| f.kind == FactKind::ModelRequest)
+        .collect();
+    models.sort_by_key(|f| (f.start_ns, f.span_id.as_str()));
+    let mut tools: Vec<&SpanFact> = facts
+        .iter()
+        .filter(|f| f.kind == FactKind::ToolCall)
+        .collect();
+    tools.sort_by_key(|f| (f.start_ns, f.span_id.as_str()));
+
+    let status = match (agent, &meta.abandoned) {
+        (Some(a), _) if a.error.is_some() => RunStatus::Failed,
+        (Some(_), _) => RunStatus::Completed,
+        (None, Some(_)) => RunStatus::Abandoned,
+        (None, None) => RunStatus::Running,
+    };
+
+    let effects = build_effects(&models, &tools, agent, status);
+    let events = build_events(agent, &models, &tools, &effects, meta);
+    let (snapshots, new_messages) = build_snapshots(&models, agent, &effects);
+
+    let started_ns = agent
+        .map(|a| a.start_ns)
+        .or_else(|| facts.iter().map(|f| f.start_ns).min())
+        .unwrap_or(0);
+    let ended_ns = match (agent, &meta.abandoned) {
+        (Some(a), _) => Some(a.end_ns),
+        (None, Some(ab)) => Some(ab.at_ns),
+        _ => None,
+    };
+    let first = |pick: fn(&SpanFact) -> Option<&String>| {
+        agent
+            .and_then(pick)
+            .or_else(|| facts.iter().find_map(pick))
+            .cloned()
+    };
+    let mut aliases: Vec<String> = Vec::new();
+    for alias in agent
+        .into_iter()
+        .chain(models.iter().copied())
+        .chain(tools.iter().copied())
+        .filter_map(|f| f.agent_call_id.clone())
+    {
+        if !aliases.contains(&alias) {
+            aliases.push(alias);
+        }
+    }
+    let has_complete = snapshots
+        .iter()
+        .any(|s| s.meta.state == SnapshotState::Complete);
+    let continuation_unavailable = if has_complete {
+        None
+    } else {
+        facts
+            .iter()
+            .find_map(|f| f.content_problem.clone())
+            .or_else(|| snapshots.is_empty().then(|| "no model request with message content has arrived yet".to_string()))
+    };
+
+    let run = Run {
+        run_id: run_id.to_string(),
+        aliases,
+        trace_id: facts.first().map(|f| f.trace_id.clone()).unwrap_or_default(),
+        agent_name: first(|f| f.agent_name.as_ref()),
+        conversation_id: first(|f| f.conversation_id.as_ref()),
+        parent_run_id: meta.parent_run_id.clone(),
+        status,
+        started_at: format_timestamp(started_ns),
+        ended_at: ended_ns.map(format_timestamp),
+        error: agent
+            .and_then(|a| a.error.clone())
+            .or_else(|| meta.abandoned.as_ref().filter(|_| agent.is_none()).map(|a| a.reason.clone())),
+        model_request_count: models.len() as u32,
+        tool_call_count: effects.len() as u32,
+        snapshot_count: snapshots.len() as u32,
+        event_count: events.len() as u32,
+        input_tokens: models.iter().filter_map(|m| m.input_tokens).sum(),
+        output_tokens: models.iter().filter_map(|m| m.output_tokens).sum(),
+        continuation_unavailable,
+        started_ns,
+    };
+    DerivedRun {
+        run,
+        events,
+        effects: effects.into_iter().map(|e| e.effect).collect(),
+        snapshots,
+        new_messages,
+    }
+}
+
+fn build_effects(
+    models: &[&SpanFact],
+    tools: &[&SpanFact],
+    agent: Option<&SpanFact>,
+    status: RunStatus,
+) -> Vec<EffectBuild> {
+    let mut ledger: Vec<EffectBuild> = Vec::new();
+    let occurrence = |ledger: &[EffectBuild], id: &str| {
+        ledger.iter().filter(|e| e.effect.tool_call_id == id).count() as u32
+    };
+
+    // The model asked for these.
+    for (step, model) in models.iter().enumerate() {
+        if model.error.is_some() {
+            continue;
+        }
+        for call in &model.requested_calls {
+            let occurrence = occurrence(&ledger, &call.id);
+            ledger.push(EffectBuild {
+                effect: ToolEffect {
+                    tool_call_id: call.id.clone(),
+                    tool_name: call.name.clone(),
+                    status: EffectStatus::Requested,
+                    arguments: call.arguments.clone(),
+                    requested_at: Some(format_timestamp(model.end_ns)),
+                    started_at: None,
+                    ended_at: None,
+                    result: None,
+                    error: None,
+                    idempotency_key: None,
+                    occurrence,
+                    span_id: None,
+                    retry: None,
+                },
+                request_step: Some(step),
+                requested_ns: Some(model.end_ns),
+                ended_ns: None,
+            });
+        }
+    }
+
+    // Tool spans settle them (or stand alone when the request was not seen).
+    for tool in tools {
+        let id = tool.tool_call_id.clone().unwrap_or_default();
+        let name = tool.tool_name.clone().unwrap_or_default();
+        let slot = ledger.iter().position(|e| {
+            e.effect.span_id.is_none()
+                && if id.is_empty() {
+                    e.effect.tool_name == name
+                } else {
+                    e.effect.tool_call_id == id
+                }
+        });
+        let index = match slot {
+            Some(i) => i,
+            None => {
+                let occurrence = occurrence(&ledger, &id);
+                ledger.push(EffectBuild {
+                    effect: ToolEffect {
+                        tool_call_id: id.clone(),
+                        tool_name: name.clone(),
+                        status: EffectStatus::Started,
+                        arguments: None,
+                        requested_at: None,
+                        started_at: None,
+                        ended_at: None,
+                        result: None,
+                        error: None,
+                        idempotency_key: None,
+                        occurrence,
+                        span_id: None,
+                        retry: None,
+                    },
+                    request_step: None,
+                    requested_ns: None,
+                    ended_ns: None,
+                });
+                ledger.len() - 1
+            }
+        };
+        let entry = &mut ledger[index];
+        let e = &mut entry.effect;
+        e.span_id = Some(tool.span_id.clone());
+        if e.tool_name.is_empty() {
+            e.tool_name = name;
+        }
+        if e.arguments.is_none() {
+            e.arguments = tool.arguments.clone();
+        }
+        e.started_at = Some(format_timestamp(tool.start_ns));
+        e.ended_at = Some(format_timestamp(tool.end_ns));
+        e.result = tool.result.clone();
+        e.error = tool.error.clone();
+        e.retry = tool.retry.clone();
+        e.idempotency_key = tool.idempotency_key.clone();
+        e.status = if tool.error.is_some() {
+            EffectStatus::Failed
+        } else {
+            EffectStatus::Completed
+        };
+        entry.ended_ns = Some(tool.end_ns);
+    }
+
+    // A result that shows up in a later history settles a call whose tool span never came
+    // (output tools, tools run outside the instrumentation).
+    for entry in ledger.iter_mut() {
+        if entry.effect.status != EffectStatus::Requested {
+            continue;
+        }
+        let after = entry.requested_ns.unwrap_or(0);
+        let id = entry.effect.tool_call_id.as_str();
+        let closes = |history: &Option<Vec<MessageRef>>| {
+            history
+                .iter()
+                .flatten()
+                .any(|m| m.shape.closes.iter().any(|c| c == id))
+        };
+        let answered = models
+            .iter()
+            .find(|m| m.start_ns >= after && closes(&m.input))
+            .map(|m| m.start_ns)
+            .or_else(|| agent.filter(|a| closes(&a.all_messages)).map(|a| a.end_ns));
+        if let Some(at) = answered {
+            entry.effect.status = EffectStatus::Completed;
+            entry.effect.ended_at = Some(format_timestamp(at));
+        }
+    }
+
+    if status.is_over() {
+        for entry in ledger.iter_mut() {
+            if entry.effect.status.is_unsettled() {
+                entry.effect.status = EffectStatus::UnknownAfterCrash;
+            }
+        }
+    }
+    ledger
+}
+
+fn build_events(
+    agent: Option<&SpanFact>,
+    models: &[&SpanFact],
+    tools: &[&SpanFact],
+    effects: &[EffectBuild],
+    meta: &RunMeta,
+) -> Vec<StepEvent> {
+    let mut events = Vec::new();
+    let mut push = |kind: EventKind,
+                    time_ns: u64,
+                    span: Option<&str>,
+                    tool: Option<(&str, &str)>,
+                    error: Option<&String>| {
+        events.push(StepEvent {
+            seq: 0,
+            kind,
+            timestamp: format_timestamp(time_ns),
+            span_id: span.map(str::to_string),
+            tool_call_id: tool.map(|t| t.0.to_string()),
+            tool_name: tool.map(|t| t.1.to_string()),
+            error: error.cloned(),
+            time_ns,
+        });
+    };
+
+    let first_start = agent
+        .map(|a| a.start_ns)
+        .into_iter()
+        .chain(models.iter().map(|m| m.start_ns))
+        .chain(tools.iter().map(|t| t.start_ns))
+        .min();
+    if let Some(start) = first_start {
+        push(
+            EventKind::RunStarted,
+            start,
+            agent.map(|a| a.span_id.as_str()),
+            None,
+            None,
+        );
+    }
+    for m in models {
+        push(
+            EventKind::ModelRequestStarted,
+            m.start_ns,
+            Some(&m.span_id),
+            None,
+            None,
+        );
+        let kind = if m.error.is_some() {
+            EventKind::ModelRequestFailed
+        } else {
+            EventKind::ModelRequestCompleted
+        };
+        push(kind, m.end_ns, Some(&m.span_id), None, m.error.as_ref());
+    }
+    for e in effects {
+        if let Some(at) = e.requested_ns {
+            let span = e.request_step.and_then(|s| models.get(s)).map(|m| m.span_id.as_str());
+            push(
+                EventKind::ToolCallRequested,
+                at,
+                span,
+                Some((&e.effect.tool_call_id, &e.effect.tool_name)),
+                None,
+            );
+        }
+    }
+    for t in tools {
+        let id = t.tool_call_id.as_deref().unwrap_or("");
+        let name = t.tool_name.as_deref().unwrap_or("");
+        push(
+            EventKind::ToolCallStarted,
+            t.start_ns,
+            Some(&t.span_id),
+            Some((id, name)),
+            None,
+        );
+        let kind = if t.error.is_some() {
+            EventKind::ToolCallFailed
+        } else {
+            EventKind::ToolCallCompleted
+        };
+        push(kind, t.end_ns, Some(&t.span_id), Some((id, name)), t.error.as_ref());
+    }
+    match (agent, &meta.abandoned) {
+        (Some(a), _) => {
+            let kind = if a.error.is_some() {
+                EventKind::RunFailed
+            } else {
+                EventKind::RunCompleted
+            };
+            push(kind, a.end_ns, Some(&a.span_id), None, a.error.as_ref());
+        }
+        (None, Some(ab)) => push(
+            EventKind::RunAbandoned,
+            ab.at_ns,
+            None,
+            None,
+            Some(&ab.reason),
+        ),
+        (None, None) => {}
+    }
+    events.sort_by(|a, b| {
+        (a.time_ns, a.kind.tie_rank(), &a.span_id, &a.tool_call_id).cmp(&(
+            b.time_ns,
+            b.kind.tie_rank(),
+            &b.span_id,
+            &b.tool_call_id,
+        ))
+    });
+    for (seq, e) in events.iter_mut().enumerate() {
+        e.seq = seq as u32;
+    }
+    events
+}
+
+/// A snapshot before it is encoded as a delta.
+struct Candidate {
+    messages: Vec<MessageRef>,
+    source: SnapshotSource,
+    step_index: u32,
+    time_ns: u64,
+}
+
+fn build_snapshots(
+    models: &[&SpanFact],
+    agent: Option<&SpanFact>,
+    effects: &[EffectBuild],
+) -> (Vec<SnapshotRecord>, Vec<Value>) {
+    let mut candidates: Vec<Candidate> = Vec::new();
+    let mut new_messages = Vec::new();
+    for (k, m) in models.iter().enumerate() {
+        let step_index = k as u32 + 1;
+        let Some(input) = &m.input else { continue };
+        candidates.push(Candidate {
+            messages: input.clone(),
+            source: SnapshotSource::Observed,
+            step_index,
+            time_ns: m.start_ns,
+        });
+        let (None, Some(output)) = (&m.error, &m.output) else {
+            continue;
+        };
+        let mut full = input.clone();
+        full.extend(output.iter().cloned());
+        let open = match walk(full.iter().map(|r| &r.shape)) {
+            Walk::Open(ids) => ids,
+            _ => Vec::new(),
+        };
+        candidates.push(Candidate {
+            messages: full.clone(),
+            source: SnapshotSource::Observed,
+            step_index,
+            time_ns: m.end_ns,
+        });
+        let next_observed = models.get(k + 1).is_some_and(|n| n.input.is_some());
+        if open.is_empty() || next_observed {
+            continue;
+        }
+        // Before the next request exists, answer the calls from the tool spans' results.
+        let answers: Option<Vec<&EffectBuild>> = open
+            .iter()
+            .map(|id| {
+                effects.iter().find(|e| {
+                    e.request_step == Some(k)
+                        && &e.effect.tool_call_id == id
+                        && e.effect.span_id.is_some()
+                        && matches!(
+                            e.effect.status,
+                            EffectStatus::Completed | EffectStatus::Failed
+                        )
+                })
+            })
+            .collect();
+        let Some(answers) = answers else { continue };
+        let parts: Vec<Value> = answers
+            .iter()
+            .map(|e| {
+                json!({
+                    "type": "tool_call_response",
+                    "id": e.effect.tool_call_id,
+                    "name": e.effect.tool_name,
+                    "response": e.effect.result.clone().or_else(|| e.effect.error.clone().map(Value::String)).unwrap_or(Value::Null),
+                })
+            })
+            .collect();
+        let message = json!({"role": "tool", "parts": parts});
+        full.push(MessageRef::of(&message));
+        new_messages.push(message);
+        candidates.push(Candidate {
+            messages: full,
+            source: SnapshotSource::Reconstructed,
+            step_index,
+            time_ns: answers.iter().filter_map(|e| e.ended_ns).max().unwrap_or(m.end_ns),
+        });
+    }
+    if let Some(all) = agent.and_then(|a| a.all_messages.as_ref().map(|all| (a, all))) {
+        candidates.push(Candidate {
+            messages: all.1.clone(),
+            source: SnapshotSource::Observed,
+            step_index: models.len() as u32,
+            time_ns: all.0.end_ns,
+        });
+    }
+
+    let mut records: Vec<SnapshotRecord> = Vec::new();
+    let mut previous: Option<(Vec<MessageHash>, SnapshotState)> = None;
+    for c in candidates {
+        let (state, reason) = match walk(c.messages.iter().map(|r| &r.shape)) {
+            Walk::Complete => (SnapshotState::Complete, None),
+            Walk::Open(ids) => (
+                SnapshotState::Interrupted,
+                Some(format!("tool calls {ids:?} are not answered yet")),
+            ),
+            Walk::Invalid(why) => (SnapshotState::Interrupted, Some(why)),
+        };
+        let hashes: Vec<MessageHash> = c.messages.iter().map(|r| r.hash.clone()).collect();
+        if previous.as_ref().is_some_and(|(h, s)| *h == hashes && *s == state) {
+            continue;
+        }
+        let keep = previous
+            .as_ref()
+            .map(|(h, _)| h.iter().zip(&hashes).take_while(|(a, b)| a == b).count())
+            .unwrap_or(0);
+        let seq = records.len() as u32;
+        records.push(SnapshotRecord {
+            meta: SnapshotMeta {
+                seq,
+                step_index: c.step_index,
+                state,
+                source: c.source,
+                message_count: hashes.len() as u32,
+                timestamp: format_timestamp(c.time_ns),
+                reason,
+            },
+            base: (keep > 0).then(|| seq - 1),
+            keep: keep as u32,
+            append: hashes[keep..].to_vec(),
+        });
+        previous = Some((hashes, state));
+    }
+    (records, new_messages)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::interpreter::fact::RequestedCall;
+
+    fn msg(v: Value) -> MessageRef {
+        MessageRef::of(&v)
+    }
+
+    fn user() -> Value {
+        json!({"role":"user","parts":[{"type":"text","content":"Plan a trip"}]})
+    }
+
+    fn call(id: &str) -> Value {
+        json!({"role":"assistant","parts":[{"type":"tool_call","id":id,"name":"get_weather","arguments":{"city":"Paris"}}]})
+    }
+
+    fn answer(id: &str) -> Value {
+        json!({"role":"user","parts":[{"type":"tool_call_response","id":id,"name":"get_weather","result":"18C"}]})
+    }
+
+    fn text() -> Value {
+        json!({"role":"assistant","parts":[{"type":"text","content":"Done"}]})
+    }
+
+    fn model(span: &str, start: u64, input: Vec<Value>, output: Vec<Value>) -> SpanFact {
+        let mut f = SpanFact::new(FactKind::ModelRequest, "t".repeat(32), span.into(), "chat m".into());
+        f.start_ns = start;
+        f.end_ns = start + 10;
+        f.requested_calls = output
+            .iter()
+            .flat_map(|m| m["parts"].as_array().cloned().unwrap_or_default())
+            .filter(|p| p["type"] == "tool_call")
+            .map(|p| RequestedCall {
+                id: p["id"].as_str().unwrap().into(),
+                name: p["name"].as_str().unwrap().into(),
+                arguments: Some(p["arguments"].clone()),
+            })
+            .collect();
+        f.input = Some(input.into_iter().map(msg).collect());
+        f.output = Some(output.into_iter().map(msg).collect());
+        f.agent_call_id = Some("call-1".into());
+        f
+    }
+
+    fn tool(span: &str, id: &str, start: u64, error: bool) -> SpanFact {
+        let mut f = SpanFact::new(FactKind::ToolCall, "t".repeat(32), span.into(), "execute_tool get_weather".into());
+        f.start_ns = start;
+        f.end_ns = start + 5;
+        f.tool_call_id = Some(id.into());
+        f.tool_name = Some("get_weather".into());
+        f.result = Some(json!("18C"));
+        f.error = error.then(|| "boom".to_string());
+        f
+    }
+
+    fn agent(start: u64, end: u64) -> SpanFact {
+        let mut f = SpanFact::new(FactKind::AgentRun, "t".repeat(32), "a".into(), "invoke_agent x".into());
+        f.start_ns = start;
+        f.end_ns = end;
+        f.agent_name = Some("x".into());
+        f.agent_call_id = Some("call-1".into());
+        f.all_messages = Some(vec![msg(user()), msg(call("c1")), msg(answer("c1")), msg(text())]);
+        f
+    }
+
+    fn full_run() -> Vec<SpanFact> {
+        vec![
+            model("m1", 100, vec![user()], vec![call("c1")]),
+            tool("t1", "c1", 120, false),
+            model("m2", 200, vec![user(), call("c1"), answer("c1")], vec![text()]),
+            agent(50, 300),
+        ]
+    }
+
+    #[test]
+    fn arrival_order_does_not_matter() {
+        let facts = full_run();
+        let a = derive("r", &facts, &RunMeta::default());
+        let mut reversed = facts.clone();
+        reversed.reverse();
+        let b = derive("r", &reversed, &RunMeta::default());
+        assert_eq!(a, b);
+        assert_eq!(a.run.status, RunStatus::Completed);
+        assert_eq!(a.run.aliases, vec!["call-1".to_string()]);
+        let kinds: Vec<EventKind> = a.events.iter().map(|e| e.kind).collect();
+        assert_eq!(
+            kinds,
+            vec![
+                EventKind::RunStarted,
+                EventKind::ModelRequestStarted,
+                EventKind::ModelRequestCompleted,
+                EventKind::ToolCallRequested,
+                EventKind::ToolCallStarted,
+                EventKind::ToolCallCompleted,
+                EventKind::ModelRequestStarted,
+                EventKind::ModelRequestCompleted,
+                EventKind::RunCompleted,
+            ]
+        );
+        assert_eq!(a.effects.len(), 1);
+        assert_eq!(a.effects[0].status, EffectStatus::Completed);
+        let last = a.snapshots.last().unwrap();
+        assert_eq!(last.meta.state, SnapshotState::Complete);
+        assert_eq!(last.meta.message_count, 4);
+    }
+
+    #[test]
+    fn snapshots_are_deltas_and_linear_in_messages() {
+        let d = derive("r", &full_run(), &RunMeta::default());
+        let appended: usize = d.snapshots.iter().map(|s| s.append.len()).sum();
+        // 4 distinct messages: each appended once across the chain.
+        assert_eq!(appended, 4);
+    }
+
+    #[test]
+    fn crash_mid_tool_leaves_interrupted_and_unresolved_then_unknown_after_abandon() {
+        let facts = vec![
+            model("m1", 100, vec![user()], vec![call("c1")]),
+            tool("t1", "c1", 120, false),
+            model("m2", 200, vec![user(), call("c1"), answer("c1")], vec![call("c2")]),
+        ];
+        let d = derive("r", &facts, &RunMeta::default());
+        assert_eq!(d.run.status, RunStatus::Running);
+        let latest_complete = d
+            .snapshots
+            .iter()
+            .rev()
+            .find(|s| s.meta.state == SnapshotState::Complete)
+            .unwrap();
+        assert_eq!(latest_complete.meta.message_count, 3);
+        assert_eq!(d.snapshots.last().unwrap().meta.state, SnapshotState::Interrupted);
+        assert_eq!(d.effects[1].status, EffectStatus::Requested);
+
+        let meta = RunMeta {
+            abandoned: Some(Abandonment { at_ns: 500, reason: "abandoned by request".into() }),
+            ..Default::default()
+        };
+        let d = derive("r", &facts, &meta);
+        assert_eq!(d.run.status, RunStatus::Abandoned);
+        assert_eq!(d.effects[1].status, EffectStatus::UnknownAfterCrash);
+        assert_eq!(d.events.last().unwrap().kind, EventKind::RunAbandoned);
+    }
+
+    #[test]
+    fn settled_tools_before_the_next_request_give_a_reconstructed_snapshot() {
+        let facts = vec![
+            model("m1", 100, vec![user()], vec![call("c1")]),
+            tool("t1", "c1", 120, false),
+        ];
+        let d = derive("r", &facts, &RunMeta::default());
+        let last = d.snapshots.last().unwrap();
+        assert_eq!(last.meta.source, SnapshotSource::Reconstructed);
+        assert_eq!(last.meta.state, SnapshotState::Complete);
+        assert_eq!(d.new_messages.len(), 1);
+        assert_eq!(d.new_messages[0]["parts"][0]["response"], "18C");
+    }
+
+    #[test]
+    fn repeated_tool_call_ids_within_a_run_are_separate_entries() {
+        let facts = vec![
+            model("m1", 100, vec![user()], vec![call("c1")]),
+            tool("t1", "c1", 120, true),
+            model("m2", 200, vec![user(), call("c1"), answer("c1")], vec![call("c1")]),
+            tool("t2", "c1", 220, false),
+        ];
+        let d = derive("r", &facts, &RunMeta::default());
+        assert_eq!(d.effects.len(), 2);
+        assert_eq!(d.effects[0].status, EffectStatus::Failed);
+        assert_eq!(d.effects[0].occurrence, 0);
+        assert_eq!(d.effects[1].status, EffectStatus::Completed);
+        assert_eq!(d.effects[1].occurrence, 1);
+    }
+
+    #[test]
+    fn content_off_gives_a_reason_instead_of_a_continuation() {
+        let mut m = model("m1", 100, vec![], vec![]);
+        m.input = None;
+        m.output = None;
+        m.content_problem = Some("no content".into());
+        let d = derive("r", &[m], &RunMeta::default());
+        assert!(d.snapshots.is_empty());
+        assert_eq!(d.run.continuation_unavailable.as_deref(), Some("no content"));
+    }
+}

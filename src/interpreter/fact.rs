@@ -1,0 +1,150 @@
+//! Span facts: what one recognised span says about its run.
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::domain::MessageRef;
+
+/// The role a span plays in a run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FactKind {
+    /// The agent-run span itself.
+    AgentRun,
+    /// A model request.
+    ModelRequest,
+    /// A tool execution.
+    ToolCall,
+}
+
+/// What one span says. Stored per (run, span): the run is derived from the set of its facts.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SpanFact {
+    /// The span's role.
+    pub kind: FactKind,
+    /// Trace id (hex).
+    pub trace_id: String,
+    /// Span id (hex).
+    pub span_id: String,
+    /// Parent span id (hex), if any.
+    pub parent_span_id: Option<String>,
+    /// Span name.
+    pub name: String,
+    /// Start, nanoseconds since the epoch.
+    pub start_ns: u64,
+    /// End, nanoseconds since the epoch.
+    pub end_ns: u64,
+    /// Error text when the span ended in error.
+    pub error: Option<String>,
+    /// `gen_ai.agent.name`.
+    pub agent_name: Option<String>,
+    /// Framework run id (`gen_ai.agent.call.id`).
+    pub agent_call_id: Option<String>,
+    /// `gen_ai.conversation.id`.
+    pub conversation_id: Option<String>,
+    /// Model request input history.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub input: Option<Vec<MessageRef>>,
+    /// Model request output messages.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub output: Option<Vec<MessageRef>>,
+    /// The run's final history (Pydantic AI `pydantic_ai.all_messages`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub all_messages: Option<Vec<MessageRef>>,
+    /// `gen_ai.system_instructions` (array of parts).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub system_instructions: Option<Value>,
+    /// Model name (response model, else request model).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model: Option<String>,
+    /// Provider (`gen_ai.provider.name`, old `gen_ai.system`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub provider: Option<String>,
+    /// Input tokens of a model request.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub input_tokens: Option<u64>,
+    /// Output tokens of a model request.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub output_tokens: Option<u64>,
+    /// Tool calls the model asked for in its output (model requests only).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub requested_calls: Vec<RequestedCall>,
+    /// Tool name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_name: Option<String>,
+    /// Tool-call id.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_call_id: Option<String>,
+    /// Tool arguments.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub arguments: Option<Value>,
+    /// Tool result.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub result: Option<Value>,
+    /// Framework retry details of a tool that asked the model to retry.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retry: Option<Value>,
+    /// Idempotency key of a tool call, when the span carries one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub idempotency_key: Option<String>,
+    /// Why content could not be used (absent or damaged message attributes).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub content_problem: Option<String>,
+}
+
+/// A tool call a model response asked for.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RequestedCall {
+    /// Tool-call id (may be empty when the producer gives none).
+    pub id: String,
+    /// Tool name.
+    pub name: String,
+    /// Arguments as the model gave them (object or JSON string).
+    pub arguments: Option<Value>,
+}
+
+/// The outcome of interpreting one span.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Interpreted {
+    /// The run key span: the agent-run span id of the run this span belongs to (hex).
+    pub run_span_id: String,
+    /// The fact.
+    pub fact: SpanFact,
+    /// Message bodies referenced by the fact, to store once per run.
+    pub messages: Vec<Value>,
+}
+
+impl SpanFact {
+    /// An empty fact of the given kind for a span; the convention modules fill it.
+    pub fn new(kind: FactKind, trace_id: String, span_id: String, name: String) -> Self {
+        Self {
+            kind,
+            trace_id,
+            span_id,
+            parent_span_id: None,
+            name,
+            start_ns: 0,
+            end_ns: 0,
+            error: None,
+            agent_name: None,
+            agent_call_id: None,
+            conversation_id: None,
+            input: None,
+            output: None,
+            all_messages: None,
+            system_instructions: None,
+            model: None,
+            provider: None,
+            input_tokens: None,
+            output_tokens: None,
+            requested_calls: Vec::new(),
+            tool_name: None,
+            tool_call_id: None,
+            arguments: None,
+            result: None,
+            retry: None,
+            idempotency_key: None,
+            content_problem: None,
+        }
+    }
+}

@@ -1,0 +1,331 @@
+//! The OTel GenAI convention, as Pydantic AI 2.x (instrumentation versions 2 to 6) and other
+//! GenAI-instrumented producers emit it: which spans are agent runs, model requests and tool
+//! calls, and where their ids, messages and results live.
+
+use opentelemetry_proto::tonic::trace::v1::{status::StatusCode, Span};
+use serde_json::Value;
+
+use super::attributes::Attributes;
+use super::fact::{FactKind, Interpreted, RequestedCall, SpanFact};
+use crate::domain::MessageRef;
+
+const MODEL_OPERATIONS: &[&str] = &["chat", "generate_content", "text_completion"];
+
+/// Interprets one span. Spans that are not agent runs, model requests or tool calls give `None`.
+pub fn interpret_span(span: &Span) -> Option<Interpreted> {
+    let attrs = Attributes(&span.attributes);
+    let kind = classify(span, &attrs)?;
+    let trace_id = hex::encode(&span.trace_id);
+    let span_id = hex::encode(&span.span_id);
+    if trace_id.len() != 32 || span_id.len() != 16 {
+        return None;
+    }
+    let parent_span_id = (span.parent_span_id.len() == 8).then(|| hex::encode(&span.parent_span_id));
+
+    let mut fact = SpanFact::new(kind, trace_id, span_id.clone(), span.name.clone());
+    fact.parent_span_id = parent_span_id.clone();
+    fact.start_ns = span.start_time_unix_nano;
+    fact.end_ns = span.end_time_unix_nano.max(span.start_time_unix_nano);
+    fact.error = error_text(span, &attrs);
+    fact.agent_name = attrs.str(&["gen_ai.agent.name", "agent_name"]);
+    fact.agent_call_id = attrs.str(&["gen_ai.agent.call.id"]);
+    fact.conversation_id = attrs.str(&["gen_ai.conversation.id", "session.id"]);
+
+    let mut messages = Vec::new();
+    match kind {
+        FactKind::AgentRun => {
+            fact.all_messages = read_messages(&attrs, "pydantic_ai.all_messages", &mut fact, &mut messages);
+            fact.system_instructions = read_instructions(&attrs);
+        }
+        FactKind::ModelRequest => {
+            fact.input = read_messages(&attrs, "gen_ai.input.messages", &mut fact, &mut messages);
+            fact.output = read_messages(&attrs, "gen_ai.output.messages", &mut fact, &mut messages);
+            if fact.output.is_some() {
+                let first_output = messages.len() - fact.output.as_ref().map_or(0, Vec::len);
+                fact.requested_calls = messages[first_output..]
+                    .iter()
+                    .flat_map(requested_calls)
+                    .collect();
+            }
+            if fact.input.is_none() && fact.content_problem.is_none() && fact.error.is_none() {
+                fact.content_problem = Some(
+                    "model request spans carry no message content (content capture is off)".into(),
+                );
+            }
+            fact.system_instructions = read_instructions(&attrs);
+            fact.model = attrs.str(&["gen_ai.response.model", "gen_ai.request.model"]);
+            fact.provider = attrs.str(&["gen_ai.provider.name", "gen_ai.system"]);
+            fact.input_tokens = attrs
+                .int(&["gen_ai.usage.input_tokens", "gen_ai.usage.prompt_tokens"])
+                .and_then(|v| u64::try_from(v).ok());
+            fact.output_tokens = attrs
+                .int(&["gen_ai.usage.output_tokens", "gen_ai.usage.completion_tokens"])
+                .and_then(|v| u64::try_from(v).ok());
+        }
+        FactKind::ToolCall => {
+            fact.tool_name = attrs.str(&["gen_ai.tool.name", "tool_name"]);
+            fact.tool_call_id = attrs.str(&["gen_ai.tool.call.id", "tool_call_id"]);
+            fact.arguments = attrs.loose_json(&["gen_ai.tool.call.arguments", "tool_arguments"]);
+            fact.result = attrs.loose_json(&["gen_ai.tool.call.result", "tool_response"]);
+            fact.idempotency_key = attrs.str(&["gen_ai.tool.call.idempotency_key", "idempotency_key"]);
+            if let Some(cause) = attrs.str(&["pydantic_ai.tool.retry.cause"]) {
+                let mut retry = serde_json::Map::new();
+                retry.insert("cause".into(), Value::String(cause));
+                for (key, name) in [
+                    ("pydantic_ai.tool.retry.attempt", "attempt"),
+                    ("pydantic_ai.tool.retry.max_retries", "max_retries"),
+                ] {
+                    if let Some(v) = attrs.int(&[key]) {
+                        retry.insert(name.into(), Value::from(v));
+                    }
+                }
+                fact.retry = Some(Value::Object(retry));
+            }
+        }
+    }
+
+    // Model requests and tool calls are children of the agent-run span; a run is keyed by that
+    // span, so its id is the same whether or not the run span ever arrives.
+    let run_span_id = match kind {
+        FactKind::AgentRun => span_id,
+        _ => parent_span_id.unwrap_or(span_id),
+    };
+    Some(Interpreted {
+        run_span_id,
+        fact,
+        messages,
+    })
+}
+
+/// The tool calls of one output message.
+fn requested_calls(message: &Value) -> Vec<RequestedCall> {
+    message
+        .get("parts")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter(|p| p.get("type").and_then(Value::as_str) == Some("tool_call"))
+        .map(|p| RequestedCall {
+            id: p.get("id").and_then(Value::as_str).unwrap_or("").to_string(),
+            name: p.get("name").and_then(Value::as_str).unwrap_or("").to_string(),
+            arguments: p.get("arguments").cloned(),
+        })
+        .collect()
+}
+
+fn classify(span: &Span, attrs: &Attributes<'_>) -> Option<FactKind> {
+    let op = attrs.str(&["gen_ai.operation.name"]);
+    match op.as_deref() {
+        Some("invoke_agent") => return Some(FactKind::AgentRun),
+        Some("execute_tool") => return Some(FactKind::ToolCall),
+        Some(op) if MODEL_OPERATIONS.contains(&op) => return Some(FactKind::ModelRequest),
+        _ => {}
+    }
+    // Pydantic AI instrumentation version 2 names.
+    let name = span.name.as_str();
+    if name == "agent run" || name.starts_with("invoke_agent ") {
+        Some(FactKind::AgentRun)
+    } else if name == "running tool" || name.starts_with("execute_tool ") {
+        Some(FactKind::ToolCall)
+    } else if name.starts_with("chat ") && attrs.get("gen_ai.input.messages").is_some() {
+        Some(FactKind::ModelRequest)
+    } else {
+        None
+    }
+}
+
+fn error_text(span: &Span, attrs: &Attributes<'_>) -> Option<String> {
+    let status = span.status.as_ref()?;
+    if status.code != StatusCode::Error as i32 {
+        return None;
+    }
+    let from_event = span
+        .events
+        .iter()
+        .filter(|e| e.name == "exception")
+        .find_map(|e| {
+            let a = Attributes(&e.attributes);
+            let message = a.str(&["exception.message"]);
+            let kind = a.str(&["exception.type"]);
+            match (kind, message) {
+                (Some(k), Some(m)) => Some(format!("{k}: {m}")),
+                (None, Some(m)) => Some(m),
+                (Some(k), None) => Some(k),
+                (None, None) => None,
+            }
+        });
+    Some(
+        from_event
+            .or_else(|| (!status.message.is_empty()).then(|| status.message.clone()))
+            .or_else(|| attrs.str(&["error.type"]))
+            .unwrap_or_else(|| "error".into()),
+    )
+}
+
+fn read_instructions(attrs: &Attributes<'_>) -> Option<Value> {
+    match attrs.json("gen_ai.system_instructions")? {
+        Ok(Value::String(s)) => Some(serde_json::json!([{"type": "text", "content": s}])),
+        Ok(v) => Some(v),
+        Err(_) => None,
+    }
+}
+
+/// Reads a message-list attribute, collecting bodies into `bodies`. Damaged or malformed content
+/// is recorded as the fact's content problem and yields `None`.
+fn read_messages(
+    attrs: &Attributes<'_>,
+    key: &str,
+    fact: &mut SpanFact,
+    bodies: &mut Vec<Value>,
+) -> Option<Vec<MessageRef>> {
+    let parsed = match attrs.json(key)? {
+        Ok(v) => v,
+        Err(reason) => {
+            fact.content_problem.get_or_insert(reason);
+            return None;
+        }
+    };
+    let Value::Array(items) = parsed else {
+        fact.content_problem
+            .get_or_insert(format!("{key} is not an array of messages"));
+        return None;
+    };
+    let mut refs = Vec::with_capacity(items.len());
+    for item in items {
+        let valid = item.get("role").map(Value::is_string).unwrap_or(false)
+            && item.get("parts").map(Value::is_array).unwrap_or(false);
+        if !valid {
+            fact.content_problem
+                .get_or_insert(format!("{key} holds a message without role and parts"));
+            return None;
+        }
+        refs.push(MessageRef::of(&item));
+        bodies.push(item);
+    }
+    Some(refs)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use opentelemetry_proto::tonic::common::v1::{any_value, AnyValue, KeyValue};
+    use opentelemetry_proto::tonic::trace::v1::Status;
+
+    fn kv(key: &str, value: &str) -> KeyValue {
+        KeyValue {
+            key_strindex: 0,
+            key: key.into(),
+            value: Some(AnyValue {
+                value: Some(any_value::Value::StringValue(value.into())),
+            }),
+        }
+    }
+
+    fn span(name: &str, attrs: Vec<KeyValue>) -> Span {
+        Span {
+            trace_id: vec![1; 16],
+            span_id: vec![2; 8],
+            parent_span_id: vec![3; 8],
+            name: name.into(),
+            start_time_unix_nano: 10,
+            end_time_unix_nano: 20,
+            attributes: attrs,
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn model_request_children_key_the_run_by_their_parent() {
+        let s = span(
+            "chat m",
+            vec![
+                kv("gen_ai.operation.name", "chat"),
+                kv("gen_ai.input.messages", r#"[{"role":"user","parts":[{"type":"text","content":"hi"}]}]"#),
+                kv("gen_ai.output.messages", r#"[{"role":"assistant","parts":[{"type":"tool_call","id":"c1","name":"f","arguments":{}}]}]"#),
+            ],
+        );
+        let i = interpret_span(&s).unwrap();
+        assert_eq!(i.run_span_id, "0303030303030303");
+        assert_eq!(i.fact.kind, FactKind::ModelRequest);
+        assert_eq!(i.fact.output.as_ref().unwrap()[0].shape.opens, vec!["c1"]);
+        assert_eq!(i.messages.len(), 2);
+    }
+
+    #[test]
+    fn truncated_json_is_a_content_problem_not_a_failure() {
+        let s = span(
+            "chat m",
+            vec![
+                kv("gen_ai.operation.name", "chat"),
+                kv("gen_ai.input.messages", r#"[{"role":"user","parts":[{"type":"te"#),
+            ],
+        );
+        let i = interpret_span(&s).unwrap();
+        assert!(i.fact.input.is_none());
+        assert!(i.fact.content_problem.unwrap().contains("not valid JSON"));
+    }
+
+    #[test]
+    fn structured_any_value_messages_are_accepted() {
+        use any_value::Value as V;
+        let part = AnyValue {
+            value: Some(V::KvlistValue(opentelemetry_proto::tonic::common::v1::KeyValueList {
+                values: vec![kv("type", "text"), kv("content", "hi")],
+            })),
+        };
+        let message = AnyValue {
+            value: Some(V::KvlistValue(opentelemetry_proto::tonic::common::v1::KeyValueList {
+                values: vec![
+                    kv("role", "user"),
+                    KeyValue {
+            key_strindex: 0,
+                        key: "parts".into(),
+                        value: Some(AnyValue {
+                            value: Some(V::ArrayValue(opentelemetry_proto::tonic::common::v1::ArrayValue {
+                                values: vec![part],
+                            })),
+                        }),
+                    },
+                ],
+            })),
+        };
+        let attrs = vec![
+            kv("gen_ai.operation.name", "chat"),
+            KeyValue {
+            key_strindex: 0,
+                key: "gen_ai.input.messages".into(),
+                value: Some(AnyValue {
+                    value: Some(V::ArrayValue(opentelemetry_proto::tonic::common::v1::ArrayValue {
+                        values: vec![message],
+                    })),
+                }),
+            },
+        ];
+        let i = interpret_span(&span("chat m", attrs)).unwrap();
+        assert_eq!(i.messages[0]["parts"][0]["content"], "hi");
+    }
+
+    #[test]
+    fn failing_tool_keeps_retry_details_and_error() {
+        let mut s = span(
+            "execute_tool book",
+            vec![
+                kv("gen_ai.operation.name", "execute_tool"),
+                kv("gen_ai.tool.name", "book"),
+                kv("gen_ai.tool.call.id", "c1"),
+                kv("gen_ai.tool.call.arguments", r#"{"city":"Paris"}"#),
+                kv("gen_ai.tool.call.result", "busy, try again"),
+                kv("pydantic_ai.tool.retry.cause", "model_retry"),
+            ],
+        );
+        s.status = Some(Status {
+            code: StatusCode::Error as i32,
+            message: "busy".into(),
+        });
+        let i = interpret_span(&s).unwrap();
+        assert_eq!(i.fact.error.as_deref(), Some("busy"));
+        assert_eq!(i.fact.arguments.unwrap()["city"], "Paris");
+        assert_eq!(i.fact.result.unwrap(), "busy, try again");
+        assert_eq!(i.fact.retry.unwrap()["cause"], "model_retry");
+    }
+}

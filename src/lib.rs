@@ -1,0 +1,17 @@
+//! stepline: an OpenTelemetry pipeline stage that turns the traces AI agents emit into durable,
+//! resumable run state.
+//!
+//! A span travels [`receiver`] → [`ingest`] → [`interpreter`] → [`store`], and comes back out
+//! through the query [`api`] and its [`continuation`] export. [`service`] wires them together
+//! from the [`config`].
+
+pub mod api;
+pub mod config;
+pub mod continuation;
+pub mod domain;
+pub mod ingest;
+pub mod interpreter;
+pub mod receiver;
+pub mod service;
+pub mod service_error;
+pub mod store;

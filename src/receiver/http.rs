@@ -1,0 +1,216 @@
+//! The OTLP/HTTP receiver: `POST /v1/traces`, `/v1/logs` and `/v1/metrics` on an axum router.
+//!
+//! A request is read up to the size limit, decompressed (gzip, zstd) with the same limit
+//! applied to the output, decoded (protobuf or OTLP/JSON, by `Content-Type`), handed to the
+//! sink, and answered in the request's format: an `Export*ServiceResponse` on success, a
+//! `google.rpc.Status` on error. Requests whose `Content-Type` is not an OTLP format are
+//! answered in JSON.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::extract::{Request, State};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{post, MethodRouter};
+use axum::Router;
+use http::header::{ALLOW, CONTENT_LENGTH, CONTENT_TYPE, RETRY_AFTER};
+use http::{HeaderMap, HeaderValue, Method, Uri};
+use http_body_util::{BodyExt, LengthLimitError, Limited};
+use tokio::net::TcpListener;
+
+use super::decode::{
+    decode_request, decompress, encode_response, encode_status, ContentEncoding, PayloadFormat,
+};
+use super::error::ReceiverError;
+use super::limits::ReceiverLimits;
+use super::rpc_status::RpcStatus;
+use super::signal::{Logs, Metrics, Signal, Traces};
+use super::sink::ExportSink;
+use crate::service_error::{ServiceError, ServiceErrorCode};
+
+/// What every handler shares.
+struct HttpState<S> {
+    sink: Arc<S>,
+    limits: ReceiverLimits,
+}
+
+impl<S> Clone for HttpState<S> {
+    fn clone(&self) -> Self {
+        Self {
+            sink: Arc::clone(&self.sink),
+            limits: self.limits,
+        }
+    }
+}
+
+/// The OTLP/HTTP routes: `POST /v1/traces`, `/v1/logs`, `/v1/metrics`; other methods on those
+/// paths get 405 with `Allow: POST`, other paths 404.
+pub fn http_router<S: ExportSink>(sink: Arc<S>, limits: ReceiverLimits) -> Router {
+    Router::new()
+        .route(Traces::HTTP_PATH, signal_route::<S, Traces>())
+        .route(Logs::HTTP_PATH, signal_route::<S, Logs>())
+        .route(Metrics::HTTP_PATH, signal_route::<S, Metrics>())
+        .fallback(not_found)
+        .with_state(HttpState { sink, limits })
+}
+
+/// Serves [`http_router`] on `listener` until `shutdown` completes, then drains open
+/// connections.
+pub async fn serve_http<S: ExportSink>(
+    listener: TcpListener,
+    sink: Arc<S>,
+    limits: ReceiverLimits,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<(), ReceiverError> {
+    tracing::info!(
+        address = ?listener.local_addr().ok(),
+        max_request_bytes = limits.max_request_bytes,
+        "OTLP/HTTP receiver listening"
+    );
+    axum::serve(listener, http_router(sink, limits))
+        .with_graceful_shutdown(shutdown)
+        .await
+        .map_err(ReceiverError::HttpServer)
+}
+
+/// `POST` goes to the export handler of signal `G`; any other method is refused.
+fn signal_route<S: ExportSink, G: Signal>() -> MethodRouter<HttpState<S>> {
+    post(export::<S, G>).fallback(method_not_allowed)
+}
+
+/// Handles one export request of signal `G`.
+async fn export<S: ExportSink, G: Signal>(
+    State(state): State<HttpState<S>>,
+    request: Request,
+) -> Response {
+    let format = match PayloadFormat::from_headers(request.headers()) {
+        Ok(format) => format,
+        Err(err) => return reject(G::HTTP_PATH, &err, PayloadFormat::Json),
+    };
+    match accept::<S, G>(&state, format, request).await {
+        Ok(body) => ([(CONTENT_TYPE, format.content_type())], body).into_response(),
+        Err(err) => reject(G::HTTP_PATH, &err, format),
+    }
+}
+
+/// Reads, decodes and exports one request; returns the encoded response body.
+async fn accept<S: ExportSink, G: Signal>(
+    state: &HttpState<S>,
+    format: PayloadFormat,
+    request: Request,
+) -> Result<Vec<u8>, ReceiverError> {
+    let limit = state.limits.max_request_bytes;
+    let encoding = ContentEncoding::from_headers(request.headers())?;
+    if declared_length(request.headers()).is_some_and(|length| length > limit as u64) {
+        return Err(ReceiverError::BodyTooLarge { limit });
+    }
+    let body = Limited::new(request.into_body(), limit)
+        .collect()
+        .await
+        .map_err(|err| {
+            if err.is::<LengthLimitError>() {
+                ReceiverError::BodyTooLarge { limit }
+            } else {
+                ReceiverError::ReadBody(err.to_string())
+            }
+        })?
+        .to_bytes();
+
+    // Decompression and decoding are CPU work on up to `limit` bytes: keep them off the
+    // async workers.
+    let request: G::Request = tokio::task::spawn_blocking(move || {
+        let raw = decompress(encoding, body, limit)?;
+        decode_request(format, &raw, G::REQUEST_TYPE)
+    })
+    .await
+    .map_err(|err| ReceiverError::Internal(format!("decoding task failed: {err}")))??;
+
+    let outcome = G::export(state.sink.as_ref(), request).await?;
+    encode_response(format, &G::response(outcome))
+}
+
+/// The `Content-Length` the client declared, if any and valid.
+fn declared_length(headers: &HeaderMap) -> Option<u64> {
+    headers
+        .get(CONTENT_LENGTH)?
+        .to_str()
+        .ok()?
+        .trim()
+        .parse()
+        .ok()
+}
+
+/// Answers a non-POST request on an OTLP path.
+async fn method_not_allowed(method: Method, uri: Uri, headers: HeaderMap) -> Response {
+    let err = ReceiverError::MethodNotAllowed {
+        method: method.to_string(),
+        path: uri.path().to_string(),
+    };
+    reject(uri.path(), &err, reply_format(&headers))
+}
+
+/// Answers a request to a path that is not an OTLP endpoint.
+async fn not_found(uri: Uri, headers: HeaderMap) -> Response {
+    let err = ReceiverError::NotFound {
+        path: uri.path().to_string(),
+    };
+    reject(uri.path(), &err, reply_format(&headers))
+}
+
+/// The request's format if it names one, else JSON.
+fn reply_format(headers: &HeaderMap) -> PayloadFormat {
+    PayloadFormat::from_headers(headers).unwrap_or(PayloadFormat::Json)
+}
+
+/// Logs a rejected request and renders the error: the status from its [`ServiceErrorCode`],
+/// a `google.rpc.Status` body in `format`, `Retry-After` for retryable errors and `Allow`
+/// for 405.
+fn reject(path: &str, err: &ReceiverError, format: PayloadFormat) -> Response {
+    let code = err.error_code();
+    let status = code.http_status();
+    if status.is_server_error() {
+        tracing::warn!(path, status = status.as_u16(), reason = %err, "rejected OTLP/HTTP request");
+    } else {
+        tracing::debug!(path, status = status.as_u16(), reason = %err, "rejected OTLP/HTTP request");
+    }
+    let body = encode_status(format, &RpcStatus::new(code.grpc_code(), err.to_string()));
+    let mut response = (status, [(CONTENT_TYPE, format.content_type())], body).into_response();
+    let headers = response.headers_mut();
+    if let Some(delay) = err.retry_after() {
+        headers.insert(RETRY_AFTER, HeaderValue::from(whole_seconds(delay)));
+    }
+    if code == ServiceErrorCode::MethodNotAllowed {
+        headers.insert(ALLOW, HeaderValue::from_static("POST"));
+    }
+    response
+}
+
+/// `delay` in whole seconds, rounded up (`Retry-After` has second granularity).
+fn whole_seconds(delay: Duration) -> u64 {
+    delay
+        .as_secs()
+        .saturating_add(u64::from(delay.subsec_nanos() > 0))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn retry_after_rounds_up() {
+        assert_eq!(whole_seconds(Duration::from_secs(1)), 1);
+        assert_eq!(whole_seconds(Duration::from_millis(1500)), 2);
+        assert_eq!(whole_seconds(Duration::ZERO), 0);
+    }
+
+    #[test]
+    fn declared_length_ignores_garbage() {
+        let mut headers = HeaderMap::new();
+        assert_eq!(declared_length(&headers), None);
+        headers.insert(CONTENT_LENGTH, HeaderValue::from_static("12"));
+        assert_eq!(declared_length(&headers), Some(12));
+        headers.insert(CONTENT_LENGTH, HeaderValue::from_static("x"));
+        assert_eq!(declared_length(&headers), None);
+    }
+}

@@ -1,0 +1,148 @@
+//! Wiring: builds the pipeline from a validated config and runs it until shutdown.
+//!
+//! Order of shutdown: receivers and the API stop accepting and finish in-flight requests; the
+//! writer then drains, so everything acknowledged is on disk.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+
+use crate::api::{self, ApiState};
+use crate::config::Config;
+use crate::ingest::Ingest;
+use crate::receiver::{self, ReceiverLimits};
+use crate::store::Store;
+
+/// Runs stepline until SIGINT or SIGTERM.
+pub async fn run(config: Config) -> anyhow::Result<()> {
+    let directory = &config.storage.directory;
+    std::fs::create_dir_all(directory)
+        .with_context(|| format!("cannot create storage directory {}", directory.display()))?;
+    let store = Arc::new(
+        Store::open(directory, config.storage.sync)
+            .with_context(|| format!("cannot open the store in {}", directory.display()))?,
+    );
+    let ingest = Arc::new(Ingest::new(store.clone()));
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let stopped = move || {
+        let mut rx = stop_rx.clone();
+        async move {
+            let _ = rx.wait_for(|stop| *stop).await;
+        }
+    };
+
+    let mut tasks = tokio::task::JoinSet::new();
+    if let Some(grpc) = &config.receiver.grpc {
+        let listener = bind(&grpc.endpoint, "OTLP gRPC receiver").await?;
+        let limits = ReceiverLimits { max_request_bytes: grpc.max_recv_msg_size };
+        let (ingest, stop) = (ingest.clone(), stopped());
+        tasks.spawn(async move {
+            receiver::serve_grpc(listener, ingest, limits, stop)
+                .await
+                .context("OTLP gRPC receiver failed")
+        });
+    }
+    if let Some(http) = &config.receiver.http {
+        let listener = bind(&http.endpoint, "OTLP HTTP receiver").await?;
+        let limits = ReceiverLimits { max_request_bytes: http.max_request_body_size };
+        let (ingest, stop) = (ingest.clone(), stopped());
+        tasks.spawn(async move {
+            receiver::serve_http(listener, ingest, limits, stop)
+                .await
+                .context("OTLP HTTP receiver failed")
+        });
+    }
+    let api_listener = bind(&config.api.endpoint, "query API").await?;
+    let router = api::router(ApiState {
+        store: store.clone(),
+        ingest: ingest.clone(),
+        bearer_token: config.api.bearer_token.clone(),
+    });
+    let stop = stopped();
+    tasks.spawn(async move {
+        axum::serve(api_listener, router)
+            .with_graceful_shutdown(stop)
+            .await
+            .context("query API failed")
+    });
+    if let Some(timeout) = config.interpreter.inactivity_timeout {
+        tasks.spawn(sweep(store.clone(), ingest.clone(), timeout, stopped()));
+    }
+    tracing::info!(storage = %directory.display(), "stepline is running");
+
+    let outcome = tokio::select! {
+        _ = shutdown_signal() => Ok(()),
+        Some(result) = tasks.join_next() => result.context("a task panicked").and_then(|r| r),
+    };
+    tracing::info!("shutting down: finishing in-flight requests");
+    let _ = stop_tx.send(true);
+    let drain = async {
+        while let Some(result) = tasks.join_next().await {
+            if let Ok(Err(e)) = result {
+                tracing::warn!(error = %e, "task ended with an error during shutdown");
+            }
+        }
+    };
+    if tokio::time::timeout(Duration::from_secs(30), drain).await.is_err() {
+        tracing::warn!("shutdown deadline passed; stopping anyway");
+    }
+    outcome
+}
+
+async fn bind(endpoint: &str, what: &str) -> anyhow::Result<TcpListener> {
+    let listener = TcpListener::bind(endpoint)
+        .await
+        .with_context(|| format!("cannot listen on {endpoint} for the {what}"))?;
+    let address = listener.local_addr().map(|a| a.to_string()).unwrap_or_default();
+    tracing::info!(%address, "{what} listening");
+    Ok(listener)
+}
+
+/// Periodically abandons runs silent for longer than `timeout`.
+async fn sweep(
+    store: Arc<Store>,
+    ingest: Arc<Ingest>,
+    timeout: Duration,
+    stop: impl Future<Output = ()>,
+) -> anyhow::Result<()> {
+    let period = (timeout / 4).clamp(Duration::from_millis(200), Duration::from_secs(30));
+    let mut ticker = tokio::time::interval(period);
+    tokio::pin!(stop);
+    loop {
+        tokio::select! {
+            _ = &mut stop => return Ok(()),
+            _ = ticker.tick() => {
+                match ingest.sweep(&store, timeout).await {
+                    Ok(0) => {}
+                    Ok(n) => tracing::info!(runs = n, "abandoned runs after the inactivity timeout"),
+                    Err(e) => tracing::warn!(error = %e, "inactivity sweep failed"),
+                }
+            }
+        }
+    }
+}
+
+async fn shutdown_signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let term = std::future::pending::<()>();
+    tokio::select! {
+        _ = ctrl_c => {},
+        _ = term => {},
+    }
+}

@@ -1,0 +1,350 @@
+//! The RocksDB store: opening with a schema check, reads for the API, one durable write batch
+//! per commit.
+
+use std::path::Path;
+
+use rocksdb::{ColumnFamilyDescriptor, Direction, IteratorMode, Options, WriteOptions, DB};
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+use serde_json::Value;
+
+use super::error::StoreError;
+use super::keys::{self, cf, RunFilter};
+use crate::domain::{MessageHash, Run, SnapshotRecord, StepEvent, ToolEffect};
+use crate::interpreter::{RunMeta, SpanFact};
+
+/// The schema version this build writes. Opening a database with a higher one fails.
+pub const SCHEMA_VERSION: u32 = 1;
+const SCHEMA_KEY: &[u8] = b"schema_version";
+
+/// The RocksDB store.
+pub struct Store {
+    db: DB,
+    sync: bool,
+}
+
+/// A set of writes committed atomically by [`Store::commit`].
+pub struct WriteBatch<'a> {
+    store: &'a Store,
+    batch: rocksdb::WriteBatch,
+}
+
+impl WriteBatch<'_> {
+    /// Puts a JSON-encoded value.
+    pub fn put_json<T: Serialize>(&mut self, cf_name: &'static str, key: &[u8], value: &T) {
+        if let (Some(handle), Ok(bytes)) = (self.store.db.cf_handle(cf_name), serde_json::to_vec(value)) {
+            self.batch.put_cf(&handle, key, bytes);
+        }
+    }
+
+    /// Puts raw bytes.
+    pub fn put_raw(&mut self, cf_name: &'static str, key: &[u8], value: &[u8]) {
+        if let Some(handle) = self.store.db.cf_handle(cf_name) {
+            self.batch.put_cf(&handle, key, value);
+        }
+    }
+
+    /// Deletes a key.
+    pub fn delete(&mut self, cf_name: &'static str, key: &[u8]) {
+        if let Some(handle) = self.store.db.cf_handle(cf_name) {
+            self.batch.delete_cf(&handle, key);
+        }
+    }
+
+    /// Number of operations in the batch.
+    pub fn len(&self) -> usize {
+        self.batch.len()
+    }
+
+    /// True when the batch holds nothing.
+    pub fn is_empty(&self) -> bool {
+        self.batch.is_empty()
+    }
+}
+
+impl Store {
+    /// Opens (creating if needed) the database in `dir`. `sync` makes every commit fsync the WAL.
+    pub fn open(dir: &Path, sync: bool) -> Result<Store, StoreError> {
+        let mut options = Options::default();
+        options.create_if_missing(true);
+        options.create_missing_column_families(true);
+        options.set_compression_type(rocksdb::DBCompressionType::Lz4);
+        options.set_bottommost_compression_type(rocksdb::DBCompressionType::Zstd);
+        options.increase_parallelism(2);
+        let descriptors = cf::ALL.iter().map(|name| {
+            let mut cf_options = Options::default();
+            cf_options.set_compression_type(rocksdb::DBCompressionType::Lz4);
+            cf_options.set_bottommost_compression_type(rocksdb::DBCompressionType::Zstd);
+            ColumnFamilyDescriptor::new(*name, cf_options)
+        });
+        let db = DB::open_cf_descriptors(&options, dir, descriptors)?;
+        let store = Store { db, sync };
+        store.check_schema(dir)?;
+        Ok(store)
+    }
+
+    fn check_schema(&self, dir: &Path) -> Result<(), StoreError> {
+        match self.db.get(SCHEMA_KEY)? {
+            Some(bytes) => {
+                let found = std::str::from_utf8(&bytes)
+                    .ok()
+                    .and_then(|s| s.parse::<u32>().ok())
+                    .ok_or_else(|| StoreError::Corrupt {
+                        cf: "default",
+                        reason: "schema version is not a number".into(),
+                    })?;
+                if found > SCHEMA_VERSION {
+                    return Err(StoreError::NewerSchema {
+                        path: dir.display().to_string(),
+                        found,
+                        supported: SCHEMA_VERSION,
+                    });
+                }
+                Ok(())
+            }
+            None => {
+                let mut options = WriteOptions::default();
+                options.set_sync(true);
+                self.db
+                    .put_opt(SCHEMA_KEY, SCHEMA_VERSION.to_string(), &options)?;
+                Ok(())
+            }
+        }
+    }
+
+    /// Starts a write batch.
+    pub fn batch(&self) -> WriteBatch<'_> {
+        WriteBatch {
+            store: self,
+            batch: rocksdb::WriteBatch::default(),
+        }
+    }
+
+    /// Commits a batch atomically, with the WAL on and fsync when configured.
+    pub fn commit(&self, batch: WriteBatch<'_>) -> Result<(), StoreError> {
+        let mut options = WriteOptions::default();
+        options.set_sync(self.sync);
+        options.disable_wal(false);
+        self.db.write_opt(batch.batch, &options)?;
+        Ok(())
+    }
+
+    fn handle(&self, name: &'static str) -> Result<&rocksdb::ColumnFamily, StoreError> {
+        self.db.cf_handle(name).ok_or(StoreError::Corrupt {
+            cf: name,
+            reason: "column family missing".into(),
+        })
+    }
+
+    fn get_json<T: DeserializeOwned>(&self, name: &'static str, key: &[u8]) -> Result<Option<T>, StoreError> {
+        let handle = self.handle(name)?;
+        match self.db.get_pinned_cf(handle, key)? {
+            Some(bytes) => decode(name, &bytes).map(Some),
+            None => Ok(None),
+        }
+    }
+
+    /// Visits `(key, value)` pairs whose key starts with `prefix`, in key order, from `start`
+    /// (a key at or after the prefix) until `visit` returns false.
+    fn scan(
+        &self,
+        name: &'static str,
+        prefix: &[u8],
+        start: &[u8],
+        mut visit: impl FnMut(&[u8], &[u8]) -> Result<bool, StoreError>,
+    ) -> Result<(), StoreError> {
+        let handle = self.handle(name)?;
+        for item in self
+            .db
+            .iterator_cf(handle, IteratorMode::From(start, Direction::Forward))
+        {
+            let (key, value) = item?;
+            if !key.starts_with(prefix) || !visit(&key, &value)? {
+                break;
+            }
+        }
+        Ok(())
+    }
+
+    fn scan_json<T: DeserializeOwned>(&self, name: &'static str, prefix: &[u8]) -> Result<Vec<T>, StoreError> {
+        let mut out = Vec::new();
+        self.scan(name, prefix, prefix, |_, v| {
+            out.push(decode(name, v)?);
+            Ok(true)
+        })?;
+        Ok(out)
+    }
+
+    /// A run by its id.
+    pub fn run(&self, run_id: &str) -> Result<Option<Run>, StoreError> {
+        self.get_json(cf::RUNS, run_id.as_bytes())
+    }
+
+    /// Resolves a run id or an alias (e.g. `gen_ai.agent.call.id`) to a run id.
+    pub fn resolve_run(&self, id_or_alias: &str) -> Result<Option<String>, StoreError> {
+        if self.handle(cf::RUNS).and_then(|h| Ok(self.db.get_pinned_cf(h, id_or_alias.as_bytes())?))?.is_some() {
+            return Ok(Some(id_or_alias.to_string()));
+        }
+        let handle = self.handle(cf::ALIASES)?;
+        Ok(self
+            .db
+            .get_cf(handle, id_or_alias.as_bytes())?
+            .and_then(|v| String::from_utf8(v).ok()))
+    }
+
+    /// Runs passing `filter`, in start order, after `cursor` (a value from a previous page),
+    /// at most `limit`; with the cursor of the next page when there is one.
+    pub fn list_runs(
+        &self,
+        filter: &RunFilter,
+        cursor: Option<&[u8]>,
+        limit: usize,
+    ) -> Result<(Vec<Run>, Option<Vec<u8>>), StoreError> {
+        let (tag, value) = filter.index();
+        let prefix = keys::index_prefix(tag, value);
+        let mut start = prefix.clone();
+        if let Some(c) = cursor {
+            start.extend_from_slice(c);
+            start.push(0); // strictly after the cursor position
+        }
+        let mut runs = Vec::new();
+        let mut next = None;
+        self.scan(cf::RUN_INDEX, &prefix, &start, |key, _| {
+            let position = &key[prefix.len()..];
+            let Some(run_id) = position.get(8..).and_then(|b| std::str::from_utf8(b).ok()) else {
+                return Ok(true);
+            };
+            if let Some(run) = self.run(run_id)? {
+                if filter.matches(&run) {
+                    if runs.len() == limit {
+                        next = Some(keys::index_position(&runs[runs.len() - 1]));
+                        return Ok(false);
+                    }
+                    runs.push(run);
+                }
+            }
+            Ok(true)
+        })?;
+        Ok((runs, next))
+    }
+
+    /// A run's step events, chronological.
+    pub fn events(&self, run_id: &str) -> Result<Vec<StepEvent>, StoreError> {
+        self.scan_json(cf::EVENTS, &keys::run_prefix(run_id))
+    }
+
+    /// A run's tool-effect ledger.
+    pub fn effects(&self, run_id: &str) -> Result<Vec<ToolEffect>, StoreError> {
+        self.scan_json(cf::EFFECTS, &keys::run_prefix(run_id))
+    }
+
+    /// A run's snapshots, in order.
+    pub fn snapshots(&self, run_id: &str) -> Result<Vec<SnapshotRecord>, StoreError> {
+        self.scan_json(cf::SNAPSHOTS, &keys::run_prefix(run_id))
+    }
+
+    /// A run's span facts.
+    pub fn facts(&self, run_id: &str) -> Result<Vec<SpanFact>, StoreError> {
+        self.scan_json(cf::FACTS, &keys::run_prefix(run_id))
+    }
+
+    /// A run's meta.
+    pub fn run_meta(&self, run_id: &str) -> Result<Option<RunMeta>, StoreError> {
+        self.get_json(cf::RUN_META, run_id.as_bytes())
+    }
+
+    /// The run a tool span belongs to.
+    pub fn span_run(&self, trace_id: &str, span_id: &str) -> Result<Option<String>, StoreError> {
+        let handle = self.handle(cf::SPAN_RUNS)?;
+        Ok(self
+            .db
+            .get_cf(handle, keys::span_key(trace_id, span_id))?
+            .and_then(|v| String::from_utf8(v).ok()))
+    }
+
+    /// Delegate runs waiting for the tool span `trace_id span_id`: (pending key, child run id).
+    pub fn pending_children(&self, trace_id: &str, span_id: &str) -> Result<Vec<(Vec<u8>, String)>, StoreError> {
+        let mut prefix = keys::span_key(trace_id, span_id);
+        prefix.push(0);
+        let mut out = Vec::new();
+        self.scan(cf::PENDING_PARENTS, &prefix, &prefix, |k, _| {
+            if let Ok(child) = std::str::from_utf8(&k[prefix.len()..]) {
+                out.push((k.to_vec(), child.to_string()));
+            }
+            Ok(true)
+        })?;
+        Ok(out)
+    }
+
+    /// Ids of runs whose status is `running`.
+    pub fn running_run_ids(&self) -> Result<Vec<String>, StoreError> {
+        let prefix = keys::index_prefix(b's', "running");
+        let mut out = Vec::new();
+        self.scan(cf::RUN_INDEX, &prefix, &prefix, |k, _| {
+            if let Some(id) = k.get(prefix.len() + 8..).and_then(|b| std::str::from_utf8(b).ok()) {
+                out.push(id.to_string());
+            }
+            Ok(true)
+        })?;
+        Ok(out)
+    }
+
+    /// Message bodies of a run, in the order of `hashes`. A missing one is an error, never a
+    /// silently different history.
+    pub fn messages(&self, run_id: &str, hashes: &[MessageHash]) -> Result<Vec<Value>, StoreError> {
+        let handle = self.handle(cf::MESSAGES)?;
+        let keys: Vec<Vec<u8>> = hashes.iter().map(|h| keys::run_child(run_id, &h.0)).collect();
+        let results = self.db.batched_multi_get_cf(handle, &keys, false);
+        let mut out = Vec::with_capacity(hashes.len());
+        for (hash, result) in hashes.iter().zip(results) {
+            match result? {
+                Some(bytes) => out.push(decode(cf::MESSAGES, &bytes)?),
+                None => {
+                    return Err(StoreError::MissingMessage {
+                        run_id: run_id.to_string(),
+                        hash: hash.0.clone(),
+                    })
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// Approximate bytes on disk of the live data files (for reporting).
+    pub fn live_bytes(&self) -> u64 {
+        self.db
+            .property_int_value("rocksdb.total-sst-files-size")
+            .ok()
+            .flatten()
+            .unwrap_or(0)
+    }
+}
+
+fn decode<T: DeserializeOwned>(cf_name: &'static str, bytes: &[u8]) -> Result<T, StoreError> {
+    serde_json::from_slice(bytes).map_err(|e| StoreError::Corrupt {
+        cf: cf_name,
+        reason: e.to_string(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_newer_schema_is_refused_with_a_clear_message() {
+        let dir = tempfile::tempdir().unwrap();
+        {
+            let store = Store::open(dir.path(), true).unwrap();
+            store.db.put(SCHEMA_KEY, "99").unwrap();
+        }
+        let err = Store::open(dir.path(), true).err().unwrap();
+        let text = err.to_string();
+        assert!(text.contains("schema version 99"), "{text}");
+        assert!(text.contains("upgrade stepline"), "{text}");
+        // The current version reopens fine.
+        let dir2 = tempfile::tempdir().unwrap();
+        drop(Store::open(dir2.path(), true).unwrap());
+        Store::open(dir2.path(), true).unwrap();
+    }
+}
