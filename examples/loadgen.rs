@@ -1342,6 +1342,10 @@ struct DiskUsage {
     allocated: u64,
     /// Number of files.
     files: u64,
+    /// Bytes in RocksDB write-ahead logs (`NNNNNN.log`).
+    wal_bytes: u64,
+    /// Bytes in RocksDB tables (`*.sst`, `*.blob`).
+    table_bytes: u64,
 }
 
 /// Walks `dir` and sums its file sizes (files that vanish during the walk, e.g. compacted SST
@@ -1371,6 +1375,13 @@ fn disk_usage(dir: &Path) -> Result<DiskUsage> {
                 usage.bytes += metadata.len();
                 usage.allocated += metadata.blocks() * 512;
                 usage.files += 1;
+                let name = entry.file_name();
+                let name = name.to_string_lossy();
+                if name.ends_with(".log") {
+                    usage.wal_bytes += metadata.len();
+                } else if name.ends_with(".sst") || name.ends_with(".blob") {
+                    usage.table_bytes += metadata.len();
+                }
             }
         }
     }
@@ -1831,7 +1842,8 @@ async fn main() -> Result<()> {
         }
         println!(
             "disk: {} = {} bytes in {} files ({:.2} MB, allocated {:.2} MB) for {} runs \
-             = {:.0} bytes/run (live before shutdown {:.0} bytes/run; {:.0} bytes at start)",
+             = {:.0} bytes/run (WAL {:.0}, tables {:.0}); live before shutdown {:.0} bytes/run; \
+             {} bytes at start",
             dir.display(),
             end.bytes,
             end.files,
@@ -1839,6 +1851,8 @@ async fn main() -> Result<()> {
             end.allocated as f64 / MB,
             total_runs_acked,
             per_run(end.bytes),
+            per_run(end.wal_bytes),
+            per_run(end.table_bytes),
             per_run(live.bytes),
             before.bytes,
         );
@@ -1847,6 +1861,8 @@ async fn main() -> Result<()> {
             "bytes": end.bytes,
             "allocated_bytes": end.allocated,
             "files": end.files,
+            "wal_bytes": end.wal_bytes,
+            "table_bytes": end.table_bytes,
             "bytes_per_run": round3(per_run(end.bytes)),
             "live_bytes": live.bytes,
             "live_bytes_per_run": round3(per_run(live.bytes)),

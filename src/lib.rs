@@ -15,3 +15,5 @@ pub mod receiver;
 pub mod service;
 pub mod service_error;
 pub mod store;
+#[cfg(test)]
+mod test_fixtures;

@@ -5,6 +5,9 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 use stepline::config::Config;
+use tracing_subscriber::layer::SubscriberExt;
+use tracing_subscriber::util::SubscriberInitExt;
+use tracing_subscriber::EnvFilter;
 
 /// stepline: durable, resumable run state from the OpenTelemetry traces AI agents emit.
 #[derive(Parser)]
@@ -28,6 +31,16 @@ enum Command {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    // Logging starts before the config loads, so its warnings (e.g. an unset variable) show;
+    // the config's level applies once it is read, unless RUST_LOG says otherwise.
+    let from_env = std::env::var("RUST_LOG").ok();
+    let (filter, level) = tracing_subscriber::reload::Layer::new(EnvFilter::new(
+        from_env.clone().unwrap_or_else(|| "info".into()),
+    ));
+    tracing_subscriber::registry()
+        .with(filter)
+        .with(tracing_subscriber::fmt::layer().with_writer(std::io::stderr))
+        .init();
     let config = match Config::load(&cli.config) {
         Ok(c) => c,
         Err(e) => {
@@ -39,15 +52,10 @@ fn main() -> ExitCode {
         println!("{}: configuration is valid", cli.config.display());
         return ExitCode::SUCCESS;
     }
-    let Some(Command::Serve) | None = cli.command;
-    let filter = std::env::var("RUST_LOG")
-        .ok()
-        .or_else(|| config.log_level.clone())
-        .unwrap_or_else(|| "info".into());
-    tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::new(filter))
-        .with_writer(std::io::stderr)
-        .init();
+    let (Some(Command::Serve) | None) = cli.command;
+    if let (None, Some(configured)) = (from_env, &config.log_level) {
+        let _ = level.modify(|f| *f = EnvFilter::new(configured));
+    }
     let runtime = match tokio::runtime::Runtime::new() {
         Ok(r) => r,
         Err(e) => {

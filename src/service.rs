@@ -57,6 +57,9 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
         });
     }
     let api_listener = bind(&config.api.endpoint, "query API").await?;
+    if let Ok(address) = api_listener.local_addr() {
+        tracing::info!(%address, "query API listening");
+    }
     let router = api::router(ApiState {
         store: store.clone(),
         ingest: ingest.clone(),
@@ -97,8 +100,6 @@ async fn bind(endpoint: &str, what: &str) -> anyhow::Result<TcpListener> {
     let listener = TcpListener::bind(endpoint)
         .await
         .with_context(|| format!("cannot listen on {endpoint} for the {what}"))?;
-    let address = listener.local_addr().map(|a| a.to_string()).unwrap_or_default();
-    tracing::info!(%address, "{what} listening");
     Ok(listener)
 }
 

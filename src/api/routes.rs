@@ -277,3 +277,111 @@ async fn abandon(
         Applied::StillActive | Applied::Stored => Err(ApiError::Internal("unexpected writer answer".into())),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::test_fixtures::{delegate_scenario, request, run_id};
+    use axum::body::Body;
+    use tower::ServiceExt;
+
+    async fn app(token: Option<&str>) -> (Router, tempfile::TempDir) {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Arc::new(Store::open(dir.path(), false).unwrap());
+        let ingest = Arc::new(Ingest::new(store.clone()));
+        ingest.export_traces(request(delegate_scenario())).await.unwrap();
+        let state = ApiState {
+            store,
+            ingest,
+            bearer_token: token.map(str::to_string),
+        };
+        (router(state), dir)
+    }
+
+    async fn call(app: &Router, method: &str, uri: &str, token: Option<&str>) -> (http::StatusCode, Value) {
+        let mut req = http::Request::builder().method(method).uri(uri);
+        if let Some(t) = token {
+            req = req.header("authorization", format!("Bearer {t}"));
+        }
+        let response = app.clone().oneshot(req.body(Body::empty()).unwrap()).await.unwrap();
+        let status = response.status();
+        let bytes = axum::body::to_bytes(response.into_body(), 1 << 20).await.unwrap();
+        (status, serde_json::from_slice(&bytes).unwrap_or(Value::Null))
+    }
+
+    #[tokio::test]
+    async fn runs_filter_and_resolve_aliases() {
+        let (app, _dir) = app(None).await;
+        let (status, body) = call(&app, "GET", "/v1/runs?conversation_id=conv-f", None).await;
+        assert_eq!(status, 200);
+        assert_eq!(body["runs"].as_array().unwrap().len(), 1);
+        assert_eq!(body["runs"][0]["run_id"], run_id(1));
+        let (_, body) = call(&app, "GET", &format!("/v1/runs?parent_run_id={}&agent_name=delegate", run_id(1)), None).await;
+        assert_eq!(body["runs"][0]["run_id"], run_id(4));
+        let (_, body) = call(&app, "GET", "/v1/runs?agent_name=delegate&status=running", None).await;
+        assert!(body["runs"].as_array().unwrap().is_empty(), "filters are AND-combined");
+        let (status, body) = call(&app, "GET", "/v1/runs/outer-call", None).await;
+        assert_eq!(status, 200);
+        assert_eq!(body["run_id"], run_id(1));
+        // Pages of one, in start order.
+        let (_, page1) = call(&app, "GET", "/v1/runs?limit=1", None).await;
+        let cursor = page1["next_cursor"].as_str().unwrap().to_string();
+        let (_, page2) = call(&app, "GET", &format!("/v1/runs?limit=1&cursor={cursor}"), None).await;
+        assert_eq!(page1["runs"][0]["run_id"], run_id(1));
+        assert_eq!(page2["runs"][0]["run_id"], run_id(4));
+        assert!(page2["next_cursor"].is_null());
+    }
+
+    #[tokio::test]
+    async fn bad_requests_get_clear_errors() {
+        let (app, _dir) = app(None).await;
+        let cases = [
+            ("GET", "/v1/runs/nope", 404, "not found"),
+            ("GET", "/v1/runs?status=sleeping", 400, "status must be one of"),
+            ("GET", "/v1/runs?limit=0", 400, "limit must be"),
+            ("GET", "/v1/runs?colour=red", 400, "unknown query parameter"),
+            ("GET", "/v1/runs/outer-call/continuation?format=nope", 400, "unknown format"),
+            ("GET", "/v1/runs/outer-call/continuation?at=x", 400, "at must be"),
+            ("GET", "/v1/runs/outer-call/continuation?at=99", 404, "no snapshot 99"),
+            ("GET", "/v1/runs/outer-call/effects?unresolved=maybe", 400, "true or false"),
+            ("POST", "/v1/runs/outer-call/abandon", 409, "already completed"),
+            ("POST", "/v1/runs/nope/abandon", 404, "not found"),
+            ("GET", "/v2/things", 404, "no such endpoint"),
+        ];
+        for (method, uri, want, text) in cases {
+            let (status, body) = call(&app, method, uri, None).await;
+            assert_eq!(status.as_u16(), want, "{method} {uri}: {body}");
+            let error = body["error"].as_str().unwrap_or_default();
+            assert!(error.contains(text), "{method} {uri}: {error:?} should mention {text:?}");
+        }
+    }
+
+    #[tokio::test]
+    async fn bearer_token_guards_v1_but_not_health() {
+        let (app, _dir) = app(Some("s3cret")).await;
+        let (status, body) = call(&app, "GET", "/v1/runs", None).await;
+        assert_eq!(status, 401);
+        assert!(body["error"].as_str().unwrap().contains("bearer token"));
+        assert_eq!(call(&app, "GET", "/v1/runs", Some("wrong")).await.0, 401);
+        assert_eq!(call(&app, "GET", "/v1/runs", Some("s3cret")).await.0, 200);
+        assert_eq!(call(&app, "GET", "/healthz", None).await.0, 200);
+    }
+
+    #[tokio::test]
+    async fn continuation_of_a_delegate_in_both_formats() {
+        let (app, _dir) = app(None).await;
+        let uri = format!("/v1/runs/{}/continuation?format=otel", run_id(4));
+        let (status, body) = call(&app, "GET", &uri, None).await;
+        assert_eq!(status, 200, "{body}");
+        assert_eq!(body["snapshot"]["state"], "complete");
+        assert_eq!(body["messages"].as_array().unwrap().len(), 2);
+        let uri = format!("/v1/runs/{}/continuation?format=pydantic-ai", run_id(4));
+        let (_, body) = call(&app, "GET", &uri, None).await;
+        let messages = body["messages"].as_array().unwrap();
+        assert_eq!(messages[0]["kind"], "request");
+        assert_eq!(messages[0]["parts"][0]["part_kind"], "user-prompt");
+        assert_eq!(messages[1]["kind"], "response");
+        assert_eq!(messages[1]["parts"][0]["content"], "a");
+        assert!(messages.iter().all(|m| m["timestamp"].is_string()), "timestamps always emitted");
+    }
+}

@@ -258,65 +258,19 @@ mod tests {
     use super::*;
     use crate::domain::{EffectStatus, RunStatus};
     use crate::interpreter::interpret_span;
-    use opentelemetry_proto::tonic::common::v1::{any_value, AnyValue, KeyValue};
+    use crate::test_fixtures::{delegate_scenario as spans, run_id};
     use opentelemetry_proto::tonic::trace::v1::Span;
-
-    const TRACE: [u8; 16] = [7; 16];
-
-    fn kv(key: &str, value: &str) -> KeyValue {
-        KeyValue {
-            key_strindex: 0,
-            key: key.into(),
-            value: Some(AnyValue {
-                value: Some(any_value::Value::StringValue(value.into())),
-            }),
-        }
-    }
-
-    fn span(id: u8, parent: u8, name: &str, start: u64, attrs: Vec<KeyValue>) -> Span {
-        Span {
-            trace_id: TRACE.to_vec(),
-            span_id: vec![id; 8],
-            parent_span_id: if parent == 0 { vec![] } else { vec![parent; 8] },
-            name: name.into(),
-            start_time_unix_nano: start,
-            end_time_unix_nano: start + 10,
-            attributes: attrs,
-            ..Default::default()
-        }
-    }
-
-    /// Outer run (span 1) calls tool `ask` (span 3); the delegate run (span 4) nests in it.
-    fn spans() -> Vec<Span> {
-        let op = |v: &str| kv("gen_ai.operation.name", v);
-        vec![
-            span(2, 1, "chat m", 100, vec![
-                op("chat"),
-                kv("gen_ai.agent.call.id", "outer-call"),
-                kv("gen_ai.input.messages", r#"[{"role":"user","parts":[{"type":"text","content":"go"}]}]"#),
-                kv("gen_ai.output.messages", r#"[{"role":"assistant","parts":[{"type":"tool_call","id":"c1","name":"ask","arguments":{}}]}]"#),
-            ]),
-            span(5, 4, "chat d", 130, vec![
-                op("chat"),
-                kv("gen_ai.input.messages", r#"[{"role":"user","parts":[{"type":"text","content":"q"}]}]"#),
-                kv("gen_ai.output.messages", r#"[{"role":"assistant","parts":[{"type":"text","content":"a"}]}]"#),
-            ]),
-            span(4, 3, "invoke_agent delegate", 125, vec![op("invoke_agent"), kv("gen_ai.agent.name", "delegate")]),
-            span(3, 1, "execute_tool ask", 120, vec![op("execute_tool"), kv("gen_ai.tool.call.id", "c1"), kv("gen_ai.tool.name", "ask"), kv("gen_ai.tool.call.result", "a")]),
-            span(1, 0, "invoke_agent outer", 50, vec![op("invoke_agent"), kv("gen_ai.agent.name", "outer"), kv("gen_ai.agent.call.id", "outer-call")]),
-        ]
-    }
 
     fn interpreted(spans: &[Span]) -> Vec<Interpreted> {
         spans.iter().filter_map(interpret_span).collect()
     }
 
     fn outer_id() -> String {
-        format!("{}-{}", hex::encode(TRACE), hex::encode([1u8; 8]))
+        run_id(1)
     }
 
     fn delegate_id() -> String {
-        format!("{}-{}", hex::encode(TRACE), hex::encode([4u8; 8]))
+        run_id(4)
     }
 
     #[test]

@@ -394,14 +394,9 @@ fn build_events(
         ),
         (None, None) => {}
     }
-    events.sort_by(|a, b| {
-        (a.time_ns, a.kind.tie_rank(), &a.span_id, &a.tool_call_id).cmp(&(
-            b.time_ns,
-            b.kind.tie_rank(),
-            &b.span_id,
-            &b.tool_call_id,
-        ))
-    });
+    // Facts are pushed in a deterministic order (sorted facts, ledger order), so a stable sort
+    // keeps simultaneous events, like the calls of one response, in the order they were made.
+    events.sort_by_key(|e| (e.time_ns, e.kind.tie_rank()));
     for (seq, e) in events.iter_mut().enumerate() {
         e.seq = seq as u32;
     }
@@ -641,6 +636,21 @@ mod tests {
         let last = a.snapshots.last().unwrap();
         assert_eq!(last.meta.state, SnapshotState::Complete);
         assert_eq!(last.meta.message_count, 4);
+    }
+
+    #[test]
+    fn parallel_calls_keep_the_order_of_the_response() {
+        let two = json!({"role":"assistant","parts":[
+            {"type":"tool_call","id":"z","name":"get_weather","arguments":{}},
+            {"type":"tool_call","id":"a","name":"get_weather","arguments":{}}]});
+        let d = derive("r", &[model("m1", 100, vec![user()], vec![two])], &RunMeta::default());
+        let requested: Vec<&str> = d
+            .events
+            .iter()
+            .filter(|e| e.kind == EventKind::ToolCallRequested)
+            .filter_map(|e| e.tool_call_id.as_deref())
+            .collect();
+        assert_eq!(requested, vec!["z", "a"]);
     }
 
     #[test]

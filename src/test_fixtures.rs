@@ -1,0 +1,83 @@
+//! Builders of OTLP spans shaped like Pydantic AI's, shared by the unit tests.
+
+use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
+use opentelemetry_proto::tonic::common::v1::{any_value, AnyValue, KeyValue};
+use opentelemetry_proto::tonic::trace::v1::{ResourceSpans, ScopeSpans, Span};
+
+/// The trace every fixture span belongs to.
+pub const TRACE: [u8; 16] = [7; 16];
+
+/// A string attribute.
+pub fn kv(key: &str, value: &str) -> KeyValue {
+    KeyValue {
+        key: key.into(),
+        value: Some(AnyValue {
+            value: Some(any_value::Value::StringValue(value.into())),
+        }),
+        key_strindex: 0,
+    }
+}
+
+/// A span of [`TRACE`] with id `[id; 8]`, parent `[parent; 8]` (0: none), lasting 10 ns.
+pub fn span(id: u8, parent: u8, name: &str, start: u64, attrs: Vec<KeyValue>) -> Span {
+    Span {
+        trace_id: TRACE.to_vec(),
+        span_id: vec![id; 8],
+        parent_span_id: if parent == 0 { vec![] } else { vec![parent; 8] },
+        name: name.into(),
+        start_time_unix_nano: start,
+        end_time_unix_nano: start + 10,
+        attributes: attrs,
+        ..Default::default()
+    }
+}
+
+/// The run id stepline gives the run whose agent span is `[id; 8]`.
+pub fn run_id(id: u8) -> String {
+    format!("{}-{}", hex::encode(TRACE), hex::encode([id; 8]))
+}
+
+/// An outer run (span 1, alias `outer-call`) whose model (span 2) calls tool `ask` (span 3),
+/// in which a delegate run (span 4) makes one model request (span 5).
+pub fn delegate_scenario() -> Vec<Span> {
+    let op = |v: &str| kv("gen_ai.operation.name", v);
+    vec![
+        span(2, 1, "chat m", 100, vec![
+            op("chat"),
+            kv("gen_ai.agent.call.id", "outer-call"),
+            kv("gen_ai.input.messages", r#"[{"role":"user","parts":[{"type":"text","content":"go"}]}]"#),
+            kv("gen_ai.output.messages", r#"[{"role":"assistant","parts":[{"type":"tool_call","id":"c1","name":"ask","arguments":{}}]}]"#),
+        ]),
+        span(5, 4, "chat d", 130, vec![
+            op("chat"),
+            kv("gen_ai.input.messages", r#"[{"role":"user","parts":[{"type":"text","content":"q"}]}]"#),
+            kv("gen_ai.output.messages", r#"[{"role":"assistant","parts":[{"type":"text","content":"a"}]}]"#),
+        ]),
+        span(4, 3, "invoke_agent delegate", 125, vec![op("invoke_agent"), kv("gen_ai.agent.name", "delegate")]),
+        span(3, 1, "execute_tool ask", 120, vec![
+            op("execute_tool"),
+            kv("gen_ai.tool.call.id", "c1"),
+            kv("gen_ai.tool.name", "ask"),
+            kv("gen_ai.tool.call.result", "a"),
+        ]),
+        span(1, 0, "invoke_agent outer", 50, vec![
+            op("invoke_agent"),
+            kv("gen_ai.agent.name", "outer"),
+            kv("gen_ai.agent.call.id", "outer-call"),
+            kv("gen_ai.conversation.id", "conv-f"),
+        ]),
+    ]
+}
+
+/// An export request holding `spans`.
+pub fn request(spans: Vec<Span>) -> ExportTraceServiceRequest {
+    ExportTraceServiceRequest {
+        resource_spans: vec![ResourceSpans {
+            scope_spans: vec![ScopeSpans {
+                spans,
+                ..Default::default()
+            }],
+            ..Default::default()
+        }],
+    }
+}
