@@ -38,7 +38,9 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
     let mut tasks = tokio::task::JoinSet::new();
     if let Some(grpc) = &config.receiver.grpc {
         let listener = bind(&grpc.endpoint, "OTLP gRPC receiver").await?;
-        let limits = ReceiverLimits { max_request_bytes: grpc.max_recv_msg_size };
+        let limits = ReceiverLimits {
+            max_request_bytes: grpc.max_recv_msg_size,
+        };
         let (ingest, stop) = (ingest.clone(), stopped());
         tasks.spawn(async move {
             receiver::serve_grpc(listener, ingest, limits, stop)
@@ -48,7 +50,9 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
     }
     if let Some(http) = &config.receiver.http {
         let listener = bind(&http.endpoint, "OTLP HTTP receiver").await?;
-        let limits = ReceiverLimits { max_request_bytes: http.max_request_body_size };
+        let limits = ReceiverLimits {
+            max_request_bytes: http.max_request_body_size,
+        };
         let (ingest, stop) = (ingest.clone(), stopped());
         tasks.spawn(async move {
             receiver::serve_http(listener, ingest, limits, stop)
@@ -90,7 +94,10 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
             }
         }
     };
-    if tokio::time::timeout(Duration::from_secs(30), drain).await.is_err() {
+    if tokio::time::timeout(Duration::from_secs(30), drain)
+        .await
+        .is_err()
+    {
         tracing::warn!("shutdown deadline passed; stopping anyway");
     }
     outcome

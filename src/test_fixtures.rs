@@ -42,30 +42,72 @@ pub fn run_id(id: u8) -> String {
 pub fn delegate_scenario() -> Vec<Span> {
     let op = |v: &str| kv("gen_ai.operation.name", v);
     vec![
-        span(2, 1, "chat m", 100, vec![
-            op("chat"),
-            kv("gen_ai.agent.call.id", "outer-call"),
-            kv("gen_ai.input.messages", r#"[{"role":"user","parts":[{"type":"text","content":"go"}]}]"#),
-            kv("gen_ai.output.messages", r#"[{"role":"assistant","parts":[{"type":"tool_call","id":"c1","name":"ask","arguments":{}}]}]"#),
-        ]),
-        span(5, 4, "chat d", 130, vec![
-            op("chat"),
-            kv("gen_ai.input.messages", r#"[{"role":"user","parts":[{"type":"text","content":"q"}]}]"#),
-            kv("gen_ai.output.messages", r#"[{"role":"assistant","parts":[{"type":"text","content":"a"}]}]"#),
-        ]),
-        span(4, 3, "invoke_agent delegate", 125, vec![op("invoke_agent"), kv("gen_ai.agent.name", "delegate")]),
-        span(3, 1, "execute_tool ask", 120, vec![
-            op("execute_tool"),
-            kv("gen_ai.tool.call.id", "c1"),
-            kv("gen_ai.tool.name", "ask"),
-            kv("gen_ai.tool.call.result", "a"),
-        ]),
-        span(1, 0, "invoke_agent outer", 50, vec![
-            op("invoke_agent"),
-            kv("gen_ai.agent.name", "outer"),
-            kv("gen_ai.agent.call.id", "outer-call"),
-            kv("gen_ai.conversation.id", "conv-f"),
-        ]),
+        span(
+            2,
+            1,
+            "chat m",
+            100,
+            vec![
+                op("chat"),
+                kv("gen_ai.agent.call.id", "outer-call"),
+                kv(
+                    "gen_ai.input.messages",
+                    r#"[{"role":"user","parts":[{"type":"text","content":"go"}]}]"#,
+                ),
+                kv(
+                    "gen_ai.output.messages",
+                    r#"[{"role":"assistant","parts":[{"type":"tool_call","id":"c1","name":"ask","arguments":{}}]}]"#,
+                ),
+            ],
+        ),
+        span(
+            5,
+            4,
+            "chat d",
+            130,
+            vec![
+                op("chat"),
+                kv(
+                    "gen_ai.input.messages",
+                    r#"[{"role":"user","parts":[{"type":"text","content":"q"}]}]"#,
+                ),
+                kv(
+                    "gen_ai.output.messages",
+                    r#"[{"role":"assistant","parts":[{"type":"text","content":"a"}]}]"#,
+                ),
+            ],
+        ),
+        span(
+            4,
+            3,
+            "invoke_agent delegate",
+            125,
+            vec![op("invoke_agent"), kv("gen_ai.agent.name", "delegate")],
+        ),
+        span(
+            3,
+            1,
+            "execute_tool ask",
+            120,
+            vec![
+                op("execute_tool"),
+                kv("gen_ai.tool.call.id", "c1"),
+                kv("gen_ai.tool.name", "ask"),
+                kv("gen_ai.tool.call.result", "a"),
+            ],
+        ),
+        span(
+            1,
+            0,
+            "invoke_agent outer",
+            50,
+            vec![
+                op("invoke_agent"),
+                kv("gen_ai.agent.name", "outer"),
+                kv("gen_ai.agent.call.id", "outer-call"),
+                kv("gen_ai.conversation.id", "conv-f"),
+            ],
+        ),
     ]
 }
 

@@ -65,16 +65,21 @@ impl IntoResponse for ApiError {
         if status.is_server_error() {
             tracing::error!(error = %self, "api request failed");
         }
-        let mut response = (status, Json(serde_json::json!({ "error": self.to_string() }))).into_response();
+        let mut response = (
+            status,
+            Json(serde_json::json!({ "error": self.to_string() })),
+        )
+            .into_response();
         if let Some(after) = self.retry_after() {
             if let Ok(v) = after.as_secs().max(1).to_string().parse() {
                 response.headers_mut().insert(http::header::RETRY_AFTER, v);
             }
         }
         if matches!(self, Self::Unauthorized) {
-            response
-                .headers_mut()
-                .insert(http::header::WWW_AUTHENTICATE, http::HeaderValue::from_static("Bearer"));
+            response.headers_mut().insert(
+                http::header::WWW_AUTHENTICATE,
+                http::HeaderValue::from_static("Bearer"),
+            );
         }
         response
     }

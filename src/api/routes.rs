@@ -84,13 +84,20 @@ async fn blocking<T: Send + 'static>(
 
 /// Rejects query parameters the endpoint does not know.
 fn check_params(params: &HashMap<String, String>, allowed: &[&str]) -> Result<(), ApiError> {
-    let mut unknown: Vec<&String> = params.keys().filter(|k| !allowed.contains(&k.as_str())).collect();
+    let mut unknown: Vec<&String> = params
+        .keys()
+        .filter(|k| !allowed.contains(&k.as_str()))
+        .collect();
     unknown.sort();
     match unknown.first() {
         None => Ok(()),
         Some(k) => Err(ApiError::BadRequest(format!(
             "unknown query parameter {k:?}; this endpoint takes {}",
-            if allowed.is_empty() { "none".to_string() } else { allowed.join(", ") }
+            if allowed.is_empty() {
+                "none".to_string()
+            } else {
+                allowed.join(", ")
+            }
         ))),
     }
 }
@@ -99,7 +106,9 @@ fn parse_bool(params: &HashMap<String, String>, key: &str) -> Result<bool, ApiEr
     match params.get(key).map(String::as_str) {
         None | Some("false") | Some("0") => Ok(false),
         Some("true") | Some("1") | Some("") => Ok(true),
-        Some(other) => Err(ApiError::BadRequest(format!("{key} must be true or false, not {other:?}"))),
+        Some(other) => Err(ApiError::BadRequest(format!(
+            "{key} must be true or false, not {other:?}"
+        ))),
     }
 }
 
@@ -119,7 +128,15 @@ async fn list_runs(
 ) -> Result<Json<Value>, ApiError> {
     check_params(
         &params,
-        &["conversation_id", "parent_run_id", "agent_name", "status", "trace_id", "limit", "cursor"],
+        &[
+            "conversation_id",
+            "parent_run_id",
+            "agent_name",
+            "status",
+            "trace_id",
+            "limit",
+            "cursor",
+        ],
     )?;
     if let Some(s) = params.get("status") {
         if crate::domain::RunStatus::parse(s).is_none() {
@@ -134,11 +151,17 @@ async fn list_runs(
             .parse::<usize>()
             .ok()
             .filter(|n| (1..=MAX_LIMIT).contains(n))
-            .ok_or_else(|| ApiError::BadRequest(format!("limit must be a number from 1 to {MAX_LIMIT}, not {l:?}")))?,
+            .ok_or_else(|| {
+                ApiError::BadRequest(format!(
+                    "limit must be a number from 1 to {MAX_LIMIT}, not {l:?}"
+                ))
+            })?,
     };
     let cursor = match params.get("cursor") {
         None => None,
-        Some(c) => Some(hex::decode(c).map_err(|_| ApiError::BadRequest(format!("cursor {c:?} is not one this API returned")))?),
+        Some(c) => Some(hex::decode(c).map_err(|_| {
+            ApiError::BadRequest(format!("cursor {c:?} is not one this API returned"))
+        })?),
     };
     let filter = RunFilter {
         conversation_id: params.get("conversation_id").cloned(),
@@ -147,8 +170,13 @@ async fn list_runs(
         status: params.get("status").cloned(),
         trace_id: params.get("trace_id").cloned(),
     };
-    let (runs, next) = blocking(&state, move |s| Ok(s.list_runs(&filter, cursor.as_deref(), limit)?)).await?;
-    Ok(Json(json!({"runs": runs, "next_cursor": next.map(hex::encode)})))
+    let (runs, next) = blocking(&state, move |s| {
+        Ok(s.list_runs(&filter, cursor.as_deref(), limit)?)
+    })
+    .await?;
+    Ok(Json(
+        json!({"runs": runs, "next_cursor": next.map(hex::encode)}),
+    ))
 }
 
 async fn get_run(
@@ -201,7 +229,10 @@ async fn get_snapshots(
     check_params(&params, &[])?;
     let snapshots: Vec<SnapshotMeta> = blocking(&state, move |s| {
         let run = find_run(s, &run_id)?;
-        Ok(s.snapshots(&run.run_id)?.into_iter().map(|r| r.meta).collect())
+        Ok(s.snapshots(&run.run_id)?
+            .into_iter()
+            .map(|r| r.meta)
+            .collect())
     })
     .await?;
     Ok(Json(json!({"snapshots": snapshots})))
@@ -224,7 +255,9 @@ async fn get_continuation(
         at: match params.get("at") {
             None => None,
             Some(a) => Some(a.parse::<u32>().map_err(|_| {
-                ApiError::BadRequest(format!("at must be a snapshot seq (a whole number), not {a:?}"))
+                ApiError::BadRequest(format!(
+                    "at must be a snapshot seq (a whole number), not {a:?}"
+                ))
             })?),
         },
         include_interrupted: parse_bool(&params, "include_interrupted")?,
@@ -268,13 +301,19 @@ async fn abandon(
     Query(params): Query<HashMap<String, String>>,
 ) -> Result<Json<Run>, ApiError> {
     check_params(&params, &[])?;
-    match state.ingest.abandon(&run_id, "abandoned by request").await? {
+    match state
+        .ingest
+        .abandon(&run_id, "abandoned by request")
+        .await?
+    {
         Applied::Abandoned(id) => Ok(Json(blocking(&state, move |s| find_run(s, &id)).await?)),
         Applied::AlreadyOver(id, status) => Err(ApiError::Conflict(format!(
             "run {id} is already {status}; only a running run can be abandoned"
         ))),
         Applied::UnknownRun => Err(ApiError::NotFound(format!("run {run_id:?} not found"))),
-        Applied::StillActive | Applied::Stored => Err(ApiError::Internal("unexpected writer answer".into())),
+        Applied::StillActive | Applied::Stored => {
+            Err(ApiError::Internal("unexpected writer answer".into()))
+        }
     }
 }
 
@@ -289,7 +328,10 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let store = Arc::new(Store::open(dir.path(), false).unwrap());
         let ingest = Arc::new(Ingest::new(store.clone()));
-        ingest.export_traces(request(delegate_scenario())).await.unwrap();
+        ingest
+            .export_traces(request(delegate_scenario()))
+            .await
+            .unwrap();
         let state = ApiState {
             store,
             ingest,
@@ -298,15 +340,29 @@ mod tests {
         (router(state), dir)
     }
 
-    async fn call(app: &Router, method: &str, uri: &str, token: Option<&str>) -> (http::StatusCode, Value) {
+    async fn call(
+        app: &Router,
+        method: &str,
+        uri: &str,
+        token: Option<&str>,
+    ) -> (http::StatusCode, Value) {
         let mut req = http::Request::builder().method(method).uri(uri);
         if let Some(t) = token {
             req = req.header("authorization", format!("Bearer {t}"));
         }
-        let response = app.clone().oneshot(req.body(Body::empty()).unwrap()).await.unwrap();
+        let response = app
+            .clone()
+            .oneshot(req.body(Body::empty()).unwrap())
+            .await
+            .unwrap();
         let status = response.status();
-        let bytes = axum::body::to_bytes(response.into_body(), 1 << 20).await.unwrap();
-        (status, serde_json::from_slice(&bytes).unwrap_or(Value::Null))
+        let bytes = axum::body::to_bytes(response.into_body(), 1 << 20)
+            .await
+            .unwrap();
+        (
+            status,
+            serde_json::from_slice(&bytes).unwrap_or(Value::Null),
+        )
     }
 
     #[tokio::test]
@@ -316,17 +372,38 @@ mod tests {
         assert_eq!(status, 200);
         assert_eq!(body["runs"].as_array().unwrap().len(), 1);
         assert_eq!(body["runs"][0]["run_id"], run_id(1));
-        let (_, body) = call(&app, "GET", &format!("/v1/runs?parent_run_id={}&agent_name=delegate", run_id(1)), None).await;
+        let (_, body) = call(
+            &app,
+            "GET",
+            &format!("/v1/runs?parent_run_id={}&agent_name=delegate", run_id(1)),
+            None,
+        )
+        .await;
         assert_eq!(body["runs"][0]["run_id"], run_id(4));
-        let (_, body) = call(&app, "GET", "/v1/runs?agent_name=delegate&status=running", None).await;
-        assert!(body["runs"].as_array().unwrap().is_empty(), "filters are AND-combined");
+        let (_, body) = call(
+            &app,
+            "GET",
+            "/v1/runs?agent_name=delegate&status=running",
+            None,
+        )
+        .await;
+        assert!(
+            body["runs"].as_array().unwrap().is_empty(),
+            "filters are AND-combined"
+        );
         let (status, body) = call(&app, "GET", "/v1/runs/outer-call", None).await;
         assert_eq!(status, 200);
         assert_eq!(body["run_id"], run_id(1));
         // Pages of one, in start order.
         let (_, page1) = call(&app, "GET", "/v1/runs?limit=1", None).await;
         let cursor = page1["next_cursor"].as_str().unwrap().to_string();
-        let (_, page2) = call(&app, "GET", &format!("/v1/runs?limit=1&cursor={cursor}"), None).await;
+        let (_, page2) = call(
+            &app,
+            "GET",
+            &format!("/v1/runs?limit=1&cursor={cursor}"),
+            None,
+        )
+        .await;
         assert_eq!(page1["runs"][0]["run_id"], run_id(1));
         assert_eq!(page2["runs"][0]["run_id"], run_id(4));
         assert!(page2["next_cursor"].is_null());
@@ -337,14 +414,44 @@ mod tests {
         let (app, _dir) = app(None).await;
         let cases = [
             ("GET", "/v1/runs/nope", 404, "not found"),
-            ("GET", "/v1/runs?status=sleeping", 400, "status must be one of"),
+            (
+                "GET",
+                "/v1/runs?status=sleeping",
+                400,
+                "status must be one of",
+            ),
             ("GET", "/v1/runs?limit=0", 400, "limit must be"),
             ("GET", "/v1/runs?colour=red", 400, "unknown query parameter"),
-            ("GET", "/v1/runs/outer-call/continuation?format=nope", 400, "unknown format"),
-            ("GET", "/v1/runs/outer-call/continuation?at=x", 400, "at must be"),
-            ("GET", "/v1/runs/outer-call/continuation?at=99", 404, "no snapshot 99"),
-            ("GET", "/v1/runs/outer-call/effects?unresolved=maybe", 400, "true or false"),
-            ("POST", "/v1/runs/outer-call/abandon", 409, "already completed"),
+            (
+                "GET",
+                "/v1/runs/outer-call/continuation?format=nope",
+                400,
+                "unknown format",
+            ),
+            (
+                "GET",
+                "/v1/runs/outer-call/continuation?at=x",
+                400,
+                "at must be",
+            ),
+            (
+                "GET",
+                "/v1/runs/outer-call/continuation?at=99",
+                404,
+                "no snapshot 99",
+            ),
+            (
+                "GET",
+                "/v1/runs/outer-call/effects?unresolved=maybe",
+                400,
+                "true or false",
+            ),
+            (
+                "POST",
+                "/v1/runs/outer-call/abandon",
+                409,
+                "already completed",
+            ),
             ("POST", "/v1/runs/nope/abandon", 404, "not found"),
             ("GET", "/v2/things", 404, "no such endpoint"),
         ];
@@ -352,7 +459,10 @@ mod tests {
             let (status, body) = call(&app, method, uri, None).await;
             assert_eq!(status.as_u16(), want, "{method} {uri}: {body}");
             let error = body["error"].as_str().unwrap_or_default();
-            assert!(error.contains(text), "{method} {uri}: {error:?} should mention {text:?}");
+            assert!(
+                error.contains(text),
+                "{method} {uri}: {error:?} should mention {text:?}"
+            );
         }
     }
 
@@ -382,6 +492,9 @@ mod tests {
         assert_eq!(messages[0]["parts"][0]["part_kind"], "user-prompt");
         assert_eq!(messages[1]["kind"], "response");
         assert_eq!(messages[1]["parts"][0]["content"], "a");
-        assert!(messages.iter().all(|m| m["timestamp"].is_string()), "timestamps always emitted");
+        assert!(
+            messages.iter().all(|m| m["timestamp"].is_string()),
+            "timestamps always emitted"
+        );
     }
 }

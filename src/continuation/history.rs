@@ -120,7 +120,10 @@ pub fn load(store: &Store, run: Run, selector: Selector) -> Result<History, Cont
             Some(b) => {
                 return Err(StoreError::Corrupt {
                     cf: "snapshots",
-                    reason: format!("snapshot {} is based on {b}, not its predecessor", r.meta.seq),
+                    reason: format!(
+                        "snapshot {} is based on {b}, not its predecessor",
+                        r.meta.seq
+                    ),
                 }
                 .into())
             }

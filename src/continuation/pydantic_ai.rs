@@ -42,7 +42,10 @@ pub fn render(history: &History) -> (Map<String, Value>, Vec<String>) {
     };
 
     for (index, (message, hash)) in history.messages.iter().zip(&history.hashes).enumerate() {
-        let role = message.get("role").and_then(Value::as_str).unwrap_or("user");
+        let role = message
+            .get("role")
+            .and_then(Value::as_str)
+            .unwrap_or("user");
         let parts = message
             .get("parts")
             .and_then(Value::as_array)
@@ -50,7 +53,17 @@ pub fn render(history: &History) -> (Map<String, Value>, Vec<String>) {
             .unwrap_or_default();
         if role == "assistant" {
             flush(&mut request, &mut out);
-            out.push(response(history, message, hash, &parts, index, &mut warnings, fallback_ns, run_alias.as_deref(), conversation.as_deref()));
+            out.push(response(
+                history,
+                message,
+                hash,
+                &parts,
+                index,
+                &mut warnings,
+                fallback_ns,
+                run_alias.as_deref(),
+                conversation.as_deref(),
+            ));
             continue;
         }
         let at = history.first_sent(hash).unwrap_or(fallback_ns);
@@ -161,7 +174,9 @@ fn response(
     m.insert("parts".into(), Value::Array(parts_out));
     m.insert(
         "timestamp".into(),
-        json!(format_timestamp(producer.map(|p| p.end_ns).unwrap_or(fallback_ns))),
+        json!(format_timestamp(
+            producer.map(|p| p.end_ns).unwrap_or(fallback_ns)
+        )),
     );
     if let Some(p) = producer {
         if let Some(model) = &p.model {

@@ -27,7 +27,10 @@ impl EffectStatus {
 
     /// True when the outcome is not known: unsettled, or unknown after a crash.
     pub fn is_unresolved(self) -> bool {
-        matches!(self, Self::Requested | Self::Started | Self::UnknownAfterCrash)
+        matches!(
+            self,
+            Self::Requested | Self::Started | Self::UnknownAfterCrash
+        )
     }
 }
 

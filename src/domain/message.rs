@@ -91,8 +91,12 @@ mod tests {
 
     #[test]
     fn key_order_does_not_change_the_hash() {
-        let a: Value = serde_json::from_str(r#"{"role":"user","parts":[{"type":"text","content":"hi"}]}"#).unwrap();
-        let b: Value = serde_json::from_str(r#"{"parts":[{"content":"hi","type":"text"}],"role":"user"}"#).unwrap();
+        let a: Value =
+            serde_json::from_str(r#"{"role":"user","parts":[{"type":"text","content":"hi"}]}"#)
+                .unwrap();
+        let b: Value =
+            serde_json::from_str(r#"{"parts":[{"content":"hi","type":"text"}],"role":"user"}"#)
+                .unwrap();
         assert_eq!(MessageHash::of(&a), MessageHash::of(&b));
     }
 
@@ -100,7 +104,8 @@ mod tests {
     fn shape_lists_tool_ids() {
         let m = json!({"role":"assistant","parts":[{"type":"tool_call","id":"a","name":"f"},{"type":"text","content":"x"}]});
         assert_eq!(MessageShape::of(&m).opens, vec!["a".to_string()]);
-        let r = json!({"role":"user","parts":[{"type":"tool_call_response","id":"a","result":"1"}]});
+        let r =
+            json!({"role":"user","parts":[{"type":"tool_call_response","id":"a","result":"1"}]});
         assert_eq!(MessageShape::of(&r).closes, vec!["a".to_string()]);
     }
 }

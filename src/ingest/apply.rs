@@ -59,7 +59,11 @@ pub fn apply_group(store: &Store, works: &[Work], now_ns: u64) -> Result<Vec<App
             for i in items.iter().filter(|i| i.fact.kind == FactKind::ToolCall) {
                 let run_id = run_id_of(i);
                 let key = (i.fact.trace_id.clone(), i.fact.span_id.clone());
-                batch.put_raw(cf::SPAN_RUNS, &keys::span_key(&key.0, &key.1), run_id.as_bytes());
+                batch.put_raw(
+                    cf::SPAN_RUNS,
+                    &keys::span_key(&key.0, &key.1),
+                    run_id.as_bytes(),
+                );
                 span_runs.insert(key, run_id);
             }
         }
@@ -88,7 +92,14 @@ pub fn apply_group(store: &Store, works: &[Work], now_ns: u64) -> Result<Vec<App
                     });
                     continue;
                 };
-                results.push(abandon(store, &mut runs, &run_id, reason, *at_ns, *silent_since_ns)?);
+                results.push(abandon(
+                    store,
+                    &mut runs,
+                    &run_id,
+                    reason,
+                    *at_ns,
+                    *silent_since_ns,
+                )?);
             }
         }
     }
@@ -105,7 +116,11 @@ pub fn run_id_of(i: &Interpreted) -> String {
     format!("{}-{}", i.fact.trace_id, i.run_span_id)
 }
 
-fn load<'a>(store: &Store, runs: &'a mut HashMap<String, RunWork>, run_id: &str) -> Result<&'a mut RunWork, StoreError> {
+fn load<'a>(
+    store: &Store,
+    runs: &'a mut HashMap<String, RunWork>,
+    run_id: &str,
+) -> Result<&'a mut RunWork, StoreError> {
     if !runs.contains_key(run_id) {
         let facts = store
             .facts(run_id)?
@@ -139,7 +154,11 @@ fn add_fact(
     if work.facts.get(&i.fact.span_id) == Some(&i.fact) {
         return Ok(()); // delivered before: nothing changes
     }
-    batch.put_json(cf::FACTS, &keys::run_child(&run_id, &i.fact.span_id), &i.fact);
+    batch.put_json(
+        cf::FACTS,
+        &keys::run_child(&run_id, &i.fact.span_id),
+        &i.fact,
+    );
     for message in &i.messages {
         let hash = crate::domain::MessageHash::of(message);
         batch.put_json(cf::MESSAGES, &keys::run_child(&run_id, &hash.0), message);
@@ -194,7 +213,11 @@ fn abandon(
         return Ok(Applied::UnknownRun);
     }
     if let Some(agent) = work.facts.values().find(|f| f.kind == FactKind::AgentRun) {
-        let status = if agent.error.is_some() { "failed" } else { "completed" };
+        let status = if agent.error.is_some() {
+            "failed"
+        } else {
+            "completed"
+        };
         return Ok(Applied::AlreadyOver(run_id.to_string(), status.into()));
     }
     if work.meta.abandoned.is_some() {
@@ -234,9 +257,27 @@ fn write_run(batch: &mut WriteBatch<'_>, run_id: &str, work: &RunWork) {
     batch.put_json(cf::RUN_META, run_id.as_bytes(), &work.meta);
 
     let old = work.old.as_ref();
-    rewrite_seq(batch, cf::EVENTS, run_id, &derived.events, old.map_or(0, |r| r.event_count));
-    rewrite_seq(batch, cf::EFFECTS, run_id, &derived.effects, old.map_or(0, |r| r.tool_call_count));
-    rewrite_seq(batch, cf::SNAPSHOTS, run_id, &derived.snapshots, old.map_or(0, |r| r.snapshot_count));
+    rewrite_seq(
+        batch,
+        cf::EVENTS,
+        run_id,
+        &derived.events,
+        old.map_or(0, |r| r.event_count),
+    );
+    rewrite_seq(
+        batch,
+        cf::EFFECTS,
+        run_id,
+        &derived.effects,
+        old.map_or(0, |r| r.tool_call_count),
+    );
+    rewrite_seq(
+        batch,
+        cf::SNAPSHOTS,
+        run_id,
+        &derived.snapshots,
+        old.map_or(0, |r| r.snapshot_count),
+    );
     for message in &derived.new_messages {
         let hash = crate::domain::MessageHash::of(message);
         batch.put_json(cf::MESSAGES, &keys::run_child(run_id, &hash.0), message);
@@ -244,7 +285,13 @@ fn write_run(batch: &mut WriteBatch<'_>, run_id: &str, work: &RunWork) {
 }
 
 /// Writes records at `0..len` and deletes those left over from a longer earlier derivation.
-fn rewrite_seq<T: serde::Serialize>(batch: &mut WriteBatch<'_>, cf_name: &'static str, run_id: &str, items: &[T], old_len: u32) {
+fn rewrite_seq<T: serde::Serialize>(
+    batch: &mut WriteBatch<'_>,
+    cf_name: &'static str,
+    run_id: &str,
+    items: &[T],
+    old_len: u32,
+) {
     for (n, item) in items.iter().enumerate() {
         batch.put_json(cf_name, &keys::run_seq(run_id, n as u32), item);
     }
@@ -289,12 +336,24 @@ mod tests {
             assert_eq!(outer.status, RunStatus::Completed);
             assert_eq!(store.resolve_run("outer-call").unwrap(), Some(outer_id()));
 
-            let before = (store.events(&outer_id()).unwrap(), store.effects(&outer_id()).unwrap(), store.snapshots(&outer_id()).unwrap());
+            let before = (
+                store.events(&outer_id()).unwrap(),
+                store.effects(&outer_id()).unwrap(),
+                store.snapshots(&outer_id()).unwrap(),
+            );
             let sst_before = store.run_meta(&outer_id()).unwrap();
             apply_group(&store, &[Work::Spans(interpreted(&all))], 2).unwrap();
-            let after = (store.events(&outer_id()).unwrap(), store.effects(&outer_id()).unwrap(), store.snapshots(&outer_id()).unwrap());
+            let after = (
+                store.events(&outer_id()).unwrap(),
+                store.effects(&outer_id()).unwrap(),
+                store.snapshots(&outer_id()).unwrap(),
+            );
             assert_eq!(before, after);
-            assert_eq!(sst_before, store.run_meta(&outer_id()).unwrap(), "a duplicate must not even touch last_seen");
+            assert_eq!(
+                sst_before,
+                store.run_meta(&outer_id()).unwrap(),
+                "a duplicate must not even touch last_seen"
+            );
         }
     }
 
@@ -309,7 +368,12 @@ mod tests {
             assert_eq!(effects[0].status, EffectStatus::Requested);
             let applied = apply_group(
                 &store,
-                &[Work::Abandon { run: "outer-call".into(), reason: "abandoned by request".into(), at_ns: 500, silent_since_ns: 0 }],
+                &[Work::Abandon {
+                    run: "outer-call".into(),
+                    reason: "abandoned by request".into(),
+                    at_ns: 500,
+                    silent_since_ns: 0,
+                }],
                 2,
             )
             .unwrap();
@@ -318,10 +382,34 @@ mod tests {
         let store = Store::open(dir.path(), true).unwrap();
         let run = store.run(&outer_id()).unwrap().unwrap();
         assert_eq!(run.status, RunStatus::Abandoned);
-        assert_eq!(store.effects(&outer_id()).unwrap()[0].status, EffectStatus::UnknownAfterCrash);
-        let (listed, _) = store.list_runs(&crate::store::RunFilter { status: Some("abandoned".into()), ..Default::default() }, None, 10).unwrap();
+        assert_eq!(
+            store.effects(&outer_id()).unwrap()[0].status,
+            EffectStatus::UnknownAfterCrash
+        );
+        let (listed, _) = store
+            .list_runs(
+                &crate::store::RunFilter {
+                    status: Some("abandoned".into()),
+                    ..Default::default()
+                },
+                None,
+                10,
+            )
+            .unwrap();
         assert_eq!(listed.len(), 1);
-        let (running, _) = store.list_runs(&crate::store::RunFilter { status: Some("running".into()), ..Default::default() }, None, 10).unwrap();
-        assert!(running.is_empty(), "the old status index entry must be gone");
+        let (running, _) = store
+            .list_runs(
+                &crate::store::RunFilter {
+                    status: Some("running".into()),
+                    ..Default::default()
+                },
+                None,
+                10,
+            )
+            .unwrap();
+        assert!(
+            running.is_empty(),
+            "the old status index entry must be gone"
+        );
     }
 }

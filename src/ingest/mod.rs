@@ -128,7 +128,8 @@ impl Ingest {
             self.writer.submit(Work::Spans(interpreted)).await?;
         }
         let c = &self.counters;
-        c.accepted_spans.fetch_add(total - invalid, Ordering::Relaxed);
+        c.accepted_spans
+            .fetch_add(total - invalid, Ordering::Relaxed);
         c.refused_spans.fetch_add(invalid, Ordering::Relaxed);
         c.interpreted_spans
             .fetch_add(interpreted_count, Ordering::Relaxed);
@@ -218,7 +219,10 @@ impl Ingest {
                 .writer
                 .submit(Work::Abandon {
                     run: id,
-                    reason: format!("no telemetry for {}s (inactivity timeout)", timeout.as_secs()),
+                    reason: format!(
+                        "no telemetry for {}s (inactivity timeout)",
+                        timeout.as_secs()
+                    ),
                     at_ns: now,
                     silent_since_ns: cutoff,
                 })

@@ -48,21 +48,23 @@ impl<'a> Attributes<'a> {
 
     /// A string attribute (the first of `keys` that is present); integers are formatted.
     pub fn str(&self, keys: &[&str]) -> Option<String> {
-        keys.iter().find_map(|k| match self.get(k)?.value.as_ref()? {
-            Any::StringValue(s) => Some(s.clone()),
-            Any::IntValue(i) => Some(i.to_string()),
-            _ => None,
-        })
+        keys.iter()
+            .find_map(|k| match self.get(k)?.value.as_ref()? {
+                Any::StringValue(s) => Some(s.clone()),
+                Any::IntValue(i) => Some(i.to_string()),
+                _ => None,
+            })
     }
 
     /// An integer attribute (the first of `keys` that is present); numeric strings are accepted.
     pub fn int(&self, keys: &[&str]) -> Option<i64> {
-        keys.iter().find_map(|k| match self.get(k)?.value.as_ref()? {
-            Any::IntValue(i) => Some(*i),
-            Any::DoubleValue(d) => Some(*d as i64),
-            Any::StringValue(s) => s.parse().ok(),
-            _ => None,
-        })
+        keys.iter()
+            .find_map(|k| match self.get(k)?.value.as_ref()? {
+                Any::IntValue(i) => Some(*i),
+                Any::DoubleValue(d) => Some(*d as i64),
+                Any::StringValue(s) => s.parse().ok(),
+                _ => None,
+            })
     }
 
     /// A JSON-valued attribute: a string holding JSON is parsed, a structured value converted.

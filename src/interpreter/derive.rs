@@ -120,22 +120,32 @@ pub fn derive(run_id: &str, facts: &[SpanFact], meta: &RunMeta) -> DerivedRun {
         facts
             .iter()
             .find_map(|f| f.content_problem.clone())
-            .or_else(|| snapshots.is_empty().then(|| "no model request with message content has arrived yet".to_string()))
+            .or_else(|| {
+                snapshots
+                    .is_empty()
+                    .then(|| "no model request with message content has arrived yet".to_string())
+            })
     };
 
     let run = Run {
         run_id: run_id.to_string(),
         aliases,
-        trace_id: facts.first().map(|f| f.trace_id.clone()).unwrap_or_default(),
+        trace_id: facts
+            .first()
+            .map(|f| f.trace_id.clone())
+            .unwrap_or_default(),
         agent_name: first(|f| f.agent_name.as_ref()),
         conversation_id: first(|f| f.conversation_id.as_ref()),
         parent_run_id: meta.parent_run_id.clone(),
         status,
         started_at: format_timestamp(started_ns),
         ended_at: ended_ns.map(format_timestamp),
-        error: agent
-            .and_then(|a| a.error.clone())
-            .or_else(|| meta.abandoned.as_ref().filter(|_| agent.is_none()).map(|a| a.reason.clone())),
+        error: agent.and_then(|a| a.error.clone()).or_else(|| {
+            meta.abandoned
+                .as_ref()
+                .filter(|_| agent.is_none())
+                .map(|a| a.reason.clone())
+        }),
         model_request_count: models.len() as u32,
         tool_call_count: effects.len() as u32,
         snapshot_count: snapshots.len() as u32,
@@ -162,7 +172,10 @@ fn build_effects(
 ) -> Vec<EffectBuild> {
     let mut ledger: Vec<EffectBuild> = Vec::new();
     let occurrence = |ledger: &[EffectBuild], id: &str| {
-        ledger.iter().filter(|e| e.effect.tool_call_id == id).count() as u32
+        ledger
+            .iter()
+            .filter(|e| e.effect.tool_call_id == id)
+            .count() as u32
     };
 
     // The model asked for these.
@@ -349,7 +362,10 @@ fn build_events(
     }
     for e in effects {
         if let Some(at) = e.requested_ns {
-            let span = e.request_step.and_then(|s| models.get(s)).map(|m| m.span_id.as_str());
+            let span = e
+                .request_step
+                .and_then(|s| models.get(s))
+                .map(|m| m.span_id.as_str());
             push(
                 EventKind::ToolCallRequested,
                 at,
@@ -374,7 +390,13 @@ fn build_events(
         } else {
             EventKind::ToolCallCompleted
         };
-        push(kind, t.end_ns, Some(&t.span_id), Some((id, name)), t.error.as_ref());
+        push(
+            kind,
+            t.end_ns,
+            Some(&t.span_id),
+            Some((id, name)),
+            t.error.as_ref(),
+        );
     }
     match (agent, &meta.abandoned) {
         (Some(a), _) => {
@@ -480,7 +502,11 @@ fn build_snapshots(
             messages: full,
             source: SnapshotSource::Reconstructed,
             step_index,
-            time_ns: answers.iter().filter_map(|e| e.ended_ns).max().unwrap_or(m.end_ns),
+            time_ns: answers
+                .iter()
+                .filter_map(|e| e.ended_ns)
+                .max()
+                .unwrap_or(m.end_ns),
         });
     }
     if let Some(all) = agent.and_then(|a| a.all_messages.as_ref().map(|all| (a, all))) {
@@ -504,7 +530,10 @@ fn build_snapshots(
             Walk::Invalid(why) => (SnapshotState::Interrupted, Some(why)),
         };
         let hashes: Vec<MessageHash> = c.messages.iter().map(|r| r.hash.clone()).collect();
-        if previous.as_ref().is_some_and(|(h, s)| *h == hashes && *s == state) {
+        if previous
+            .as_ref()
+            .is_some_and(|(h, s)| *h == hashes && *s == state)
+        {
             continue;
         }
         let keep = previous
@@ -557,7 +586,12 @@ mod tests {
     }
 
     fn model(span: &str, start: u64, input: Vec<Value>, output: Vec<Value>) -> SpanFact {
-        let mut f = SpanFact::new(FactKind::ModelRequest, "t".repeat(32), span.into(), "chat m".into());
+        let mut f = SpanFact::new(
+            FactKind::ModelRequest,
+            "t".repeat(32),
+            span.into(),
+            "chat m".into(),
+        );
         f.start_ns = start;
         f.end_ns = start + 10;
         f.requested_calls = output
@@ -577,7 +611,12 @@ mod tests {
     }
 
     fn tool(span: &str, id: &str, start: u64, error: bool) -> SpanFact {
-        let mut f = SpanFact::new(FactKind::ToolCall, "t".repeat(32), span.into(), "execute_tool get_weather".into());
+        let mut f = SpanFact::new(
+            FactKind::ToolCall,
+            "t".repeat(32),
+            span.into(),
+            "execute_tool get_weather".into(),
+        );
         f.start_ns = start;
         f.end_ns = start + 5;
         f.tool_call_id = Some(id.into());
@@ -588,12 +627,22 @@ mod tests {
     }
 
     fn agent(start: u64, end: u64) -> SpanFact {
-        let mut f = SpanFact::new(FactKind::AgentRun, "t".repeat(32), "a".into(), "invoke_agent x".into());
+        let mut f = SpanFact::new(
+            FactKind::AgentRun,
+            "t".repeat(32),
+            "a".into(),
+            "invoke_agent x".into(),
+        );
         f.start_ns = start;
         f.end_ns = end;
         f.agent_name = Some("x".into());
         f.agent_call_id = Some("call-1".into());
-        f.all_messages = Some(vec![msg(user()), msg(call("c1")), msg(answer("c1")), msg(text())]);
+        f.all_messages = Some(vec![
+            msg(user()),
+            msg(call("c1")),
+            msg(answer("c1")),
+            msg(text()),
+        ]);
         f
     }
 
@@ -601,7 +650,12 @@ mod tests {
         vec![
             model("m1", 100, vec![user()], vec![call("c1")]),
             tool("t1", "c1", 120, false),
-            model("m2", 200, vec![user(), call("c1"), answer("c1")], vec![text()]),
+            model(
+                "m2",
+                200,
+                vec![user(), call("c1"), answer("c1")],
+                vec![text()],
+            ),
             agent(50, 300),
         ]
     }
@@ -643,7 +697,11 @@ mod tests {
         let two = json!({"role":"assistant","parts":[
             {"type":"tool_call","id":"z","name":"get_weather","arguments":{}},
             {"type":"tool_call","id":"a","name":"get_weather","arguments":{}}]});
-        let d = derive("r", &[model("m1", 100, vec![user()], vec![two])], &RunMeta::default());
+        let d = derive(
+            "r",
+            &[model("m1", 100, vec![user()], vec![two])],
+            &RunMeta::default(),
+        );
         let requested: Vec<&str> = d
             .events
             .iter()
@@ -666,7 +724,12 @@ mod tests {
         let facts = vec![
             model("m1", 100, vec![user()], vec![call("c1")]),
             tool("t1", "c1", 120, false),
-            model("m2", 200, vec![user(), call("c1"), answer("c1")], vec![call("c2")]),
+            model(
+                "m2",
+                200,
+                vec![user(), call("c1"), answer("c1")],
+                vec![call("c2")],
+            ),
         ];
         let d = derive("r", &facts, &RunMeta::default());
         assert_eq!(d.run.status, RunStatus::Running);
@@ -677,11 +740,17 @@ mod tests {
             .find(|s| s.meta.state == SnapshotState::Complete)
             .unwrap();
         assert_eq!(latest_complete.meta.message_count, 3);
-        assert_eq!(d.snapshots.last().unwrap().meta.state, SnapshotState::Interrupted);
+        assert_eq!(
+            d.snapshots.last().unwrap().meta.state,
+            SnapshotState::Interrupted
+        );
         assert_eq!(d.effects[1].status, EffectStatus::Requested);
 
         let meta = RunMeta {
-            abandoned: Some(Abandonment { at_ns: 500, reason: "abandoned by request".into() }),
+            abandoned: Some(Abandonment {
+                at_ns: 500,
+                reason: "abandoned by request".into(),
+            }),
             ..Default::default()
         };
         let d = derive("r", &facts, &meta);
@@ -709,7 +778,12 @@ mod tests {
         let facts = vec![
             model("m1", 100, vec![user()], vec![call("c1")]),
             tool("t1", "c1", 120, true),
-            model("m2", 200, vec![user(), call("c1"), answer("c1")], vec![call("c1")]),
+            model(
+                "m2",
+                200,
+                vec![user(), call("c1"), answer("c1")],
+                vec![call("c1")],
+            ),
             tool("t2", "c1", 220, false),
         ];
         let d = derive("r", &facts, &RunMeta::default());
@@ -728,6 +802,9 @@ mod tests {
         m.content_problem = Some("no content".into());
         let d = derive("r", &[m], &RunMeta::default());
         assert!(d.snapshots.is_empty());
-        assert_eq!(d.run.continuation_unavailable.as_deref(), Some("no content"));
+        assert_eq!(
+            d.run.continuation_unavailable.as_deref(),
+            Some("no content")
+        );
     }
 }

@@ -20,7 +20,8 @@ pub fn interpret_span(span: &Span) -> Option<Interpreted> {
     if trace_id.len() != 32 || span_id.len() != 16 {
         return None;
     }
-    let parent_span_id = (span.parent_span_id.len() == 8).then(|| hex::encode(&span.parent_span_id));
+    let parent_span_id =
+        (span.parent_span_id.len() == 8).then(|| hex::encode(&span.parent_span_id));
 
     let mut fact = SpanFact::new(kind, trace_id, span_id.clone(), span.name.clone());
     fact.parent_span_id = parent_span_id.clone();
@@ -34,7 +35,8 @@ pub fn interpret_span(span: &Span) -> Option<Interpreted> {
     let mut messages = Vec::new();
     match kind {
         FactKind::AgentRun => {
-            fact.all_messages = read_messages(&attrs, "pydantic_ai.all_messages", &mut fact, &mut messages);
+            fact.all_messages =
+                read_messages(&attrs, "pydantic_ai.all_messages", &mut fact, &mut messages);
             fact.system_instructions = read_instructions(&attrs);
         }
         FactKind::ModelRequest => {
@@ -59,7 +61,10 @@ pub fn interpret_span(span: &Span) -> Option<Interpreted> {
                 .int(&["gen_ai.usage.input_tokens", "gen_ai.usage.prompt_tokens"])
                 .and_then(|v| u64::try_from(v).ok());
             fact.output_tokens = attrs
-                .int(&["gen_ai.usage.output_tokens", "gen_ai.usage.completion_tokens"])
+                .int(&[
+                    "gen_ai.usage.output_tokens",
+                    "gen_ai.usage.completion_tokens",
+                ])
                 .and_then(|v| u64::try_from(v).ok());
         }
         FactKind::ToolCall => {
@@ -67,7 +72,8 @@ pub fn interpret_span(span: &Span) -> Option<Interpreted> {
             fact.tool_call_id = attrs.str(&["gen_ai.tool.call.id", "tool_call_id"]);
             fact.arguments = attrs.loose_json(&["gen_ai.tool.call.arguments", "tool_arguments"]);
             fact.result = attrs.loose_json(&["gen_ai.tool.call.result", "tool_response"]);
-            fact.idempotency_key = attrs.str(&["gen_ai.tool.call.idempotency_key", "idempotency_key"]);
+            fact.idempotency_key =
+                attrs.str(&["gen_ai.tool.call.idempotency_key", "idempotency_key"]);
             if let Some(cause) = attrs.str(&["pydantic_ai.tool.retry.cause"]) {
                 let mut retry = serde_json::Map::new();
                 retry.insert("cause".into(), Value::String(cause));
@@ -106,8 +112,16 @@ fn requested_calls(message: &Value) -> Vec<RequestedCall> {
         .flatten()
         .filter(|p| p.get("type").and_then(Value::as_str) == Some("tool_call"))
         .map(|p| RequestedCall {
-            id: p.get("id").and_then(Value::as_str).unwrap_or("").to_string(),
-            name: p.get("name").and_then(Value::as_str).unwrap_or("").to_string(),
+            id: p
+                .get("id")
+                .and_then(Value::as_str)
+                .unwrap_or("")
+                .to_string(),
+            name: p
+                .get("name")
+                .and_then(Value::as_str)
+                .unwrap_or("")
+                .to_string(),
             arguments: p.get("arguments").cloned(),
         })
         .collect()
@@ -240,8 +254,14 @@ mod tests {
             "chat m",
             vec![
                 kv("gen_ai.operation.name", "chat"),
-                kv("gen_ai.input.messages", r#"[{"role":"user","parts":[{"type":"text","content":"hi"}]}]"#),
-                kv("gen_ai.output.messages", r#"[{"role":"assistant","parts":[{"type":"tool_call","id":"c1","name":"f","arguments":{}}]}]"#),
+                kv(
+                    "gen_ai.input.messages",
+                    r#"[{"role":"user","parts":[{"type":"text","content":"hi"}]}]"#,
+                ),
+                kv(
+                    "gen_ai.output.messages",
+                    r#"[{"role":"assistant","parts":[{"type":"tool_call","id":"c1","name":"f","arguments":{}}]}]"#,
+                ),
             ],
         );
         let i = interpret_span(&s).unwrap();
@@ -257,7 +277,10 @@ mod tests {
             "chat m",
             vec![
                 kv("gen_ai.operation.name", "chat"),
-                kv("gen_ai.input.messages", r#"[{"role":"user","parts":[{"type":"te"#),
+                kv(
+                    "gen_ai.input.messages",
+                    r#"[{"role":"user","parts":[{"type":"te"#,
+                ),
             ],
         );
         let i = interpret_span(&s).unwrap();
@@ -269,35 +292,43 @@ mod tests {
     fn structured_any_value_messages_are_accepted() {
         use any_value::Value as V;
         let part = AnyValue {
-            value: Some(V::KvlistValue(opentelemetry_proto::tonic::common::v1::KeyValueList {
-                values: vec![kv("type", "text"), kv("content", "hi")],
-            })),
+            value: Some(V::KvlistValue(
+                opentelemetry_proto::tonic::common::v1::KeyValueList {
+                    values: vec![kv("type", "text"), kv("content", "hi")],
+                },
+            )),
         };
         let message = AnyValue {
-            value: Some(V::KvlistValue(opentelemetry_proto::tonic::common::v1::KeyValueList {
-                values: vec![
-                    kv("role", "user"),
-                    KeyValue {
-            key_strindex: 0,
-                        key: "parts".into(),
-                        value: Some(AnyValue {
-                            value: Some(V::ArrayValue(opentelemetry_proto::tonic::common::v1::ArrayValue {
-                                values: vec![part],
-                            })),
-                        }),
-                    },
-                ],
-            })),
+            value: Some(V::KvlistValue(
+                opentelemetry_proto::tonic::common::v1::KeyValueList {
+                    values: vec![
+                        kv("role", "user"),
+                        KeyValue {
+                            key_strindex: 0,
+                            key: "parts".into(),
+                            value: Some(AnyValue {
+                                value: Some(V::ArrayValue(
+                                    opentelemetry_proto::tonic::common::v1::ArrayValue {
+                                        values: vec![part],
+                                    },
+                                )),
+                            }),
+                        },
+                    ],
+                },
+            )),
         };
         let attrs = vec![
             kv("gen_ai.operation.name", "chat"),
             KeyValue {
-            key_strindex: 0,
+                key_strindex: 0,
                 key: "gen_ai.input.messages".into(),
                 value: Some(AnyValue {
-                    value: Some(V::ArrayValue(opentelemetry_proto::tonic::common::v1::ArrayValue {
-                        values: vec![message],
-                    })),
+                    value: Some(V::ArrayValue(
+                        opentelemetry_proto::tonic::common::v1::ArrayValue {
+                            values: vec![message],
+                        },
+                    )),
                 }),
             },
         ];

@@ -75,10 +75,7 @@ mod tests {
         let orphan = shape("user", &[], &["x"]);
         assert!(matches!(walk([&user, &orphan]), Walk::Invalid(_)));
         let dup = shape("user", &[], &["a"]);
-        assert!(matches!(
-            walk([&user, &call, &ret, &dup]),
-            Walk::Invalid(_)
-        ));
+        assert!(matches!(walk([&user, &call, &ret, &dup]), Walk::Invalid(_)));
         let early = shape("assistant", &[], &[]);
         assert!(matches!(walk([&user, &call, &early]), Walk::Invalid(_)));
     }

@@ -130,7 +130,11 @@ pub fn index_position(run: &Run) -> Vec<u8> {
 /// Every index key of a run: chronological, and one per filterable field it has.
 pub fn index_keys(run: &Run) -> Vec<Vec<u8>> {
     let position = index_position(run);
-    let mut fields: Vec<(u8, &str)> = vec![(b't', ""), (b's', run.status.as_str()), (b'r', &run.trace_id)];
+    let mut fields: Vec<(u8, &str)> = vec![
+        (b't', ""),
+        (b's', run.status.as_str()),
+        (b'r', &run.trace_id),
+    ];
     if let Some(v) = &run.conversation_id {
         fields.push((b'c', v));
     }

@@ -32,7 +32,9 @@ pub struct WriteBatch<'a> {
 impl WriteBatch<'_> {
     /// Puts a JSON-encoded value.
     pub fn put_json<T: Serialize>(&mut self, cf_name: &'static str, key: &[u8], value: &T) {
-        if let (Some(handle), Ok(bytes)) = (self.store.db.cf_handle(cf_name), serde_json::to_vec(value)) {
+        if let (Some(handle), Ok(bytes)) =
+            (self.store.db.cf_handle(cf_name), serde_json::to_vec(value))
+        {
             self.batch.put_cf(&handle, key, bytes);
         }
     }
@@ -136,7 +138,11 @@ impl Store {
         })
     }
 
-    fn get_json<T: DeserializeOwned>(&self, name: &'static str, key: &[u8]) -> Result<Option<T>, StoreError> {
+    fn get_json<T: DeserializeOwned>(
+        &self,
+        name: &'static str,
+        key: &[u8],
+    ) -> Result<Option<T>, StoreError> {
         let handle = self.handle(name)?;
         match self.db.get_pinned_cf(handle, key)? {
             Some(bytes) => decode(name, &bytes).map(Some),
@@ -166,7 +172,11 @@ impl Store {
         Ok(())
     }
 
-    fn scan_json<T: DeserializeOwned>(&self, name: &'static str, prefix: &[u8]) -> Result<Vec<T>, StoreError> {
+    fn scan_json<T: DeserializeOwned>(
+        &self,
+        name: &'static str,
+        prefix: &[u8],
+    ) -> Result<Vec<T>, StoreError> {
         let mut out = Vec::new();
         self.scan(name, prefix, prefix, |_, v| {
             out.push(decode(name, v)?);
@@ -182,7 +192,11 @@ impl Store {
 
     /// Resolves a run id or an alias (e.g. `gen_ai.agent.call.id`) to a run id.
     pub fn resolve_run(&self, id_or_alias: &str) -> Result<Option<String>, StoreError> {
-        if self.handle(cf::RUNS).and_then(|h| Ok(self.db.get_pinned_cf(h, id_or_alias.as_bytes())?))?.is_some() {
+        if self
+            .handle(cf::RUNS)
+            .and_then(|h| Ok(self.db.get_pinned_cf(h, id_or_alias.as_bytes())?))?
+            .is_some()
+        {
             return Ok(Some(id_or_alias.to_string()));
         }
         let handle = self.handle(cf::ALIASES)?;
@@ -263,7 +277,11 @@ impl Store {
     }
 
     /// Delegate runs waiting for the tool span `trace_id span_id`: (pending key, child run id).
-    pub fn pending_children(&self, trace_id: &str, span_id: &str) -> Result<Vec<(Vec<u8>, String)>, StoreError> {
+    pub fn pending_children(
+        &self,
+        trace_id: &str,
+        span_id: &str,
+    ) -> Result<Vec<(Vec<u8>, String)>, StoreError> {
         let mut prefix = keys::span_key(trace_id, span_id);
         prefix.push(0);
         let mut out = Vec::new();
@@ -281,7 +299,10 @@ impl Store {
         let prefix = keys::index_prefix(b's', "running");
         let mut out = Vec::new();
         self.scan(cf::RUN_INDEX, &prefix, &prefix, |k, _| {
-            if let Some(id) = k.get(prefix.len() + 8..).and_then(|b| std::str::from_utf8(b).ok()) {
+            if let Some(id) = k
+                .get(prefix.len() + 8..)
+                .and_then(|b| std::str::from_utf8(b).ok())
+            {
                 out.push(id.to_string());
             }
             Ok(true)
@@ -293,7 +314,10 @@ impl Store {
     /// silently different history.
     pub fn messages(&self, run_id: &str, hashes: &[MessageHash]) -> Result<Vec<Value>, StoreError> {
         let handle = self.handle(cf::MESSAGES)?;
-        let keys: Vec<Vec<u8>> = hashes.iter().map(|h| keys::run_child(run_id, &h.0)).collect();
+        let keys: Vec<Vec<u8>> = hashes
+            .iter()
+            .map(|h| keys::run_child(run_id, &h.0))
+            .collect();
         let results = self.db.batched_multi_get_cf(handle, &keys, false);
         let mut out = Vec::with_capacity(hashes.len());
         for (hash, result) in hashes.iter().zip(results) {

@@ -646,16 +646,18 @@ pub async fn run_scenario(stepline: &Stepline, transport: &str, conversation_id:
 // ---------------------------------------------------------------------------------------------
 
 /// Fields of Pydantic AI's `ModelMessage` JSON that the telemetry does not carry, so a history
-/// rebuilt from spans cannot reproduce them. Keep in sync with the README.
+/// rebuilt from spans cannot reproduce them. Found by comparing stepline's continuation with
+/// `result.all_messages()`; keep in sync with the README.
 ///
-/// - message and part `timestamp`: spans carry start/end times of the request and the tool, not
-///   the instants Pydantic AI stamps on each message and part.
+/// - message and part `timestamp`: spans carry start/end times of the model request and the tool,
+///   not the instants Pydantic AI stamps on each message and part.
 /// - response `model_id`: the string the model was selected by; spans carry only the model name.
-/// - response `usage` other than `input_tokens` / `output_tokens` (cache, audio, reasoning
-///   details): the spans carry only `gen_ai.usage.input_tokens` / `output_tokens`.
+///
+/// Both sides are compared after a Pydantic AI load/dump round trip, so fields left out at their
+/// default (null, 0, "complete") compare equal. Usage beyond input/output tokens (cache, audio,
+/// reasoning) is not carried either, but it is 0 for the FunctionModel, so it is still compared.
 pub const UNCARRIED_MESSAGE_FIELDS: &[&str] = &["timestamp", "model_id"];
 pub const UNCARRIED_PART_FIELDS: &[&str] = &["timestamp"];
-pub const CARRIED_USAGE_FIELDS: &[&str] = &["input_tokens", "output_tokens"];
 
 /// Removes the fields listed above from a Pydantic AI message.
 pub fn strip_uncarried(message: &Value) -> Value {
@@ -663,9 +665,6 @@ pub fn strip_uncarried(message: &Value) -> Value {
     if let Value::Object(map) = &mut message {
         for key in UNCARRIED_MESSAGE_FIELDS {
             map.remove(*key);
-        }
-        if let Some(Value::Object(usage)) = map.get_mut("usage") {
-            usage.retain(|k, _| CARRIED_USAGE_FIELDS.contains(&k.as_str()));
         }
         if let Some(Value::Array(parts)) = map.get_mut("parts") {
             for part in parts {
