@@ -1,9 +1,9 @@
 //! Applying interpreted spans and run decisions to the store: merge facts, resolve lineage,
 //! re-derive the touched runs, and write everything into one batch.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 
-use crate::domain::Run;
+use crate::domain::{MessageHash, Run};
 use crate::interpreter::{derive, Abandonment, FactKind, Interpreted, RunMeta, SpanFact};
 use crate::store::keys::{self, cf};
 use crate::store::{Store, StoreError, WriteBatch};
@@ -42,6 +42,8 @@ pub enum Applied {
 
 struct RunWork {
     facts: BTreeMap<String, SpanFact>,
+    /// Messages the run already has, so a history repeated by every step is written once.
+    known_messages: HashSet<MessageHash>,
     meta: RunMeta,
     old: Option<Run>,
     dirty: bool,
@@ -122,13 +124,21 @@ fn load<'a>(
     run_id: &str,
 ) -> Result<&'a mut RunWork, StoreError> {
     if !runs.contains_key(run_id) {
-        let facts = store
+        let facts: BTreeMap<String, SpanFact> = store
             .facts(run_id)?
             .into_iter()
             .map(|f| (f.span_id.clone(), f))
             .collect();
+        let known_messages = facts
+            .values()
+            .flat_map(|f| [&f.input, &f.output, &f.all_messages])
+            .flatten()
+            .flatten()
+            .map(|r| r.hash.clone())
+            .collect();
         let work = RunWork {
             facts,
+            known_messages,
             meta: store.run_meta(run_id)?.unwrap_or_default(),
             old: store.run(run_id)?,
             dirty: false,
@@ -159,9 +169,10 @@ fn add_fact(
         &keys::run_child(&run_id, &i.fact.span_id),
         &i.fact,
     );
-    for message in &i.messages {
-        let hash = crate::domain::MessageHash::of(message);
-        batch.put_json(cf::MESSAGES, &keys::run_child(&run_id, &hash.0), message);
+    for (hash, message) in &i.messages {
+        if work.known_messages.insert(hash.clone()) {
+            batch.put_json(cf::MESSAGES, &keys::run_child(&run_id, &hash.0), message);
+        }
     }
     work.facts.insert(i.fact.span_id.clone(), i.fact.clone());
     work.meta.last_seen_ns = now_ns;

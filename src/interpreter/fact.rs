@@ -3,7 +3,7 @@
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::domain::MessageRef;
+use crate::domain::{MessageHash, MessageRef};
 
 /// The role a span plays in a run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -110,8 +110,8 @@ pub struct Interpreted {
     pub run_span_id: String,
     /// The fact.
     pub fact: SpanFact,
-    /// Message bodies referenced by the fact, to store once per run.
-    pub messages: Vec<Value>,
+    /// Message bodies referenced by the fact, with their hashes, to store once per run.
+    pub messages: Vec<(MessageHash, Value)>,
 }
 
 impl SpanFact {

@@ -7,7 +7,7 @@ use serde_json::Value;
 
 use super::attributes::Attributes;
 use super::fact::{FactKind, Interpreted, RequestedCall, SpanFact};
-use crate::domain::MessageRef;
+use crate::domain::{MessageHash, MessageRef};
 
 const MODEL_OPERATIONS: &[&str] = &["chat", "generate_content", "text_completion"];
 
@@ -46,7 +46,7 @@ pub fn interpret_span(span: &Span) -> Option<Interpreted> {
                 let first_output = messages.len() - fact.output.as_ref().map_or(0, Vec::len);
                 fact.requested_calls = messages[first_output..]
                     .iter()
-                    .flat_map(requested_calls)
+                    .flat_map(|(_, m)| requested_calls(m))
                     .collect();
             }
             if fact.input.is_none() && fact.content_problem.is_none() && fact.error.is_none() {
@@ -190,7 +190,7 @@ fn read_messages(
     attrs: &Attributes<'_>,
     key: &str,
     fact: &mut SpanFact,
-    bodies: &mut Vec<Value>,
+    bodies: &mut Vec<(MessageHash, Value)>,
 ) -> Option<Vec<MessageRef>> {
     let parsed = match attrs.json(key)? {
         Ok(v) => v,
@@ -213,8 +213,9 @@ fn read_messages(
                 .get_or_insert(format!("{key} holds a message without role and parts"));
             return None;
         }
-        refs.push(MessageRef::of(&item));
-        bodies.push(item);
+        let reference = MessageRef::of(&item);
+        bodies.push((reference.hash.clone(), item));
+        refs.push(reference);
     }
     Some(refs)
 }
@@ -333,7 +334,7 @@ mod tests {
             },
         ];
         let i = interpret_span(&span("chat m", attrs)).unwrap();
-        assert_eq!(i.messages[0]["parts"][0]["content"], "hi");
+        assert_eq!(i.messages[0].1["parts"][0]["content"], "hi");
     }
 
     #[test]
