@@ -16,6 +16,7 @@ REQUIREMENTS := tests/python/requirements.txt
 VENV_STAMP := $(VENV)/.requirements.sha256
 
 CONFIG ?= collector.yaml
+BENCH_ARGS ?=
 
 .PHONY: run test deps venv lint bench
 
@@ -62,6 +63,7 @@ lint: deps
 	cargo fmt --check
 	cargo clippy --release --all-targets -- -D warnings
 
-## bench: the load generator (Pydantic-AI-shaped traces over gRPC and HTTP)
+## bench: the load generator against the release binary (options: make bench BENCH_ARGS="--runs 500")
 bench: deps
-	cargo run --release --example loadgen
+	cargo build --release
+	cargo run --release --example loadgen -- $(BENCH_ARGS)

@@ -16,7 +16,7 @@ use axum::routing::{post, MethodRouter};
 use axum::Router;
 use http::header::{ALLOW, CONTENT_LENGTH, CONTENT_TYPE, RETRY_AFTER};
 use http::{HeaderMap, HeaderValue, Method, Uri};
-use http_body_util::{BodyExt, LengthLimitError, Limited};
+use http_body_util::BodyExt;
 use tokio::net::TcpListener;
 
 use super::decode::{
@@ -102,20 +102,14 @@ async fn accept<S: ExportSink, G: Signal>(
 ) -> Result<Vec<u8>, ReceiverError> {
     let limit = state.limits.max_request_bytes;
     let encoding = ContentEncoding::from_headers(request.headers())?;
-    if declared_length(request.headers()).is_some_and(|length| length > limit as u64) {
-        return Err(ReceiverError::BodyTooLarge { limit });
-    }
-    let body = Limited::new(request.into_body(), limit)
-        .collect()
-        .await
-        .map_err(|err| {
-            if err.is::<LengthLimitError>() {
-                ReceiverError::BodyTooLarge { limit }
-            } else {
-                ReceiverError::ReadBody(err.to_string())
-            }
-        })?
-        .to_bytes();
+    let declared_too_large =
+        declared_length(request.headers()).is_some_and(|length| length > limit as u64);
+    let body = read_capped(
+        request.into_body(),
+        if declared_too_large { 0 } else { limit },
+    )
+    .await?
+    .ok_or(ReceiverError::BodyTooLarge { limit })?;
 
     // Decompression and decoding are CPU work on up to `limit` bytes: keep them off the
     // async workers.
@@ -128,6 +122,48 @@ async fn accept<S: ExportSink, G: Signal>(
 
     let outcome = G::export(state.sink.as_ref(), request).await?;
     encode_response(format, &G::response(outcome))
+}
+
+/// How much of an over-limit body is read and thrown away, and for how long, so the client
+/// finishes sending and reads the 413 instead of a reset connection. Past either bound the
+/// connection is closed.
+const DRAIN_MAX_BYTES: u64 = 256 * 1024 * 1024;
+const DRAIN_MAX_TIME: Duration = Duration::from_secs(10);
+
+/// Reads a body of at most `limit` bytes. `Ok(None)` when it is larger: the rest is then
+/// drained within [`DRAIN_MAX_BYTES`] and [`DRAIN_MAX_TIME`].
+async fn read_capped(
+    mut body: axum::body::Body,
+    limit: usize,
+) -> Result<Option<bytes::Bytes>, ReceiverError> {
+    let mut buffer = bytes::BytesMut::new();
+    loop {
+        match body.frame().await {
+            None => return Ok(Some(buffer.freeze())),
+            Some(Err(err)) => return Err(ReceiverError::ReadBody(err.to_string())),
+            Some(Ok(frame)) => {
+                if let Ok(data) = frame.into_data() {
+                    if buffer.len() + data.len() > limit {
+                        break;
+                    }
+                    buffer.extend_from_slice(&data);
+                }
+            }
+        }
+    }
+    let drain = async {
+        let mut drained = 0u64;
+        while let Some(Ok(frame)) = body.frame().await {
+            if let Ok(data) = frame.into_data() {
+                drained += data.len() as u64;
+                if drained > DRAIN_MAX_BYTES {
+                    break;
+                }
+            }
+        }
+    };
+    let _ = tokio::time::timeout(DRAIN_MAX_TIME, drain).await;
+    Ok(None)
 }
 
 /// The `Content-Length` the client declared, if any and valid.
