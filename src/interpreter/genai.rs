@@ -223,30 +223,13 @@ fn read_messages(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::test_fixtures::kv;
     use opentelemetry_proto::tonic::common::v1::{any_value, AnyValue, KeyValue};
     use opentelemetry_proto::tonic::trace::v1::Status;
 
-    fn kv(key: &str, value: &str) -> KeyValue {
-        KeyValue {
-            key_strindex: 0,
-            key: key.into(),
-            value: Some(AnyValue {
-                value: Some(any_value::Value::StringValue(value.into())),
-            }),
-        }
-    }
-
+    /// A span 2 under span 3 of the fixture trace.
     fn span(name: &str, attrs: Vec<KeyValue>) -> Span {
-        Span {
-            trace_id: vec![1; 16],
-            span_id: vec![2; 8],
-            parent_span_id: vec![3; 8],
-            name: name.into(),
-            start_time_unix_nano: 10,
-            end_time_unix_nano: 20,
-            attributes: attrs,
-            ..Default::default()
-        }
+        crate::test_fixtures::span(2, 3, name, 10, attrs)
     }
 
     #[test]

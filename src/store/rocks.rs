@@ -192,17 +192,18 @@ impl Store {
 
     /// Resolves a run id or an alias (e.g. `gen_ai.agent.call.id`) to a run id.
     pub fn resolve_run(&self, id_or_alias: &str) -> Result<Option<String>, StoreError> {
+        let runs = self.handle(cf::RUNS)?;
         if self
-            .handle(cf::RUNS)
-            .and_then(|h| Ok(self.db.get_pinned_cf(h, id_or_alias.as_bytes())?))?
+            .db
+            .get_pinned_cf(runs, id_or_alias.as_bytes())?
             .is_some()
         {
             return Ok(Some(id_or_alias.to_string()));
         }
-        let handle = self.handle(cf::ALIASES)?;
+        let aliases = self.handle(cf::ALIASES)?;
         Ok(self
             .db
-            .get_cf(handle, id_or_alias.as_bytes())?
+            .get_cf(aliases, id_or_alias.as_bytes())?
             .and_then(|v| String::from_utf8(v).ok()))
     }
 
