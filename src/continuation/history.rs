@@ -16,6 +16,8 @@ pub struct Selector {
     pub at: Option<u32>,
     /// Allow the latest snapshot even if it is interrupted.
     pub include_interrupted: bool,
+    /// Close dangling tool calls with synthesized "interrupted" results (see [`History::repair`]).
+    pub repair: bool,
 }
 
 /// Why no continuation could be given.

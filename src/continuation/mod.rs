@@ -2,11 +2,18 @@
 //! caller will continue with. One internal message model (OTel GenAI messages); one renderer per
 //! format.
 
+mod anthropic;
+mod gemini;
 mod history;
+mod openai_chat;
+mod openai_responses;
 mod otel;
+mod parts;
 mod pydantic_ai;
+mod repair;
 
 pub use history::{load, ContinuationError, History, Selector};
+pub use repair::{RepairedCall, INTERRUPTED_CONTENT};
 
 use serde_json::{Map, Value};
 
@@ -17,6 +24,14 @@ pub enum Format {
     Otel,
     /// Pydantic AI `ModelMessage` JSON.
     PydanticAi,
+    /// OpenAI Chat Completions `messages`.
+    OpenAiChat,
+    /// OpenAI Responses `instructions` + `input` items.
+    OpenAiResponses,
+    /// Anthropic Messages `system` + `messages`.
+    Anthropic,
+    /// Gemini `system_instruction` + `contents`.
+    Gemini,
 }
 
 impl Format {
@@ -25,18 +40,33 @@ impl Format {
         match text {
             "otel" => Some(Self::Otel),
             "pydantic-ai" => Some(Self::PydanticAi),
+            "openai-chat" => Some(Self::OpenAiChat),
+            "openai-responses" => Some(Self::OpenAiResponses),
+            "anthropic" => Some(Self::Anthropic),
+            "gemini" => Some(Self::Gemini),
             _ => None,
         }
     }
 
     /// The names accepted by [`Format::parse`].
-    pub const NAMES: &'static [&'static str] = &["otel", "pydantic-ai"];
+    pub const NAMES: &'static [&'static str] = &[
+        "otel",
+        "pydantic-ai",
+        "openai-chat",
+        "openai-responses",
+        "anthropic",
+        "gemini",
+    ];
 
     /// The wire name.
     pub fn as_str(self) -> &'static str {
         match self {
             Self::Otel => "otel",
             Self::PydanticAi => "pydantic-ai",
+            Self::OpenAiChat => "openai-chat",
+            Self::OpenAiResponses => "openai-responses",
+            Self::Anthropic => "anthropic",
+            Self::Gemini => "gemini",
         }
     }
 }
@@ -47,5 +77,9 @@ pub fn render(format: Format, history: &History) -> (Map<String, Value>, Vec<Str
     match format {
         Format::Otel => otel::render(history),
         Format::PydanticAi => pydantic_ai::render(history),
+        Format::OpenAiChat => openai_chat::render(history),
+        Format::OpenAiResponses => openai_responses::render(history),
+        Format::Anthropic => anthropic::render(history),
+        Format::Gemini => gemini::render(history),
     }
 }

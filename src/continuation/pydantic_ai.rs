@@ -105,6 +105,12 @@ pub fn render(history: &History) -> (Map<String, Value>, Vec<String>) {
                     p.insert("content".into(), content);
                     p.insert("tool_call_id".into(), json!(id));
                     p.insert("timestamp".into(), json!(stamp));
+                    if let Some(outcome) = part.get("outcome").and_then(Value::as_str) {
+                        // A synthesized result (repair=true) says its own outcome.
+                        p.insert("outcome".into(), json!(outcome));
+                        parts_out.push(Value::Object(p));
+                        continue;
+                    }
                     match effect.and_then(|e| e.retry.clone()) {
                         Some(retry) => {
                             p.insert("outcome".into(), json!("retried"));
