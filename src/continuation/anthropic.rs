@@ -69,10 +69,11 @@ pub fn render(history: &History) -> (Map<String, Value>, Vec<String>) {
                     let mut block = Map::new();
                     block.insert("type".into(), json!("tool_result"));
                     block.insert("tool_use_id".into(), json!(parts::field(part, "id")));
-                    block.insert("content".into(), json!(text));
-                    if outcome.is_error() {
-                        block.insert("is_error".into(), json!(true));
+                    // Text blocks must not be empty: an empty result has no content.
+                    if !text.is_empty() {
+                        block.insert("content".into(), json!([{"type": "text", "text": text}]));
                     }
+                    block.insert("is_error".into(), json!(outcome.is_error()));
                     blocks.push(Value::Object(block));
                 }
                 "thinking" | "reasoning" if assistant => {

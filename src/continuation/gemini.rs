@@ -14,6 +14,10 @@ use super::History;
 
 const FORMAT: &str = "Gemini";
 
+/// `base64("skip_thought_signature_validator")`: the value Google documents for function calls
+/// whose thought signature is not available (histories built elsewhere).
+const SKIP_SIGNATURE: &str = "c2tpcF90aG91Z2h0X3NpZ25hdHVyZV92YWxpZGF0b3I=";
+
 /// Renders `system_instruction` (null when there is none) and `contents`.
 pub fn render(history: &History) -> (Map<String, Value>, Vec<String>) {
     let messages = &history.messages;
@@ -45,16 +49,29 @@ pub fn render(history: &History) -> (Map<String, Value>, Vec<String>) {
         }
         let model = role == "assistant";
         let mut out: Vec<Value> = Vec::new();
+        let mut signed_call = false;
         for (pi, part) in parts::parts(message).iter().enumerate() {
             match parts::kind(part) {
                 "text" => out.push(json!({"text": parts::text(part)})),
                 "tool_call" if model => {
                     if !pairing.skip(mi, pi) {
-                        out.push(json!({"functionCall": {
+                        let mut p = json!({"functionCall": {
                             "id": parts::field(part, "id"),
                             "name": parts::field(part, "name"),
                             "args": parts::arguments_object(part),
-                        }}));
+                        }});
+                        // The first call of a turn must carry a thought signature; a history
+                        // from elsewhere has none, so it gets Google's documented skip value.
+                        if !signed_call {
+                            let sig = parts::field(part, "signature");
+                            p["thoughtSignature"] = json!(if sig.is_empty() {
+                                SKIP_SIGNATURE
+                            } else {
+                                sig
+                            });
+                            signed_call = true;
+                        }
+                        out.push(p);
                     }
                 }
                 "tool_call_response" if !model => {

@@ -35,7 +35,11 @@ pub fn render(history: &History) -> (Map<String, Value>, Vec<String>) {
                 input.push(json!({"role": "assistant", "content": text.join("\n\n")}));
             } else {
                 let r = if role == "system" { "system" } else { "user" };
-                input.push(json!({"role": r, "content": items}));
+                let content = match items.as_slice() {
+                    [only] if only["type"] == "input_text" => only["text"].clone(),
+                    _ => Value::Array(items),
+                };
+                input.push(json!({"role": r, "content": content}));
             }
         };
         for (pi, part) in parts::parts(message).iter().enumerate() {
