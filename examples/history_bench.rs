@@ -32,6 +32,9 @@ const ALIAS: &str = "bench-run";
 
 struct Args {
     steps: usize,
+    /// Steps after which the full report is printed too (so a long run that is stopped early
+    /// still reports).
+    checkpoints: Vec<usize>,
     iterations: usize,
     text_bytes: usize,
 }
@@ -39,6 +42,7 @@ struct Args {
 fn parse_args() -> anyhow::Result<Args> {
     let mut args = Args {
         steps: 1000,
+        checkpoints: vec![10, 100, 250, 500, 750],
         iterations: 200,
         text_bytes: 200,
     };
@@ -119,7 +123,6 @@ async fn main() -> anyhow::Result<()> {
     let mut history: Vec<Value> = vec![json!({"role": "user", "parts": [
         {"type": "text", "content": format!("Start the long task. {filler}")}
     ]})];
-    let mut distinct: HashMap<MessageHash, usize> = HashMap::new();
     let mut step_times: Vec<Duration> = Vec::with_capacity(args.steps);
 
     for step in 1..=args.steps {
@@ -176,8 +179,22 @@ async fn main() -> anyhow::Result<()> {
         if step % 100 == 0 {
             eprintln!("step {step}: {:.2} ms", ms(step_times[step - 1]));
         }
+        if args.checkpoints.contains(&step) || step == args.steps {
+            report(&store, &history, &step_times, args.iterations).await?;
+        }
     }
-    for m in &history {
+    Ok(())
+}
+
+/// Prints storage, ingest and continuation figures for the run as it stands.
+async fn report(
+    store: &Store,
+    history: &[Value],
+    step_times: &[Duration],
+    iterations: usize,
+) -> anyhow::Result<()> {
+    let mut distinct: HashMap<MessageHash, usize> = HashMap::new();
+    for m in history {
         distinct
             .entry(MessageHash::of(m))
             .or_insert_with(|| serde_json::to_vec(m).map(|v| v.len()).unwrap_or(0));
@@ -195,7 +212,7 @@ async fn main() -> anyhow::Result<()> {
     }
     println!(
         "run: {} steps, {} messages ({} distinct), {} bytes of distinct messages",
-        args.steps,
+        step_times.len(),
         history.len(),
         distinct.len(),
         message_bytes
@@ -218,7 +235,7 @@ async fn main() -> anyhow::Result<()> {
         let slice = &step_times[from.saturating_sub(1)..to.min(step_times.len())];
         slice.iter().map(|d| ms(*d)).sum::<f64>() / slice.len().max(1) as f64
     };
-    let n = args.steps;
+    let n = step_times.len();
     let early = window(6, 15.min(n));
     let late = window(n.saturating_sub(9), n);
     println!(
@@ -235,18 +252,18 @@ async fn main() -> anyhow::Result<()> {
         .ok_or_else(|| anyhow!("the bench run was not stored"))?;
     println!(
         "continuation of the latest snapshot ({} iterations, load + render + JSON):",
-        args.iterations
+        iterations
     );
     for name in Format::NAMES {
         let format = Format::parse(name).ok_or_else(|| anyhow!("format {name}"))?;
-        let mut times = Vec::with_capacity(args.iterations);
+        let mut times = Vec::with_capacity(iterations);
         let mut size = 0;
-        for _ in 0..args.iterations {
+        for _ in 0..iterations {
             let started = Instant::now();
             let run = store
                 .run(&run_id)?
                 .ok_or_else(|| anyhow!("run {run_id} missing"))?;
-            let history = continuation::load(&store, run, Selector::default())?;
+            let history = continuation::load(store, run, Selector::default())?;
             let (fields, _warnings) = continuation::render(format, &history);
             size = serde_json::to_vec(&fields)?.len();
             times.push(started.elapsed());
