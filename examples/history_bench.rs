@@ -239,7 +239,8 @@ async fn report(
     let early = window(6, 15.min(n));
     let late = window(n.saturating_sub(9), n);
     println!(
-        "ingest: steps 6-15 {early:.3} ms/step, steps {}-{n} {late:.3} ms/step (step {n} {:.3} ms, step 10 {:.3} ms): {:.1}x",
+        "ingest: steps 6-{} {early:.3} ms/step, steps {}-{n} {late:.3} ms/step (step {n} {:.3} ms, step 10 {:.3} ms): {:.1}x",
+        15.min(n),
         n.saturating_sub(9),
         ms(step_times[n - 1]),
         ms(step_times[9.min(n - 1)]),
