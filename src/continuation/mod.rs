@@ -116,6 +116,8 @@ mod tests {
             system_instructions: instructions.map(|t| json!([{"type": "text", "content": t}])),
             models: Vec::new(),
             effects: Vec::new(),
+            sent_at: Default::default(),
+            produced_by: Default::default(),
         }
     }
 
