@@ -12,7 +12,7 @@ use serde_json::{json, Map, Value};
 
 use super::error::ApiError;
 use crate::continuation::{self, Format, Selector};
-use crate::domain::{Run, SnapshotMeta};
+use crate::domain::{EffectStatus, Run, SnapshotMeta, SnapshotState};
 use crate::ingest::{Applied, Ingest};
 use crate::store::{RunFilter, Store};
 
@@ -40,6 +40,7 @@ pub fn router(state: ApiState) -> Router {
         .route("/v1/runs/{run_id}/effects", get(get_effects))
         .route("/v1/runs/{run_id}/snapshots", get(get_snapshots))
         .route("/v1/runs/{run_id}/continuation", get(get_continuation))
+        .route("/v1/runs/{run_id}/recovery", get(get_recovery))
         .route("/v1/runs/{run_id}/abandon", post(abandon))
         .route_layer(middleware::from_fn_with_state(state.clone(), require_token));
     Router::new()
@@ -238,12 +239,49 @@ async fn get_snapshots(
     Ok(Json(json!({"snapshots": snapshots})))
 }
 
+/// What an orchestrator needs to decide how to recover a run, in one answer: the latest complete
+/// and latest overall snapshots, the effects whose outcome is unknown, and the tools that
+/// completed or failed.
+async fn get_recovery(
+    State(state): State<ApiState>,
+    Path(run_id): Path<String>,
+    Query(params): Query<HashMap<String, String>>,
+) -> Result<Json<Value>, ApiError> {
+    check_params(&params, &[])?;
+    blocking(&state, move |s| {
+        let run = find_run(s, &run_id)?;
+        let snapshots: Vec<SnapshotMeta> = s
+            .snapshots(&run.run_id)?
+            .into_iter()
+            .map(|r| r.meta)
+            .collect();
+        let latest_complete = snapshots
+            .iter()
+            .rev()
+            .find(|m| m.state == SnapshotState::Complete);
+        let effects = s.effects(&run.run_id)?;
+        let with = |keep: fn(EffectStatus) -> bool| -> Vec<_> {
+            effects.iter().filter(|e| keep(e.status)).collect()
+        };
+        Ok(Json(json!({
+            "run_id": run.run_id,
+            "status": run.status,
+            "latest_complete_snapshot": latest_complete,
+            "latest_snapshot": snapshots.last(),
+            "unresolved_effects": with(EffectStatus::is_unresolved),
+            "completed_tools": with(|s| s == EffectStatus::Completed),
+            "failed_tools": with(|s| s == EffectStatus::Failed),
+        })))
+    })
+    .await
+}
+
 async fn get_continuation(
     State(state): State<ApiState>,
     Path(run_id): Path<String>,
     Query(params): Query<HashMap<String, String>>,
 ) -> Result<Json<Value>, ApiError> {
-    check_params(&params, &["format", "include_interrupted", "at"])?;
+    check_params(&params, &["format", "include_interrupted", "at", "repair"])?;
     let format_name = params.get("format").map(String::as_str).unwrap_or("otel");
     let format = Format::parse(format_name).ok_or_else(|| {
         ApiError::BadRequest(format!(
@@ -261,10 +299,16 @@ async fn get_continuation(
             })?),
         },
         include_interrupted: parse_bool(&params, "include_interrupted")?,
+        repair: parse_bool(&params, "repair")?,
     };
     blocking(&state, move |s| {
         let run = find_run(s, &run_id)?;
-        let history = continuation::load(s, run, selector)?;
+        let mut history = continuation::load(s, run, selector)?;
+        let repaired = if selector.repair {
+            Some(history.repair())
+        } else {
+            None
+        };
         let (fields, warnings) = continuation::render(format, &history);
         let unresolved: Vec<_> = history
             .effects
@@ -289,6 +333,9 @@ async fn get_continuation(
         );
         body.insert("unresolved_effects".into(), json!(unresolved));
         body.insert("warnings".into(), json!(warnings));
+        if let Some(repaired) = repaired {
+            body.insert("repaired".into(), json!(repaired));
+        }
         body.extend(fields);
         Ok(Json(Value::Object(body)))
     })
@@ -318,13 +365,13 @@ async fn abandon(
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::test_fixtures::{delegate_scenario, request, run_id};
+mod tests_support {
+    pub use super::*;
+    pub use crate::test_fixtures::{delegate_scenario, request, run_id};
     use axum::body::Body;
     use tower::ServiceExt;
 
-    async fn app(token: Option<&str>) -> (Router, tempfile::TempDir) {
+    pub async fn app(token: Option<&str>) -> (Router, tempfile::TempDir) {
         let dir = tempfile::tempdir().unwrap();
         let store = Arc::new(Store::open(dir.path(), false).unwrap());
         let ingest = Arc::new(Ingest::new(store.clone()));
@@ -340,7 +387,7 @@ mod tests {
         (router(state), dir)
     }
 
-    async fn call(
+    pub async fn call(
         app: &Router,
         method: &str,
         uri: &str,
@@ -364,6 +411,11 @@ mod tests {
             serde_json::from_slice(&bytes).unwrap_or(Value::Null),
         )
     }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::tests_support::*;
 
     #[tokio::test]
     async fn runs_filter_and_resolve_aliases() {
@@ -496,5 +548,91 @@ mod tests {
             messages.iter().all(|m| m["timestamp"].is_string()),
             "timestamps always emitted"
         );
+    }
+}
+
+#[cfg(test)]
+mod format_tests {
+    use super::tests_support::*;
+    use crate::continuation::{Format, INTERRUPTED_CONTENT};
+
+    #[tokio::test]
+    async fn every_format_renders_the_tool_round_trip() {
+        let (app, _dir) = app(None).await;
+        let get = |f: &str| format!("/v1/runs/outer-call/continuation?format={f}");
+        let (_, b) = call(&app, "GET", &get("openai-chat"), None).await;
+        assert_eq!(b["messages"][1]["content"], Value::Null);
+        assert_eq!(
+            b["messages"][1]["tool_calls"][0]["function"]["arguments"],
+            "{}"
+        );
+        assert_eq!(
+            b["messages"][2],
+            json!({"role":"tool","tool_call_id":"c1","content":"a"})
+        );
+        let (_, b) = call(&app, "GET", &get("openai-responses"), None).await;
+        assert_eq!(b["input"][1]["type"], "function_call");
+        assert_eq!(
+            b["input"][2],
+            json!({"type":"function_call_output","call_id":"c1","output":"a"})
+        );
+        let (_, b) = call(&app, "GET", &get("anthropic"), None).await;
+        assert_eq!(b["messages"][0]["role"], "user");
+        assert_eq!(b["messages"][2]["content"][0]["type"], "tool_result");
+        let (_, b) = call(&app, "GET", &get("gemini"), None).await;
+        assert_eq!(b["contents"][1]["role"], "model");
+        assert_eq!(
+            b["contents"][2]["parts"][0]["functionResponse"]["response"],
+            json!({"return_value": "a"})
+        );
+    }
+
+    #[tokio::test]
+    async fn repair_closes_the_dangling_call_in_every_format() {
+        let (app, _dir) = app(None).await;
+        for f in Format::NAMES {
+            let uri = format!("/v1/runs/outer-call/continuation?format={f}&at=1");
+            let (status, plain) = call(&app, "GET", &uri, None).await;
+            assert_eq!(status, 200, "{plain}");
+            assert!(plain.get("repaired").is_none());
+            let (status, body) = call(&app, "GET", &format!("{uri}&repair=true"), None).await;
+            assert_eq!(status, 200, "{body}");
+            assert_eq!(
+                body["repaired"],
+                json!([{"tool_call_id":"c1","tool_name":"ask","message_index":2}]),
+                "{f}"
+            );
+            assert!(
+                body.to_string().contains(INTERRUPTED_CONTENT),
+                "{f}: {body}"
+            );
+            let (_, again) = call(&app, "GET", &format!("{uri}&repair=true"), None).await;
+            assert_eq!(again, body, "{f}: repair is deterministic");
+        }
+        // Without repair the provider formats drop the unanswered call and say so.
+        let uri = "/v1/runs/outer-call/continuation?format=openai-chat&at=1";
+        let (_, body) = call(&app, "GET", uri, None).await;
+        assert_eq!(body["messages"].as_array().unwrap().len(), 1);
+        assert!(body["warnings"][0]
+            .as_str()
+            .unwrap()
+            .contains("repair=true"));
+        let uri = "/v1/runs/outer-call/continuation?format=pydantic-ai&at=1&repair=true";
+        let (_, body) = call(&app, "GET", uri, None).await;
+        assert_eq!(body["messages"][2]["parts"][0]["outcome"], "interrupted");
+    }
+
+    #[tokio::test]
+    async fn recovery_answers_in_one_call() {
+        let (app, _dir) = app(None).await;
+        let (status, body) = call(&app, "GET", "/v1/runs/outer-call/recovery", None).await;
+        assert_eq!(status, 200, "{body}");
+        assert_eq!(body["latest_complete_snapshot"]["seq"], 2);
+        assert_eq!(body["latest_snapshot"]["seq"], 2);
+        assert_eq!(body["unresolved_effects"], json!([]));
+        assert_eq!(body["completed_tools"][0]["tool_call_id"], "c1");
+        assert_eq!(body["failed_tools"], json!([]));
+        let (status, _) = call(&app, "GET", "/v1/runs/nope/recovery", None).await;
+        assert_eq!(status, 404);
     }
 }

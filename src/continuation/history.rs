@@ -16,6 +16,8 @@ pub struct Selector {
     pub at: Option<u32>,
     /// Allow the latest snapshot even if it is interrupted.
     pub include_interrupted: bool,
+    /// Close dangling tool calls with synthesized "interrupted" results (see [`History::repair`]).
+    pub repair: bool,
 }
 
 /// Why no continuation could be given.
@@ -54,22 +56,34 @@ pub struct History {
     pub models: Vec<SpanFact>,
     /// The run's tool-effect ledger.
     pub effects: Vec<ToolEffect>,
+    /// Start of the first model request whose input holds each message (see [`History::first_sent`]).
+    pub(super) sent_at: HashMap<MessageHash, u64>,
+    /// Index in `models` of the first model request whose output holds each message.
+    pub(super) produced_by: HashMap<MessageHash, usize>,
 }
 
 impl History {
     /// The model request whose output contains the message, if any.
     pub fn producer_of(&self, hash: &MessageHash) -> Option<&SpanFact> {
-        self.models
-            .iter()
-            .find(|m| m.output.iter().flatten().any(|r| &r.hash == hash))
+        self.produced_by.get(hash).and_then(|&i| self.models.get(i))
     }
 
     /// Start of the first model request whose input contains the message, if any.
     pub fn first_sent(&self, hash: &MessageHash) -> Option<u64> {
-        self.models
-            .iter()
-            .find(|m| m.input.iter().flatten().any(|r| &r.hash == hash))
-            .map(|m| m.start_ns)
+        self.sent_at.get(hash).copied()
+    }
+
+    /// Indexes the model requests (in start order) by the messages they sent and produced, so
+    /// the lookups above cost O(1) instead of a scan of every request's history.
+    fn index_models(&mut self) {
+        for (i, m) in self.models.iter().enumerate() {
+            for r in m.input.iter().flatten() {
+                self.sent_at.entry(r.hash.clone()).or_insert(m.start_ns);
+            }
+            for r in m.output.iter().flatten() {
+                self.produced_by.entry(r.hash.clone()).or_insert(i);
+            }
+        }
     }
 
     /// Index of effects by tool-call id, in ledger order.
@@ -150,7 +164,7 @@ pub fn load(store: &Store, run: Run, selector: Selector) -> Result<History, Cont
         .find_map(|m| m.system_instructions.clone())
         .or(agent_instructions);
     let effects = store.effects(&run.run_id)?;
-    Ok(History {
+    let mut history = History {
         run,
         snapshot: chosen,
         messages,
@@ -158,5 +172,9 @@ pub fn load(store: &Store, run: Run, selector: Selector) -> Result<History, Cont
         system_instructions,
         models,
         effects,
-    })
+        sent_at: HashMap::new(),
+        produced_by: HashMap::new(),
+    };
+    history.index_models();
+    Ok(history)
 }

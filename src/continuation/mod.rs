@@ -2,11 +2,18 @@
 //! caller will continue with. One internal message model (OTel GenAI messages); one renderer per
 //! format.
 
+mod anthropic;
+mod gemini;
 mod history;
+mod openai_chat;
+mod openai_responses;
 mod otel;
+mod parts;
 mod pydantic_ai;
+mod repair;
 
 pub use history::{load, ContinuationError, History, Selector};
+pub use repair::{RepairedCall, INTERRUPTED_CONTENT};
 
 use serde_json::{Map, Value};
 
@@ -17,6 +24,14 @@ pub enum Format {
     Otel,
     /// Pydantic AI `ModelMessage` JSON.
     PydanticAi,
+    /// OpenAI Chat Completions `messages`.
+    OpenAiChat,
+    /// OpenAI Responses `instructions` + `input` items.
+    OpenAiResponses,
+    /// Anthropic Messages `system` + `messages`.
+    Anthropic,
+    /// Gemini `system_instruction` + `contents`.
+    Gemini,
 }
 
 impl Format {
@@ -25,18 +40,33 @@ impl Format {
         match text {
             "otel" => Some(Self::Otel),
             "pydantic-ai" => Some(Self::PydanticAi),
+            "openai-chat" => Some(Self::OpenAiChat),
+            "openai-responses" => Some(Self::OpenAiResponses),
+            "anthropic" => Some(Self::Anthropic),
+            "gemini" => Some(Self::Gemini),
             _ => None,
         }
     }
 
     /// The names accepted by [`Format::parse`].
-    pub const NAMES: &'static [&'static str] = &["otel", "pydantic-ai"];
+    pub const NAMES: &'static [&'static str] = &[
+        "otel",
+        "pydantic-ai",
+        "openai-chat",
+        "openai-responses",
+        "anthropic",
+        "gemini",
+    ];
 
     /// The wire name.
     pub fn as_str(self) -> &'static str {
         match self {
             Self::Otel => "otel",
             Self::PydanticAi => "pydantic-ai",
+            Self::OpenAiChat => "openai-chat",
+            Self::OpenAiResponses => "openai-responses",
+            Self::Anthropic => "anthropic",
+            Self::Gemini => "gemini",
         }
     }
 }
@@ -47,5 +77,194 @@ pub fn render(format: Format, history: &History) -> (Map<String, Value>, Vec<Str
     match format {
         Format::Otel => otel::render(history),
         Format::PydanticAi => pydantic_ai::render(history),
+        Format::OpenAiChat => openai_chat::render(history),
+        Format::OpenAiResponses => openai_responses::render(history),
+        Format::Anthropic => anthropic::render(history),
+        Format::Gemini => gemini::render(history),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! Provider rules the oracle scenario does not reach: merging, ordering, orphans, references.
+
+    use serde_json::{json, Value};
+
+    use super::{render, Format, History};
+    use crate::domain::{MessageHash, Run, SnapshotRecord};
+
+    fn history(messages: Vec<Value>, instructions: Option<&str>) -> History {
+        let run: Run = serde_json::from_value(json!({
+            "run_id": "r", "aliases": [], "trace_id": "t", "agent_name": null,
+            "conversation_id": null, "parent_run_id": null, "status": "running",
+            "started_at": "", "ended_at": null, "error": null, "model_request_count": 0,
+            "tool_call_count": 0, "snapshot_count": 0, "event_count": 0, "input_tokens": 0,
+            "output_tokens": 0, "started_ns": 0,
+        }))
+        .unwrap();
+        let snapshot: SnapshotRecord = serde_json::from_value(json!({
+            "meta": {"seq": 0, "step_index": 1, "state": "complete", "source": "observed",
+                     "message_count": messages.len(), "timestamp": ""},
+            "base": null, "keep": 0, "append": [],
+        }))
+        .unwrap();
+        History {
+            run,
+            snapshot,
+            hashes: messages.iter().map(MessageHash::of).collect(),
+            messages,
+            system_instructions: instructions.map(|t| json!([{"type": "text", "content": t}])),
+            models: Vec::new(),
+            effects: Vec::new(),
+            sent_at: Default::default(),
+            produced_by: Default::default(),
+        }
+    }
+
+    fn call(id: &str) -> Value {
+        json!({"type": "tool_call", "id": id, "name": "f", "arguments": {"x": 1}})
+    }
+
+    fn result(id: &str) -> Value {
+        json!({"type": "tool_call_response", "id": id, "name": "f", "result": "ok"})
+    }
+
+    fn text(t: &str) -> Value {
+        json!({"type": "text", "content": t})
+    }
+
+    #[test]
+    fn openai_chat_puts_tool_messages_right_after_their_calls() {
+        // A user message arrives between the call and its result (e.g. a steering message).
+        let h = history(
+            vec![
+                json!({"role": "user", "parts": [text("go")]}),
+                json!({"role": "assistant", "parts": [call("a")]}),
+                json!({"role": "user", "parts": [text("hurry")]}),
+                json!({"role": "tool", "parts": [result("a")]}),
+            ],
+            Some("be brief"),
+        );
+        let (f, w) = render(Format::OpenAiChat, &h);
+        let roles: Vec<&str> = f["messages"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|m| m["role"].as_str().unwrap())
+            .collect();
+        assert_eq!(roles, ["system", "user", "assistant", "tool", "user"]);
+        assert!(w.is_empty(), "{w:?}");
+    }
+
+    #[test]
+    fn anthropic_merges_turns_puts_results_first_and_starts_with_user() {
+        let h = history(
+            vec![
+                json!({"role": "assistant", "parts": [text("hello"), call("a")]}),
+                json!({"role": "user", "parts": [text("also this")]}),
+                json!({"role": "tool", "parts": [result("a"), result("zzz")]}),
+            ],
+            None,
+        );
+        let (f, w) = render(Format::Anthropic, &h);
+        let m = f["messages"].as_array().unwrap();
+        assert_eq!(m.len(), 3, "{m:?}");
+        assert_eq!(m[0]["role"], "user");
+        assert_eq!(m[2]["role"], "user");
+        assert_eq!(m[2]["content"][0]["type"], "tool_result");
+        assert_eq!(m[2]["content"][1]["text"], "also this");
+        assert_eq!(
+            m[2]["content"].as_array().unwrap().len(),
+            2,
+            "orphan dropped"
+        );
+        assert!(f.get("system").is_none());
+        assert!(w
+            .iter()
+            .any(|w| w.contains("starts with an assistant turn")));
+        assert!(w
+            .iter()
+            .any(|w| w.contains("\"zzz\" answers no earlier call")));
+    }
+
+    #[test]
+    fn gemini_answers_every_call_in_the_next_user_turn() {
+        let h = history(
+            vec![
+                json!({"role": "user", "parts": [text("go")]}),
+                json!({"role": "assistant", "parts": [call("a"), call("b")]}),
+                json!({"role": "tool", "parts": [result("a"), result("b")]}),
+            ],
+            Some("sys"),
+        );
+        let (f, _) = render(Format::Gemini, &h);
+        let c = f["contents"].as_array().unwrap();
+        assert_eq!(c[1]["parts"].as_array().unwrap().len(), 2);
+        assert_eq!(c[2]["parts"].as_array().unwrap().len(), 2);
+        assert_eq!(c[2]["parts"][1]["functionResponse"]["id"], "b");
+        assert_eq!(f["system_instruction"], json!({"parts": [{"text": "sys"}]}));
+    }
+
+    #[test]
+    fn images_by_reference_and_signed_thinking() {
+        let h = history(
+            vec![
+                json!({"role": "user", "parts": [
+                    {"type": "uri", "uri": "https://example.com/a.png", "mime_type": "image/png", "modality": "image"}
+                ]}),
+                json!({"role": "assistant", "parts": [
+                    {"type": "thinking", "content": "hmm", "signature": "sig"}, text("done")
+                ]}),
+            ],
+            None,
+        );
+        for format in [
+            Format::OpenAiChat,
+            Format::OpenAiResponses,
+            Format::Anthropic,
+            Format::Gemini,
+        ] {
+            let (_, w) = render(format, &h);
+            assert!(
+                w.iter().any(|w| w.contains("only by reference")),
+                "{format:?}: {w:?}"
+            );
+        }
+        let (f, w) = render(Format::Anthropic, &h);
+        assert_eq!(
+            f["messages"][1]["content"][0],
+            json!({"type": "thinking", "thinking": "hmm", "signature": "sig"})
+        );
+        assert!(!w.iter().any(|w| w.contains("thinking")));
+        let (f, _) = render(Format::OpenAiResponses, &h);
+        assert_eq!(
+            f["input"][1],
+            json!({"role": "assistant", "content": "done"})
+        );
+    }
+
+    #[test]
+    fn repair_is_deterministic_and_closes_every_open_call() {
+        let mut h = history(
+            vec![
+                json!({"role": "user", "parts": [text("go")]}),
+                json!({"role": "assistant", "parts": [call("a"), call("b")]}),
+                json!({"role": "tool", "parts": [result("a")]}),
+            ],
+            None,
+        );
+        let repaired = h.repair();
+        assert_eq!(repaired.len(), 1);
+        assert_eq!(repaired[0].tool_call_id, "b");
+        assert_eq!(h.messages.len(), 4);
+        assert_eq!(h.messages[2]["parts"][0]["outcome"], "interrupted");
+        assert_eq!(h.hashes.len(), 4);
+        assert!(
+            h.repair().is_empty(),
+            "a repaired history has nothing left to repair"
+        );
+        let (f, w) = render(Format::OpenAiChat, &h);
+        assert!(w.is_empty(), "{w:?}");
+        assert_eq!(f["messages"].as_array().unwrap().len(), 4);
     }
 }

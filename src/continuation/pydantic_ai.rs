@@ -69,9 +69,22 @@ pub fn render(history: &History) -> (Map<String, Value>, Vec<String>) {
         let at = history.first_sent(hash).unwrap_or(fallback_ns);
         let stamp = format_timestamp(at);
         let (parts_out, _) = request.get_or_insert_with(|| (Vec::new(), at));
+        // A user message with media was one multimodal user prompt (a list of text and media).
+        let multimodal = role == "user"
+            && parts
+                .iter()
+                .any(|p| matches!(p.get("type").and_then(Value::as_str), Some("blob" | "uri")));
+        let mut prompt_items: Vec<Value> = Vec::new();
         for part in &parts {
             let kind = part.get("type").and_then(Value::as_str).unwrap_or("");
             match kind {
+                "text" if multimodal => prompt_items.push(text_of(part)),
+                "blob" | "uri" if multimodal => match media_content(part) {
+                    Some(content) => prompt_items.push(content),
+                    None => warnings.push(format!(
+                        "message {index}: {kind} part without data or uri was dropped"
+                    )),
+                },
                 "text" if role == "system" => parts_out.push(json!({
                     "part_kind": "system-prompt",
                     "content": text_of(part),
@@ -105,6 +118,12 @@ pub fn render(history: &History) -> (Map<String, Value>, Vec<String>) {
                     p.insert("content".into(), content);
                     p.insert("tool_call_id".into(), json!(id));
                     p.insert("timestamp".into(), json!(stamp));
+                    if let Some(outcome) = part.get("outcome").and_then(Value::as_str) {
+                        // A synthesized result (repair=true) says its own outcome.
+                        p.insert("outcome".into(), json!(outcome));
+                        parts_out.push(Value::Object(p));
+                        continue;
+                    }
                     match effect.and_then(|e| e.retry.clone()) {
                         Some(retry) => {
                             p.insert("outcome".into(), json!("retried"));
@@ -131,6 +150,13 @@ pub fn render(history: &History) -> (Map<String, Value>, Vec<String>) {
                     "message {index}: part type {other:?} has no Pydantic AI request equivalent and was dropped"
                 )),
             }
+        }
+        if !prompt_items.is_empty() {
+            parts_out.push(json!({
+                "part_kind": "user-prompt",
+                "content": prompt_items,
+                "timestamp": stamp,
+            }));
         }
     }
     flush(&mut request, &mut out);

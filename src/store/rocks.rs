@@ -335,13 +335,38 @@ impl Store {
         Ok(out)
     }
 
+    /// Bytes of the keys and values of a column family before compression (a full scan, for
+    /// reporting and benchmarks).
+    pub fn logical_bytes(&self, cf_name: &'static str) -> Result<u64, StoreError> {
+        let handle = self.handle(cf_name)?;
+        let mut total = 0u64;
+        for item in self.db.iterator_cf(handle, rocksdb::IteratorMode::Start) {
+            let (k, v) = item?;
+            total += (k.len() + v.len()) as u64;
+        }
+        Ok(total)
+    }
+
+    /// Flushes the memtables to data files (for reporting disk use).
+    pub fn flush(&self) -> Result<(), StoreError> {
+        for name in cf::ALL {
+            self.db.flush_cf(self.handle(name)?)?;
+        }
+        Ok(())
+    }
+
     /// Approximate bytes on disk of the live data files (for reporting).
     pub fn live_bytes(&self) -> u64 {
-        self.db
-            .property_int_value("rocksdb.total-sst-files-size")
-            .ok()
-            .flatten()
-            .unwrap_or(0)
+        cf::ALL
+            .iter()
+            .filter_map(|name| self.db.cf_handle(name))
+            .filter_map(|h| {
+                self.db
+                    .property_int_value_cf(h, "rocksdb.total-sst-files-size")
+                    .ok()
+                    .flatten()
+            })
+            .sum()
     }
 }
 

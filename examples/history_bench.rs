@@ -1,0 +1,280 @@
+//! History storage and continuation benchmark: one long run (default 1,000 steps) ingested step by
+//! step through the real ingest service into a real RocksDB store, then measured.
+//!
+//! ```sh
+//! cargo run --release --example history_bench -- --steps 1000 --iterations 200
+//! ```
+//!
+//! Each step is one OTLP export request holding a Pydantic-AI-shaped `chat` span (the whole history
+//! so far in `gen_ai.input.messages`, one tool call out) and the `execute_tool` span answering it.
+//! Reported:
+//! - storage: the sum of the distinct messages' bytes (canonical JSON) against the uncompressed
+//!   key + value bytes of every column family, and the SST bytes on disk after a flush (compressed);
+//! - ingest: the time of each step's export (interpret + derive + durable commit), early vs late;
+//! - continuation: load + render + serialise of the latest snapshot, p50/p99 per format.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{anyhow, Context};
+use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
+use opentelemetry_proto::tonic::common::v1::{any_value, AnyValue, KeyValue};
+use opentelemetry_proto::tonic::trace::v1::{ResourceSpans, ScopeSpans, Span};
+use serde_json::{json, Value};
+use stepline::continuation::{self, Format, Selector};
+use stepline::domain::MessageHash;
+use stepline::ingest::Ingest;
+use stepline::store::{keys::cf, Store};
+
+const TRACE: [u8; 16] = [9; 16];
+const ALIAS: &str = "bench-run";
+
+struct Args {
+    steps: usize,
+    /// Steps after which the full report is printed too (so a long run that is stopped early
+    /// still reports).
+    checkpoints: Vec<usize>,
+    iterations: usize,
+    text_bytes: usize,
+}
+
+fn parse_args() -> anyhow::Result<Args> {
+    let mut args = Args {
+        steps: 1000,
+        checkpoints: vec![10, 100, 250, 500, 750],
+        iterations: 200,
+        text_bytes: 200,
+    };
+    let mut it = std::env::args().skip(1);
+    while let Some(flag) = it.next() {
+        let value = it.next().ok_or_else(|| anyhow!("{flag} needs a value"))?;
+        let n: usize = value
+            .parse()
+            .with_context(|| format!("{flag} takes a whole number, not {value:?}"))?;
+        match flag.as_str() {
+            "--steps" => args.steps = n,
+            "--iterations" => args.iterations = n,
+            "--text-bytes" => args.text_bytes = n,
+            other => return Err(anyhow!("unknown option {other}")),
+        }
+    }
+    Ok(args)
+}
+
+fn kv(key: &str, value: String) -> KeyValue {
+    KeyValue {
+        key: key.into(),
+        value: Some(AnyValue {
+            value: Some(any_value::Value::StringValue(value)),
+        }),
+        key_strindex: 0,
+    }
+}
+
+fn span(id: u64, parent: u64, name: &str, start: u64, end: u64, attrs: Vec<KeyValue>) -> Span {
+    Span {
+        trace_id: TRACE.to_vec(),
+        span_id: id.to_be_bytes().to_vec(),
+        parent_span_id: if parent == 0 {
+            vec![]
+        } else {
+            parent.to_be_bytes().to_vec()
+        },
+        name: name.into(),
+        start_time_unix_nano: start,
+        end_time_unix_nano: end,
+        attributes: attrs,
+        ..Default::default()
+    }
+}
+
+fn request(spans: Vec<Span>) -> ExportTraceServiceRequest {
+    ExportTraceServiceRequest {
+        resource_spans: vec![ResourceSpans {
+            scope_spans: vec![ScopeSpans {
+                spans,
+                ..Default::default()
+            }],
+            ..Default::default()
+        }],
+    }
+}
+
+fn percentile(sorted: &[Duration], p: f64) -> Duration {
+    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted[i.min(sorted.len() - 1)]
+}
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1000.0
+}
+
+#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+async fn main() -> anyhow::Result<()> {
+    let args = parse_args()?;
+    let dir = tempfile::tempdir()?;
+    let store = Arc::new(Store::open(dir.path(), false)?);
+    let ingest = Ingest::new(store.clone());
+    let filler = "x".repeat(args.text_bytes);
+
+    let base_ns: u64 = 1_800_000_000_000_000_000;
+    let agent_span = 1u64;
+    let mut history: Vec<Value> = vec![json!({"role": "user", "parts": [
+        {"type": "text", "content": format!("Start the long task. {filler}")}
+    ]})];
+    let mut step_times: Vec<Duration> = Vec::with_capacity(args.steps);
+
+    for step in 1..=args.steps {
+        let t = base_ns + step as u64 * 1_000_000;
+        let call_id = format!("call_{step}");
+        let output = json!([{"role": "assistant", "parts": [
+            {"type": "text", "content": format!("Step {step}: working. {filler}")},
+            {"type": "tool_call", "id": call_id, "name": "work", "arguments": {"step": step}}
+        ]}]);
+        let result = format!("result of step {step}: {filler}");
+        let chat = span(
+            (step as u64) * 2,
+            agent_span,
+            "chat bench-model",
+            t,
+            t + 100_000,
+            vec![
+                kv("gen_ai.operation.name", "chat".into()),
+                kv("gen_ai.agent.call.id", ALIAS.into()),
+                kv("gen_ai.request.model", "bench-model".into()),
+                kv(
+                    "gen_ai.input.messages",
+                    Value::Array(history.clone()).to_string(),
+                ),
+                kv("gen_ai.output.messages", output.to_string()),
+            ],
+        );
+        let tool = span(
+            (step as u64) * 2 + 1,
+            agent_span,
+            "execute_tool work",
+            t + 200_000,
+            t + 300_000,
+            vec![
+                kv("gen_ai.operation.name", "execute_tool".into()),
+                kv("gen_ai.tool.call.id", call_id.clone()),
+                kv("gen_ai.tool.name", "work".into()),
+                kv("gen_ai.tool.call.result", result.clone()),
+            ],
+        );
+        let started = Instant::now();
+        ingest
+            .export_traces(request(vec![chat, tool]))
+            .await
+            .map_err(|e| anyhow!("step {step}: {e}"))?;
+        step_times.push(started.elapsed());
+
+        let assistant = output[0].clone();
+        let answer = json!({"role": "user", "parts": [
+            {"type": "tool_call_response", "id": call_id, "name": "work", "result": result}
+        ]});
+        history.push(assistant);
+        history.push(answer);
+        if step % 100 == 0 {
+            eprintln!("step {step}: {:.2} ms", ms(step_times[step - 1]));
+        }
+        if args.checkpoints.contains(&step) || step == args.steps {
+            report(&store, &history, &step_times, args.iterations).await?;
+        }
+    }
+    Ok(())
+}
+
+/// Prints storage, ingest and continuation figures for the run as it stands.
+async fn report(
+    store: &Store,
+    history: &[Value],
+    step_times: &[Duration],
+    iterations: usize,
+) -> anyhow::Result<()> {
+    let mut distinct: HashMap<MessageHash, usize> = HashMap::new();
+    for m in history {
+        distinct
+            .entry(MessageHash::of(m))
+            .or_insert_with(|| serde_json::to_vec(m).map(|v| v.len()).unwrap_or(0));
+    }
+    let message_bytes: usize = distinct.values().sum();
+
+    // Storage.
+    store.flush()?;
+    let mut logical_total = 0u64;
+    let mut per_cf = Vec::new();
+    for name in cf::ALL {
+        let b = store.logical_bytes(name)?;
+        logical_total += b;
+        per_cf.push((*name, b));
+    }
+    println!(
+        "run: {} steps, {} messages ({} distinct), {} bytes of distinct messages",
+        step_times.len(),
+        history.len(),
+        distinct.len(),
+        message_bytes
+    );
+    println!("storage before compression (keys + values):");
+    for (name, b) in &per_cf {
+        println!("  {name:<16} {b:>12} bytes");
+    }
+    println!(
+        "  total            {logical_total:>12} bytes = {:.2}x the distinct message bytes",
+        logical_total as f64 / message_bytes as f64
+    );
+    println!(
+        "on disk after flush (SST files, lz4/zstd): {} bytes",
+        store.live_bytes()
+    );
+
+    // Ingest cost.
+    let window = |from: usize, to: usize| -> f64 {
+        let slice = &step_times[from.saturating_sub(1)..to.min(step_times.len())];
+        slice.iter().map(|d| ms(*d)).sum::<f64>() / slice.len().max(1) as f64
+    };
+    let n = step_times.len();
+    let early = window(6, 15.min(n));
+    let late = window(n.saturating_sub(9), n);
+    println!(
+        "ingest: steps 6-{} {early:.3} ms/step, steps {}-{n} {late:.3} ms/step (step {n} {:.3} ms, step 10 {:.3} ms): {:.1}x",
+        15.min(n),
+        n.saturating_sub(9),
+        ms(step_times[n - 1]),
+        ms(step_times[9.min(n - 1)]),
+        late / early
+    );
+
+    // Continuation latency.
+    let run_id = store
+        .resolve_run(ALIAS)?
+        .ok_or_else(|| anyhow!("the bench run was not stored"))?;
+    println!(
+        "continuation of the latest snapshot ({} iterations, load + render + JSON):",
+        iterations
+    );
+    for name in Format::NAMES {
+        let format = Format::parse(name).ok_or_else(|| anyhow!("format {name}"))?;
+        let mut times = Vec::with_capacity(iterations);
+        let mut size = 0;
+        for _ in 0..iterations {
+            let started = Instant::now();
+            let run = store
+                .run(&run_id)?
+                .ok_or_else(|| anyhow!("run {run_id} missing"))?;
+            let history = continuation::load(store, run, Selector::default())?;
+            let (fields, _warnings) = continuation::render(format, &history);
+            size = serde_json::to_vec(&fields)?.len();
+            times.push(started.elapsed());
+        }
+        times.sort();
+        println!(
+            "  {name:<17} p50 {:>7.3} ms  p99 {:>7.3} ms  ({size} bytes)",
+            ms(percentile(&times, 0.50)),
+            ms(percentile(&times, 0.99))
+        );
+    }
+    Ok(())
+}

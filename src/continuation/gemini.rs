@@ -1,0 +1,186 @@
+//! Gemini `generateContent`: `system_instruction` + `contents` (REST JSON, camelCase parts).
+//!
+//! Rules enforced: roles user/model; consecutive same-role turns merge; a model turn's
+//! `functionCall` parts are answered by the next user turn with the same number of
+//! `functionResponse{name, response}` parts (placed first; unanswered calls and orphan results are
+//! dropped); `response` is an object (`{"error": ...}` for a failed call, a non-object result
+//! wrapped as `{"return_value": ...}`); the history starts with a user turn. Thought signatures
+//! must come back unchanged: thinking without one is dropped, with a warning.
+
+use serde_json::{json, Map, Value};
+
+use super::parts::{self, Outcomes, Pairing};
+use super::History;
+
+const FORMAT: &str = "Gemini";
+
+/// `base64("skip_thought_signature_validator")`: the value Google documents for function calls
+/// whose thought signature is not available (histories built elsewhere).
+const SKIP_SIGNATURE: &str = "c2tpcF90aG91Z2h0X3NpZ25hdHVyZV92YWxpZGF0b3I=";
+
+/// Renders `system_instruction` (null when there is none) and `contents`.
+pub fn render(history: &History) -> (Map<String, Value>, Vec<String>) {
+    let messages = &history.messages;
+    let mut warnings = Vec::new();
+    let pairing = Pairing::of(messages);
+    pairing.warnings(messages, FORMAT, &mut warnings);
+    let mut outcomes = Outcomes::new(history);
+
+    let mut system: Vec<Value> = parts::instructions_text(history)
+        .map(|t| json!({"text": t}))
+        .into_iter()
+        .collect();
+    let mut turns: Vec<(&'static str, Vec<Value>)> = Vec::new();
+
+    for (mi, message) in messages.iter().enumerate() {
+        let role = parts::role(message);
+        if role == "system" {
+            if !turns.is_empty() {
+                warnings.push(format!(
+                    "message {mi}: a system message inside the conversation was moved to system_instruction"
+                ));
+            }
+            system.extend(
+                parts::parts(message)
+                    .iter()
+                    .map(|p| json!({"text": parts::text(p)})),
+            );
+            continue;
+        }
+        let model = role == "assistant";
+        let mut out: Vec<Value> = Vec::new();
+        let mut signed_call = false;
+        for (pi, part) in parts::parts(message).iter().enumerate() {
+            match parts::kind(part) {
+                "text" => out.push(json!({"text": parts::text(part)})),
+                "tool_call" if model => {
+                    if !pairing.skip(mi, pi) {
+                        let mut p = json!({"functionCall": {
+                            "id": parts::field(part, "id"),
+                            "name": parts::field(part, "name"),
+                            "args": parts::arguments_object(part),
+                        }});
+                        // The first call of a turn must carry a thought signature; a history
+                        // from elsewhere has none, so it gets Google's documented skip value.
+                        if !signed_call {
+                            let sig = parts::field(part, "signature");
+                            p["thoughtSignature"] = json!(if sig.is_empty() {
+                                SKIP_SIGNATURE
+                            } else {
+                                sig
+                            });
+                            signed_call = true;
+                        }
+                        out.push(p);
+                    }
+                }
+                "tool_call_response" if !model => {
+                    let outcome = outcomes.next(part);
+                    if pairing.skip(mi, pi) {
+                        continue;
+                    }
+                    let value = parts::tool_result(part);
+                    let response = if outcome.is_error() {
+                        json!({"error": parts::result_text(&value).0})
+                    } else {
+                        match value {
+                            Value::Object(_) => value,
+                            Value::Null => json!({}),
+                            other => json!({"return_value": other}),
+                        }
+                    };
+                    out.push(json!({"functionResponse": {
+                        "id": parts::field(part, "id"),
+                        "name": response_name(messages, part),
+                        "response": response,
+                    }}));
+                }
+                "thinking" | "reasoning" if model => {
+                    let signature = parts::field(part, "signature");
+                    if signature.is_empty() {
+                        warnings.push(format!(
+                            "message {mi}: thinking without a thought signature was dropped ({FORMAT} needs it returned unchanged)"
+                        ));
+                    } else {
+                        out.push(json!({
+                            "text": parts::text(part),
+                            "thought": true,
+                            "thoughtSignature": signature,
+                        }));
+                    }
+                }
+                "blob" | "uri" if !model => {
+                    let (mime, data) = parts::media(part);
+                    if data.is_empty() {
+                        warnings.push(format!(
+                            "message {mi}: media part without data or uri was dropped"
+                        ));
+                    } else if parts::kind(part) == "uri" {
+                        warnings.push(format!(
+                            "message {mi}: media given only by reference ({data}); the provider must be able to fetch it"
+                        ));
+                        out.push(json!({"fileData": {"fileUri": data, "mimeType": mime}}));
+                    } else {
+                        out.push(json!({"inlineData": {"mimeType": mime, "data": data}}));
+                    }
+                }
+                other => warnings.push(format!(
+                    "message {mi}: {role} part type {other:?} has no {FORMAT} equivalent and was dropped"
+                )),
+            }
+        }
+        if out.is_empty() {
+            continue;
+        }
+        let role = if model { "model" } else { "user" };
+        match turns.last_mut() {
+            Some((r, existing)) if *r == role => existing.append(&mut out),
+            _ => turns.push((role, out)),
+        }
+    }
+
+    if turns.first().is_some_and(|(r, _)| *r == "model") {
+        warnings.push(format!(
+            "the history starts with a model turn; {FORMAT} starts with a user turn, so an empty user turn was put first"
+        ));
+        turns.insert(0, ("user", vec![json!({"text": ""})]));
+    }
+
+    let contents: Vec<Value> = turns
+        .into_iter()
+        .map(|(role, ps)| {
+            let (mut responses, rest): (Vec<Value>, Vec<Value>) = ps
+                .into_iter()
+                .partition(|p| p.get("functionResponse").is_some());
+            responses.extend(rest);
+            json!({"role": role, "parts": responses})
+        })
+        .collect();
+
+    let mut fields = Map::new();
+    fields.insert(
+        "system_instruction".into(),
+        if system.is_empty() {
+            Value::Null
+        } else {
+            json!({"parts": system})
+        },
+    );
+    fields.insert("contents".into(), Value::Array(contents));
+    (fields, warnings)
+}
+
+/// The tool name of a response: its own, or the name of the call it answers.
+fn response_name<'a>(messages: &'a [Value], part: &'a Value) -> &'a str {
+    let own = parts::field(part, "name");
+    if !own.is_empty() {
+        return own;
+    }
+    let id = parts::field(part, "id");
+    messages
+        .iter()
+        .flat_map(parts::parts)
+        .find(|p| parts::kind(p) == "tool_call" && parts::field(p, "id") == id)
+        .map(|p| parts::field(p, "name"))
+        .unwrap_or("")
+}

@@ -1,0 +1,290 @@
+//! Reading the internal message model (OTel GenAI messages) for the provider renderers: roles,
+//! parts, tool calls and their outcomes. Every renderer reads the history through these helpers;
+//! none reads another renderer's output.
+
+use std::collections::HashMap;
+
+use serde_json::{Map, Value};
+
+use super::History;
+
+/// How a tool call ended, as far as the history and the effect ledger tell.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    /// The tool returned a result.
+    Success,
+    /// The tool failed.
+    Failed,
+    /// The tool asked the model to try again (Pydantic AI `ModelRetry`).
+    Retried,
+    /// The call was interrupted; the result was synthesized by `repair=true`.
+    Interrupted,
+}
+
+impl Outcome {
+    /// True when the provider should see the result as an error (as Pydantic AI does: failed and
+    /// retried calls; an interrupted call's placeholder is plain content).
+    pub fn is_error(self) -> bool {
+        matches!(self, Self::Failed | Self::Retried)
+    }
+}
+
+/// The role of a message (`user` when absent).
+pub fn role(message: &Value) -> &str {
+    message
+        .get("role")
+        .and_then(Value::as_str)
+        .unwrap_or("user")
+}
+
+/// The parts of a message.
+pub fn parts(message: &Value) -> &[Value] {
+    message
+        .get("parts")
+        .and_then(Value::as_array)
+        .map(Vec::as_slice)
+        .unwrap_or(&[])
+}
+
+/// The type of a part.
+pub fn kind(part: &Value) -> &str {
+    part.get("type").and_then(Value::as_str).unwrap_or("")
+}
+
+/// A string field of a part (empty when absent).
+pub fn field<'a>(part: &'a Value, name: &str) -> &'a str {
+    part.get(name).and_then(Value::as_str).unwrap_or("")
+}
+
+/// The text of a text-like part: a string content as is, anything else as JSON text.
+pub fn text(part: &Value) -> String {
+    match part.get("content") {
+        Some(Value::String(s)) => s.clone(),
+        None | Some(Value::Null) => String::new(),
+        Some(other) => other.to_string(),
+    }
+}
+
+/// The arguments of a `tool_call` part as a JSON object (a JSON string is parsed; anything that is
+/// not an object is wrapped as `{"value": ...}`: providers require an object).
+pub fn arguments_object(part: &Value) -> Value {
+    let value = match part.get("arguments") {
+        Some(Value::String(s)) => serde_json::from_str(s).unwrap_or(Value::String(s.clone())),
+        Some(v) => v.clone(),
+        None => Value::Object(Map::new()),
+    };
+    match value {
+        Value::Object(_) => value,
+        Value::Null => Value::Object(Map::new()),
+        other => {
+            let mut m = Map::new();
+            m.insert("value".into(), other);
+            Value::Object(m)
+        }
+    }
+}
+
+/// The arguments of a `tool_call` part as JSON text (what OpenAI APIs carry).
+pub fn arguments_text(part: &Value) -> String {
+    match part.get("arguments") {
+        Some(Value::String(s)) => s.clone(),
+        None | Some(Value::Null) => "{}".into(),
+        Some(v) => v.to_string(),
+    }
+}
+
+/// The result carried by a `tool_call_response` part (`response` or `result`).
+pub fn tool_result(part: &Value) -> Value {
+    part.get("response")
+        .or_else(|| part.get("result"))
+        .cloned()
+        .unwrap_or(Value::Null)
+}
+
+/// A tool result as text: strings as is, null as empty, anything else as its JSON text. The flag
+/// says whether a structured value had to be stringified.
+pub fn result_text(value: &Value) -> (String, bool) {
+    match value {
+        Value::String(s) => (s.clone(), false),
+        Value::Null => (String::new(), false),
+        other => (other.to_string(), true),
+    }
+}
+
+/// A tool result as the text an OpenAI-style tool message carries: an error outcome is wrapped as
+/// `{"error": ...}` (the model must see that the call failed); a structured success is JSON text.
+/// The flag says whether a structured value was stringified.
+pub fn result_for_text_channel(value: &Value, outcome: Outcome) -> (String, bool) {
+    let (text, stringified) = result_text(value);
+    if outcome.is_error() {
+        let mut m = Map::new();
+        m.insert("error".into(), Value::String(text));
+        return (Value::Object(m).to_string(), stringified);
+    }
+    (text, stringified)
+}
+
+/// The system instructions in force, joined as one text (none when empty).
+pub fn instructions_text(history: &History) -> Option<String> {
+    let texts: Vec<String> = history
+        .system_instructions
+        .as_ref()
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .map(text)
+        .filter(|t| !t.is_empty())
+        .collect();
+    (!texts.is_empty()).then(|| texts.join("\n\n"))
+}
+
+/// Resolves the outcome of each `tool_call_response` in history order: a synthesized part says
+/// its own outcome; otherwise the n-th response with an id matches the n-th ledger entry with it.
+pub struct Outcomes<'h> {
+    effects: HashMap<&'h str, Vec<&'h crate::domain::ToolEffect>>,
+    seen: HashMap<String, usize>,
+}
+
+impl<'h> Outcomes<'h> {
+    /// Starts a walk over `history`.
+    pub fn new(history: &'h History) -> Self {
+        Self {
+            effects: history.effects_by_id(),
+            seen: HashMap::new(),
+        }
+    }
+
+    /// The outcome of the next response part (call in history order).
+    pub fn next(&mut self, part: &Value) -> Outcome {
+        let id = field(part, "id").to_string();
+        let n = self.seen.entry(id.clone()).or_insert(0);
+        let effect = self
+            .effects
+            .get(id.as_str())
+            .and_then(|list| list.get(*n))
+            .copied();
+        *n += 1;
+        match part.get("outcome").and_then(Value::as_str) {
+            Some("interrupted") => return Outcome::Interrupted,
+            Some("failed") => return Outcome::Failed,
+            Some("retried") => return Outcome::Retried,
+            Some("success") => return Outcome::Success,
+            _ => {}
+        }
+        match effect {
+            Some(e) if e.retry.is_some() => Outcome::Retried,
+            Some(e) if e.error.is_some() => Outcome::Failed,
+            _ => Outcome::Success,
+        }
+    }
+}
+
+/// Tool-call pairing of a history: which calls are answered and which responses answer an open
+/// call. Providers reject unanswered calls and orphan responses, so renderers drop both (with a
+/// warning) using this.
+pub struct Pairing {
+    /// `(message index, part index)` of calls that never get a response.
+    pub unanswered: Vec<(usize, usize)>,
+    /// `(message index, part index)` of responses that answer no open call.
+    pub orphans: Vec<(usize, usize)>,
+}
+
+impl Pairing {
+    /// Walks the history: a call opens its id, a later response closes the earliest open call with
+    /// that id.
+    pub fn of(messages: &[Value]) -> Self {
+        let mut open: Vec<(String, usize, usize)> = Vec::new();
+        let mut orphans = Vec::new();
+        for (mi, message) in messages.iter().enumerate() {
+            for (pi, part) in parts(message).iter().enumerate() {
+                match kind(part) {
+                    "tool_call" => open.push((field(part, "id").to_string(), mi, pi)),
+                    "tool_call_response" => {
+                        let id = field(part, "id");
+                        match open.iter().position(|(o, _, _)| o == id) {
+                            Some(i) => {
+                                open.remove(i);
+                            }
+                            None => orphans.push((mi, pi)),
+                        }
+                    }
+                    _ => {}
+                }
+            }
+        }
+        Self {
+            unanswered: open.into_iter().map(|(_, m, p)| (m, p)).collect(),
+            orphans,
+        }
+    }
+
+    /// True when the part at `(message, part)` must be left out.
+    pub fn skip(&self, message: usize, part: usize) -> bool {
+        self.unanswered.contains(&(message, part)) || self.orphans.contains(&(message, part))
+    }
+
+    /// Warnings for what [`Pairing::skip`] leaves out.
+    pub fn warnings(&self, messages: &[Value], format: &str, warnings: &mut Vec<String>) {
+        for &(m, p) in &self.unanswered {
+            let id = parts(&messages[m])
+                .get(p)
+                .map(|x| field(x, "id"))
+                .unwrap_or("");
+            warnings.push(format!(
+                "message {m}: tool call {id:?} has no result and was dropped ({format} requires every call answered; pass repair=true to close it)"
+            ));
+        }
+        for &(m, p) in &self.orphans {
+            let id = parts(&messages[m])
+                .get(p)
+                .map(|x| field(x, "id"))
+                .unwrap_or("");
+            warnings.push(format!(
+                "message {m}: tool result {id:?} answers no earlier call and was dropped"
+            ));
+        }
+    }
+}
+
+/// A base64 `blob` part's `(mime type, data)`, or a `uri` part's `(mime type, uri)`.
+pub fn media(part: &Value) -> (&str, &str) {
+    let mime = part
+        .get("mime_type")
+        .or_else(|| part.get("media_type"))
+        .and_then(Value::as_str)
+        .unwrap_or("application/octet-stream");
+    let data = part
+        .get("content")
+        .or_else(|| part.get("uri"))
+        .and_then(Value::as_str)
+        .unwrap_or("");
+    (mime, data)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn pairing_finds_unanswered_calls_and_orphans() {
+        let messages = vec![
+            json!({"role":"assistant","parts":[{"type":"tool_call","id":"a"},{"type":"tool_call","id":"b"}]}),
+            json!({"role":"tool","parts":[{"type":"tool_call_response","id":"a"},{"type":"tool_call_response","id":"z"}]}),
+        ];
+        let p = Pairing::of(&messages);
+        assert_eq!(p.unanswered, vec![(0, 1)]);
+        assert_eq!(p.orphans, vec![(1, 1)]);
+    }
+
+    #[test]
+    fn arguments_are_objects_or_text() {
+        let part = json!({"type":"tool_call","arguments":"{\"x\":1}"});
+        assert_eq!(arguments_object(&part), json!({"x":1}));
+        assert_eq!(arguments_text(&json!({"arguments":{"x":1}})), "{\"x\":1}");
+        assert_eq!(
+            arguments_object(&json!({"arguments":3})),
+            json!({"value":3})
+        );
+    }
+}
