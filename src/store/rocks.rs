@@ -19,14 +19,14 @@ const SCHEMA_KEY: &[u8] = b"schema_version";
 
 /// The RocksDB store.
 pub struct Store {
-    db: DB,
+    pub(super) db: DB,
     sync: bool,
 }
 
 /// A set of writes committed atomically by [`Store::commit`].
 pub struct WriteBatch<'a> {
-    store: &'a Store,
-    batch: rocksdb::WriteBatch,
+    pub(super) store: &'a Store,
+    pub(super) batch: rocksdb::WriteBatch,
 }
 
 impl WriteBatch<'_> {
@@ -131,7 +131,7 @@ impl Store {
         Ok(())
     }
 
-    fn handle(&self, name: &'static str) -> Result<&rocksdb::ColumnFamily, StoreError> {
+    pub(super) fn handle(&self, name: &'static str) -> Result<&rocksdb::ColumnFamily, StoreError> {
         self.db.cf_handle(name).ok_or(StoreError::Corrupt {
             cf: name,
             reason: "column family missing".into(),
