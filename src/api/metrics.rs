@@ -4,7 +4,7 @@ use std::fmt::Write;
 use std::sync::atomic::Ordering;
 
 use crate::config::SignalKind;
-use crate::exporter::{item_name, Outbox, SignalCounters};
+use crate::exporter::{item_name, ExporterCounters, ExporterQueue, Outbox, SignalCounters};
 use crate::ingest::IngestCounters;
 
 /// Renders the counters: the receiver's, then each exporter's (label `exporter="<id>"`).
@@ -52,7 +52,7 @@ fn render_exporters(out: &mut String, outbox: &Outbox) {
     if queues.is_empty() {
         return;
     }
-    type Pick = fn(&crate::exporter::ExporterCounters) -> &SignalCounters;
+    type Pick = fn(&ExporterCounters) -> &SignalCounters;
     let families: [(&str, &str, Pick); 5] = [
         (
             "otelcol_exporter_sent",
@@ -90,7 +90,8 @@ fn render_exporters(out: &mut String, outbox: &Outbox) {
             }
         }
     }
-    let gauges: [(&str, &str, fn(&crate::exporter::ExporterQueue) -> u64); 2] = [
+    type Gauge = fn(&ExporterQueue) -> u64;
+    let gauges: [(&str, &str, Gauge); 2] = [
         (
             "otelcol_exporter_queue_size",
             "Bytes in the outbox not yet sent by the exporter.",
