@@ -222,6 +222,18 @@ async fn start_sink(forward: Forward, sink: Arc<CountingSink>) -> Result<Option<
     )))
 }
 
+/// CPU time (user + system) a process used so far, in seconds (`/proc/<pid>/stat`, assuming
+/// the usual 100 clock ticks per second).
+fn cpu_seconds(pid: u32) -> Option<f64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // Fields after the command name (which is in parentheses and may contain spaces).
+    let rest = &stat[stat.rfind(')')? + 2..];
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let utime: f64 = fields.get(11)?.parse().ok()?;
+    let stime: f64 = fields.get(12)?.parse().ok()?;
+    Some((utime + stime) / 100.0)
+}
+
 /// Peak resident set size (`VmHWM`) of a process, in kB.
 fn peak_rss_kb(pid: u32) -> Option<u64> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
@@ -1962,6 +1974,16 @@ async fn main() -> Result<()> {
     if let Some(kb) = peak_rss {
         println!("stepline peak RSS (VmHWM): {:.1} MB", kb as f64 / 1024.0);
     }
+    let server_cpu_s = server
+        .as_ref()
+        .and_then(|s| s.child.id())
+        .and_then(cpu_seconds);
+    if let Some(cpu) = server_cpu_s {
+        println!(
+            "stepline CPU time: {cpu:.2} s = {:.0} acknowledged spans per CPU-second",
+            acked_spans as f64 / cpu.max(1e-9)
+        );
+    }
 
     // Read one acknowledged run back (shows whether acknowledged data is queryable).
     let mut read_backs = Vec::new();
@@ -2062,6 +2084,7 @@ async fn main() -> Result<()> {
         "server": shutdown,
         "forwarding": forwarding_json,
         "peak_rss_kb": peak_rss,
+        "server_cpu_s": server_cpu_s,
         "plain_spans": args.plain_spans,
     });
     println!("{summary}");

@@ -16,6 +16,8 @@ use crate::interpreter::{RunMeta, SpanFact};
 /// The schema version this build writes. Opening a database with a higher one fails.
 pub const SCHEMA_VERSION: u32 = 1;
 const SCHEMA_KEY: &[u8] = b"schema_version";
+/// Memtable size of the outbox column family.
+pub const OUTBOX_MEMTABLE_BYTES: usize = 8 * 1024 * 1024;
 
 /// The RocksDB store.
 pub struct Store {
@@ -77,6 +79,12 @@ impl Store {
             let mut cf_options = Options::default();
             cf_options.set_compression_type(rocksdb::DBCompressionType::Lz4);
             cf_options.set_bottommost_compression_type(rocksdb::DBCompressionType::Zstd);
+            if *name == cf::OUTBOX {
+                // Entries live briefly (deleted once sent): small memtables bound the memory the
+                // outbox takes to OUTBOX_MEMTABLE_BYTES x 2, whatever the backlog.
+                cf_options.set_write_buffer_size(OUTBOX_MEMTABLE_BYTES);
+                cf_options.set_max_write_buffer_number(2);
+            }
             ColumnFamilyDescriptor::new(*name, cf_options)
         });
         let db = DB::open_cf_descriptors(&options, dir, descriptors)?;
