@@ -702,6 +702,30 @@ async fn slow_backend_fills_the_queue_to_its_cap_and_clients_get_retryable_answe
         .await,
         2
     );
+    // Trace requests too; their spans count as refused.
+    let mut trace_refused = false;
+    for n in 50..60 {
+        let response = post(&stepline, "/v1/traces", traces(n).encode_to_vec()).await;
+        if response.status() == 503 {
+            trace_refused = true;
+            break;
+        }
+    }
+    assert!(trace_refused, "no trace request was refused at the cap");
+    let text = stepline
+        .client()
+        .get(stepline.api_url("/metrics"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        text.lines()
+            .any(|line| line == "otelcol_receiver_refused_spans_total 3"),
+        "{text}"
+    );
     // gRPC clients get UNAVAILABLE, which OTLP clients retry.
     let status = LogsServiceClient::connect(stepline.otlp_grpc_url())
         .await

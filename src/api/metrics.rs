@@ -18,7 +18,7 @@ pub fn render(c: &IngestCounters, outbox: &Outbox) -> String {
         ),
         (
             "otelcol_receiver_refused_spans",
-            "Spans rejected as invalid (partial success).",
+            "Spans rejected as invalid (partial success) or refused with a retryable error.",
             c.refused_spans.load(Ordering::Relaxed),
         ),
         (

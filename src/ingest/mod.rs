@@ -167,12 +167,20 @@ impl Ingest {
             seq: 0,
         });
         if !interpreted.is_empty() || outbox.is_some() {
-            self.writer
+            let submitted = self
+                .writer
                 .submit(Work::Received {
                     spans: interpreted,
                     outbox,
                 })
-                .await?;
+                .await;
+            if let Err(error) = submitted {
+                // Refused as a whole (retryable): counted like the Collector's refused spans.
+                self.counters
+                    .refused_spans
+                    .fetch_add(total, Ordering::Relaxed);
+                return Err(error);
+            }
         }
         let c = &self.counters;
         c.accepted_spans
