@@ -126,6 +126,121 @@ struct Args {
     /// Keep the temporary directory (config, data, server log) of a started server.
     #[arg(long)]
     keep_data: bool,
+    /// Forward the traces to an OTLP sink inside the load generator: the started server gets
+    /// an `otlp` (gRPC) or `otlphttp` exporter to it. After the load, waits (bounded by
+    /// `--time-limit`) until every acknowledged span reached the sink.
+    #[arg(long, value_enum, default_value_t = Forward::None)]
+    forward: Forward,
+    /// Send plain (non-agent) spans: the same shapes and sizes, with span names and attribute
+    /// keys that stepline does not interpret (pass-through only).
+    #[arg(long)]
+    plain_spans: bool,
+}
+
+/// `--forward` values.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+enum Forward {
+    /// No exporter.
+    None,
+    /// An `otlp` (gRPC) exporter.
+    Grpc,
+    /// An `otlphttp` (protobuf) exporter.
+    Http,
+}
+
+/// The in-process downstream of `--forward`: counts the spans it receives.
+#[derive(Default)]
+struct CountingSink {
+    spans: AtomicU64,
+}
+
+impl stepline::receiver::ExportSink for CountingSink {
+    async fn export_traces(
+        &self,
+        request: ExportTraceServiceRequest,
+    ) -> Result<stepline::ingest::ExportOutcome, stepline::ingest::IngestError> {
+        let spans: usize = request
+            .resource_spans
+            .iter()
+            .flat_map(|r| &r.scope_spans)
+            .map(|s| s.spans.len())
+            .sum();
+        self.spans.fetch_add(spans as u64, Ordering::Relaxed);
+        Ok(Default::default())
+    }
+
+    async fn export_logs(
+        &self,
+        _request: opentelemetry_proto::tonic::collector::logs::v1::ExportLogsServiceRequest,
+    ) -> Result<stepline::ingest::ExportOutcome, stepline::ingest::IngestError> {
+        Ok(Default::default())
+    }
+
+    async fn export_metrics(
+        &self,
+        _request: opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequest,
+    ) -> Result<stepline::ingest::ExportOutcome, stepline::ingest::IngestError> {
+        Ok(Default::default())
+    }
+}
+
+/// Starts the sink of `--forward` on a free loopback port; returns the exporter YAML.
+async fn start_sink(forward: Forward, sink: Arc<CountingSink>) -> Result<Option<String>> {
+    if forward == Forward::None {
+        return Ok(None);
+    }
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .context("binding the sink")?;
+    let addr = listener.local_addr().context("sink address")?;
+    let limits = stepline::receiver::ReceiverLimits {
+        max_request_bytes: 256 << 20,
+    };
+    let (kind, exporter) = match forward {
+        Forward::Grpc => {
+            tokio::spawn(stepline::receiver::serve_grpc(
+                listener,
+                sink,
+                limits,
+                std::future::pending(),
+            ));
+            ("otlp", "otlp/sink")
+        }
+        _ => {
+            tokio::spawn(stepline::receiver::serve_http(
+                listener,
+                sink,
+                limits,
+                std::future::pending(),
+            ));
+            ("otlphttp", "otlphttp/sink")
+        }
+    };
+    println!("forwarding to an in-process {kind} sink on {addr}");
+    Ok(Some(format!(
+        "exporters:\n  {exporter}:\n    endpoint: http://{addr}\n    compression: none\n"
+    )))
+}
+
+/// CPU time (user + system) a process used so far, in seconds (`/proc/<pid>/stat`, assuming
+/// the usual 100 clock ticks per second).
+fn cpu_seconds(pid: u32) -> Option<f64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // Fields after the command name (which is in parentheses and may contain spaces).
+    let rest = &stat[stat.rfind(')')? + 2..];
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let utime: f64 = fields.get(11)?.parse().ok()?;
+    let stime: f64 = fields.get(12)?.parse().ok()?;
+    Some((utime + stime) / 100.0)
+}
+
+/// Peak resident set size (`VmHWM`) of a process, in kB.
+fn peak_rss_kb(pid: u32) -> Option<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    status
+        .lines()
+        .find_map(|line| line.strip_prefix("VmHWM:"))
+        .and_then(|value| value.trim().trim_end_matches("kB").trim().parse().ok())
 }
 
 /// `--transport` values.
@@ -790,6 +905,8 @@ struct Workload {
     compression: Compression,
     /// Runs to generate in total (over all connections).
     total_runs: u64,
+    /// Disguise the spans so stepline does not interpret them.
+    plain_spans: bool,
 }
 
 /// Compresses an HTTP body.
@@ -822,7 +939,14 @@ fn make_job(spans: Vec<GeneratedSpan>, workload: &Workload) -> Result<Job> {
                 runs += 1;
                 last_run_id = Some(run_id);
             }
-            generated.span
+            let mut span = generated.span;
+            if workload.plain_spans {
+                span.name = format!("op {}", span.name);
+                for attribute in &mut span.attributes {
+                    attribute.key = format!("app.{}", attribute.key);
+                }
+            }
+            span
         })
         .collect();
     let request = ExportTraceServiceRequest {
@@ -1281,6 +1405,7 @@ async fn run_phase(
         batch_spans: args.batch_spans as usize,
         compression: args.compression,
         total_runs,
+        plain_spans: args.plain_spans,
     };
     let timeout = Duration::from_secs(args.request_timeout);
     let next_run = Arc::new(AtomicU64::new(0));
@@ -1535,6 +1660,7 @@ async fn start_server(
     binary: &Path,
     dir: &Path,
     startup_timeout: Duration,
+    exporters: Option<String>,
 ) -> Result<(Server, Target)> {
     let ports = free_ports(3)?;
     let grpc: SocketAddr = ([127, 0, 0, 1], ports[0]).into();
@@ -1546,8 +1672,17 @@ async fn start_server(
     // A JSON string is a valid YAML double-quoted scalar, whatever the path contains.
     let data_dir_yaml = serde_json::to_string(&data_dir.display().to_string())
         .context("quoting the data directory")?;
+    let traces_exporters = match &exporters {
+        Some(yaml) => yaml
+            .lines()
+            .nth(1)
+            .map(|line| format!("[{}]", line.trim().trim_end_matches(':')))
+            .unwrap_or_else(|| "[]".into()),
+        None => "[]".into(),
+    };
+    let exporters = exporters.unwrap_or_default();
     let config = format!(
-        "receivers:
+        "{exporters}receivers:
   otlp:
     protocols:
       grpc: {{ endpoint: {grpc} }}
@@ -1560,7 +1695,7 @@ extensions:
 service:
   extensions: [stepline_storage, stepline_api]
   pipelines:
-    traces: {{ receivers: [otlp], processors: [stepline], exporters: [] }}
+    traces: {{ receivers: [otlp], processors: [stepline], exporters: {traces_exporters} }}
 "
     );
     let config_path = dir.join("collector.yaml");
@@ -1662,6 +1797,11 @@ async fn main() -> Result<()> {
 
     // The server: started here, or already running.
     let external = args.grpc.is_some() || args.http.is_some();
+    if external && args.forward != Forward::None {
+        bail!("--forward configures the server it starts; it cannot be used with --grpc/--http");
+    }
+    let sink = Arc::new(CountingSink::default());
+    let exporters = start_sink(args.forward, sink.clone()).await?;
     let mut temp_dir = None;
     let mut server = None;
     let target = if external {
@@ -1685,6 +1825,7 @@ async fn main() -> Result<()> {
             &binary,
             dir.path(),
             Duration::from_secs(args.startup_timeout),
+            exporters,
         )
         .await?;
         println!(
@@ -1737,6 +1878,7 @@ async fn main() -> Result<()> {
         seed,
     );
 
+    let forwarding_started = Instant::now();
     let mut reports = Vec::new();
     for (index, transport) in transports.iter().enumerate() {
         let addr = match transport {
@@ -1798,6 +1940,49 @@ async fn main() -> Result<()> {
         if s.aborted {
             println!("  aborted after {} failed requests", args.max_failures);
         }
+    }
+
+    // Forwarding: wait until the sink has every acknowledged span.
+    let acked_spans: u64 = reports.iter().map(|r| r.stats.spans).sum();
+    let mut forwarding_json = serde_json::Value::Null;
+    if args.forward != Forward::None {
+        let deadline = Instant::now() + time_limit;
+        while sink.spans.load(Ordering::Relaxed) < acked_spans && Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        let load_time: f64 = reports.iter().map(|r| r.elapsed.as_secs_f64()).sum();
+        let received = sink.spans.load(Ordering::Relaxed);
+        let caught_up = forwarding_started.elapsed().as_secs_f64();
+        println!(
+            "forwarded: {received} of {acked_spans} acknowledged spans reached the sink; \
+             {:.0} spans/s end to end ({caught_up:.2} s from the first request until the sink \
+             had them all; load phases took {load_time:.2} s)",
+            received as f64 / caught_up.max(1e-9)
+        );
+        forwarding_json = json!({
+            "exporter": match args.forward { Forward::Grpc => "otlp", _ => "otlphttp" },
+            "acked_spans": acked_spans,
+            "received_spans": received,
+            "end_to_end_s": round3(caught_up),
+            "end_to_end_spans_per_s": round3(received as f64 / caught_up.max(1e-9)),
+        });
+    }
+    let peak_rss = server
+        .as_ref()
+        .and_then(|s| s.child.id())
+        .and_then(peak_rss_kb);
+    if let Some(kb) = peak_rss {
+        println!("stepline peak RSS (VmHWM): {:.1} MB", kb as f64 / 1024.0);
+    }
+    let server_cpu_s = server
+        .as_ref()
+        .and_then(|s| s.child.id())
+        .and_then(cpu_seconds);
+    if let Some(cpu) = server_cpu_s {
+        println!(
+            "stepline CPU time: {cpu:.2} s = {:.0} acknowledged spans per CPU-second",
+            acked_spans as f64 / cpu.max(1e-9)
+        );
     }
 
     // Read one acknowledged run back (shows whether acknowledged data is queryable).
@@ -1897,6 +2082,10 @@ async fn main() -> Result<()> {
         "disk": disk_json,
         "read_back": read_backs,
         "server": shutdown,
+        "forwarding": forwarding_json,
+        "peak_rss_kb": peak_rss,
+        "server_cpu_s": server_cpu_s,
+        "plain_spans": args.plain_spans,
     });
     println!("{summary}");
     if failed > 0 {

@@ -9,6 +9,7 @@ pub mod api;
 pub mod config;
 pub mod continuation;
 pub mod domain;
+pub mod exporter;
 pub mod ingest;
 pub mod interpreter;
 pub mod receiver;

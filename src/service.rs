@@ -1,7 +1,9 @@
 //! Wiring: builds the pipeline from a validated config and runs it until shutdown.
 //!
-//! Order of shutdown: receivers and the API stop accepting and finish in-flight requests; the
-//! writer then drains, so everything acknowledged is on disk.
+//! Order of shutdown: receivers and the API stop accepting and finish in-flight requests (each
+//! answered only after its commit, so everything acknowledged is on disk, outbox included);
+//! the exporters then get [`EXPORT_DRAIN_DEADLINE`] to send what is left. What they do not
+//! send stays in the outbox and goes out after the next start.
 
 use std::future::Future;
 use std::sync::Arc;
@@ -13,6 +15,7 @@ use tokio::sync::watch;
 
 use crate::api::{self, ApiState};
 use crate::config::Config;
+use crate::exporter::{Client, ExporterTask, Outbox};
 use crate::ingest::Ingest;
 use crate::receiver::{self, ReceiverLimits};
 use crate::store::Store;
@@ -26,7 +29,30 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
         Store::open(directory, config.storage.sync)
             .with_context(|| format!("cannot open the store in {}", directory.display()))?,
     );
-    let ingest = Arc::new(Ingest::new(store.clone()));
+    let outbox = Arc::new(
+        Outbox::open(&store, &config.exporters).context("cannot read the forwarding outbox")?,
+    );
+    let (export_stop_tx, export_stop_rx) = watch::channel(false);
+    let mut exporters = tokio::task::JoinSet::new();
+    for (exporter, queue) in config.exporters.iter().zip(outbox.queues()) {
+        let client = Client::new(exporter)
+            .with_context(|| format!("cannot build exporter {}", exporter.id))?;
+        tracing::info!(
+            exporter = %exporter.id,
+            endpoint = %exporter.endpoint,
+            unsent_bytes = queue.pending_bytes(),
+            "exporter configured"
+        );
+        let task = ExporterTask {
+            queue: queue.clone(),
+            outbox: outbox.clone(),
+            store: store.clone(),
+            client,
+            retry: exporter.retry.clone(),
+        };
+        exporters.spawn(task.run(export_stop_rx.clone()));
+    }
+    let ingest = Arc::new(Ingest::new(store.clone(), outbox.clone()));
     let (stop_tx, stop_rx) = watch::channel(false);
     let stopped = move || {
         let mut rx = stop_rx.clone();
@@ -100,8 +126,23 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
     {
         tracing::warn!("shutdown deadline passed; stopping anyway");
     }
+    if !exporters.is_empty() {
+        tracing::info!(deadline = ?EXPORT_DRAIN_DEADLINE, "sending what is left in the outbox");
+        let _ = export_stop_tx.send(true);
+        let drained = async { while exporters.join_next().await.is_some() {} };
+        if tokio::time::timeout(EXPORT_DRAIN_DEADLINE, drained)
+            .await
+            .is_err()
+        {
+            tracing::warn!("exporters did not finish in time; the rest stays in the outbox");
+            exporters.abort_all();
+        }
+    }
     outcome
 }
+
+/// How long the exporters may keep sending after the receivers stopped.
+pub const EXPORT_DRAIN_DEADLINE: Duration = Duration::from_secs(5);
 
 async fn bind(endpoint: &str, what: &str) -> anyhow::Result<TcpListener> {
     let listener = TcpListener::bind(endpoint)

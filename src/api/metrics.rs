@@ -3,10 +3,12 @@
 use std::fmt::Write;
 use std::sync::atomic::Ordering;
 
+use crate::config::SignalKind;
+use crate::exporter::{item_name, ExporterCounters, ExporterQueue, Outbox, SignalCounters};
 use crate::ingest::IngestCounters;
 
-/// Renders the counters.
-pub fn render(c: &IngestCounters) -> String {
+/// Renders the counters: the receiver's, then each exporter's (label `exporter="<id>"`).
+pub fn render(c: &IngestCounters, outbox: &Outbox) -> String {
     let mut out = String::new();
     let rows: [(&str, &str, u64); 5] = [
         (
@@ -16,7 +18,7 @@ pub fn render(c: &IngestCounters) -> String {
         ),
         (
             "otelcol_receiver_refused_spans",
-            "Spans rejected as invalid (partial success).",
+            "Spans rejected as invalid (partial success) or refused with a retryable error.",
             c.refused_spans.load(Ordering::Relaxed),
         ),
         (
@@ -41,5 +43,79 @@ pub fn render(c: &IngestCounters) -> String {
             "# HELP {name} {help}\n# TYPE {name} counter\n{name}_total {value}"
         );
     }
+    render_exporters(&mut out, outbox);
     out
+}
+
+fn render_exporters(out: &mut String, outbox: &Outbox) {
+    let queues = outbox.queues();
+    if queues.is_empty() {
+        return;
+    }
+    type Pick = fn(&ExporterCounters) -> &SignalCounters;
+    let families: [(&str, &str, Pick); 5] = [
+        (
+            "otelcol_exporter_sent",
+            "Items the backend accepted.",
+            |c| &c.sent,
+        ),
+        (
+            "otelcol_exporter_send_failed",
+            "Items dropped after a permanent error or when retries gave up.",
+            |c| &c.send_failed,
+        ),
+        (
+            "otelcol_exporter_enqueue_failed",
+            "Items refused at the receiver because the exporter's queue was full.",
+            |c| &c.enqueue_failed,
+        ),
+        (
+            "stepline_exporter_partially_rejected",
+            "Items the backend rejected in a partial_success answer.",
+            |c| &c.partially_rejected,
+        ),
+        (
+            "stepline_exporter_possible_duplicates",
+            "Items sent again after a restart that may already have reached the backend.",
+            |c| &c.possible_duplicates,
+        ),
+    ];
+    for (prefix, help, pick) in families {
+        for signal in SignalKind::ALL {
+            let name = format!("{prefix}_{}", item_name(signal));
+            let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} counter");
+            for queue in queues {
+                let value = pick(&queue.counters).get(signal);
+                let _ = writeln!(out, "{name}_total{{exporter=\"{}\"}} {value}", queue.id);
+            }
+        }
+    }
+    type Gauge = fn(&ExporterQueue) -> u64;
+    let gauges: [(&str, &str, Gauge); 2] = [
+        (
+            "otelcol_exporter_queue_size",
+            "Bytes in the outbox not yet sent by the exporter.",
+            |q| q.pending_bytes(),
+        ),
+        (
+            "otelcol_exporter_queue_capacity",
+            "The exporter's queue cap, in bytes (sending_queue.queue_size_bytes).",
+            |q| q.capacity,
+        ),
+    ];
+    for (name, help, value) in gauges {
+        let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} gauge");
+        for queue in queues {
+            let _ = writeln!(out, "{name}{{exporter=\"{}\"}} {}", queue.id, value(queue));
+        }
+    }
+    let name = "stepline_exporter_retries";
+    let _ = writeln!(
+        out,
+        "# HELP {name} Export attempts retried.\n# TYPE {name} counter"
+    );
+    for queue in queues {
+        let value = queue.counters.retries.load(Ordering::Relaxed);
+        let _ = writeln!(out, "{name}_total{{exporter=\"{}\"}} {value}", queue.id);
+    }
 }

@@ -68,7 +68,7 @@ async fn require_token(State(state): State<ApiState>, request: Request, next: Ne
 async fn metrics(State(state): State<ApiState>) -> impl IntoResponse {
     (
         [(http::header::CONTENT_TYPE, "text/plain; version=0.0.4")],
-        super::metrics::render(state.ingest.counters()),
+        super::metrics::render(state.ingest.counters(), state.ingest.outbox()),
     )
 }
 
@@ -374,7 +374,10 @@ mod tests_support {
     pub async fn app(token: Option<&str>) -> (Router, tempfile::TempDir) {
         let dir = tempfile::tempdir().unwrap();
         let store = Arc::new(Store::open(dir.path(), false).unwrap());
-        let ingest = Arc::new(Ingest::new(store.clone()));
+        let ingest = Arc::new(Ingest::new(
+            store.clone(),
+            Arc::new(crate::exporter::Outbox::disabled()),
+        ));
         ingest
             .export_traces(request(delegate_scenario()))
             .await

@@ -405,9 +405,40 @@ service:
     }
 
     #[test]
+    fn exporters_are_wired_through_the_pipelines() {
+        let config = load(
+            "receivers:\n  otlp:\n    protocols:\n      grpc:\n\
+             exporters:\n  otlp/a:\n    endpoint: http://127.0.0.1:1\n\
+             \x20 otlphttp/b:\n    endpoint: http://127.0.0.1:2\n    encoding: json\n\
+             \x20 otlp/unused:\n    endpoint: http://127.0.0.1:3\n\
+             service:\n  pipelines:\n    traces:\n      receivers: [otlp]\n      \
+             exporters: [otlp/a, otlphttp/b]\n    logs:\n      receivers: [otlp]\n      \
+             exporters: [otlphttp/b]\n",
+        )
+        .unwrap();
+        let summary: Vec<_> = config
+            .exporters
+            .iter()
+            .map(|e| (e.id.as_str(), e.protocol, e.signals.clone()))
+            .collect();
+        use crate::config::{ExporterProtocol, SignalKind};
+        assert_eq!(
+            summary,
+            [
+                ("otlp/a", ExporterProtocol::Grpc, vec![SignalKind::Traces]),
+                (
+                    "otlphttp/b",
+                    ExporterProtocol::HttpJson,
+                    vec![SignalKind::Traces, SignalKind::Logs]
+                ),
+            ]
+        );
+    }
+
+    #[test]
     fn unknown_component_types_are_errors() {
         let lines = error_lines(&format!(
-            "{MINIMAL}processors:\n  memory_limiter:\nexporters:\n  otlp/backend:\n    endpoint: x:1\n\
+            "{MINIMAL}processors:\n  memory_limiter:\nexporters:\n  kafka/backend:\n    brokers: x:1\n\
              extensions:\n  pprof:\n"
         ));
         assert_has(
@@ -417,8 +448,8 @@ service:
         );
         assert_has(
             &lines,
-            "collector.yaml: exporters.otlp/backend: unknown exporter type \"otlp\" (no exporter \
-             types are available yet; leave the exporters lists empty)",
+            "collector.yaml: exporters.kafka/backend: unknown exporter type \"kafka\" (known \
+             types: otlp, otlphttp)",
         );
         assert_has(
             &lines,

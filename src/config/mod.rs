@@ -13,7 +13,7 @@
 //!   no effect: stepline commits every request durably before acknowledging it, and batching
 //!   for the backend belongs to the exporters);
 //! - extensions `stepline_storage`, `stepline_api` and `health_check`;
-//! - no exporter type yet: pipelines' `exporters` lists must be empty.
+//! - exporters `otlp` (gRPC) and `otlphttp` (protobuf or JSON), see [`ExporterConfig`].
 //!
 //! Unknown keys and unknown component types stop the start.
 
@@ -21,6 +21,7 @@ mod duration;
 mod endpoint;
 mod error;
 mod expand;
+mod exporter;
 mod load;
 mod model;
 mod raw;
@@ -28,9 +29,10 @@ mod validate;
 
 pub use error::{ConfigError, ConfigProblem};
 pub use model::{
-    ApiConfig, Config, GrpcReceiverConfig, HealthCheckConfig, HttpReceiverConfig,
-    InterpreterConfig, OtlpReceiverConfig, StorageConfig, DEFAULT_API_ENDPOINT,
-    DEFAULT_GRPC_ENDPOINT, DEFAULT_GRPC_MAX_RECV_MSG_SIZE, DEFAULT_GRPC_MAX_RECV_MSG_SIZE_MIB,
-    DEFAULT_HTTP_ENDPOINT, DEFAULT_HTTP_MAX_REQUEST_BODY_SIZE, DEFAULT_INACTIVITY_TIMEOUT,
+    ApiConfig, Compression, Config, ExporterConfig, ExporterProtocol, GrpcReceiverConfig,
+    HealthCheckConfig, HttpReceiverConfig, InterpreterConfig, OtlpReceiverConfig, RetryConfig,
+    SignalKind, StorageConfig, DEFAULT_API_ENDPOINT, DEFAULT_EXPORT_TIMEOUT, DEFAULT_GRPC_ENDPOINT,
+    DEFAULT_GRPC_MAX_RECV_MSG_SIZE, DEFAULT_GRPC_MAX_RECV_MSG_SIZE_MIB, DEFAULT_HTTP_ENDPOINT,
+    DEFAULT_HTTP_MAX_REQUEST_BODY_SIZE, DEFAULT_INACTIVITY_TIMEOUT, DEFAULT_QUEUE_SIZE_BYTES,
     DEFAULT_STORAGE_DIRECTORY,
 };

@@ -37,6 +37,8 @@ pub struct Config {
     pub api: ApiConfig,
     /// The `health_check` extension, when configured. `None` otherwise.
     pub health_check: Option<HealthCheckConfig>,
+    /// The exporters referenced by at least one pipeline, in configuration order.
+    pub exporters: Vec<ExporterConfig>,
     /// `service.telemetry.logs.level`, lowercased: `trace`, `debug`, `info`, `warn` or `error`.
     pub log_level: Option<String>,
 }
@@ -154,4 +156,117 @@ impl Default for ApiConfig {
 pub struct HealthCheckConfig {
     /// `host:port`, when given (validated syntax). `None` leaves the choice to the caller.
     pub endpoint: Option<String>,
+}
+
+/// Default per-attempt export timeout.
+pub const DEFAULT_EXPORT_TIMEOUT: Duration = Duration::from_secs(5);
+/// Default cap on one exporter's unsent bytes in the outbox (256 MiB).
+pub const DEFAULT_QUEUE_SIZE_BYTES: u64 = 256 * 1024 * 1024;
+
+/// An OTLP signal, as named by pipeline types.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum SignalKind {
+    /// `traces`.
+    Traces,
+    /// `logs`.
+    Logs,
+    /// `metrics`.
+    Metrics,
+}
+
+impl SignalKind {
+    /// All three, in a fixed order.
+    pub const ALL: [SignalKind; 3] = [Self::Traces, Self::Logs, Self::Metrics];
+
+    /// The pipeline type name (`traces`, `logs`, `metrics`).
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Traces => "traces",
+            Self::Logs => "logs",
+            Self::Metrics => "metrics",
+        }
+    }
+
+    /// The signal of a pipeline type name.
+    pub fn from_name(name: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|signal| signal.name() == name)
+    }
+}
+
+/// How an exporter talks to the backend.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ExporterProtocol {
+    /// `otlp`: OTLP/gRPC.
+    Grpc,
+    /// `otlphttp` with `encoding: proto` (default).
+    HttpProtobuf,
+    /// `otlphttp` with `encoding: json`.
+    HttpJson,
+}
+
+/// Request body compression.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Compression {
+    /// No compression.
+    None,
+    /// gzip (the default, as in the Collector).
+    Gzip,
+    /// zstd.
+    Zstd,
+}
+
+/// `retry_on_failure`: exponential backoff with jitter for retryable failures.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RetryConfig {
+    /// When false, a retryable failure drops the entry like a permanent one.
+    pub enabled: bool,
+    /// First wait.
+    pub initial_interval: Duration,
+    /// Longest wait.
+    pub max_interval: Duration,
+    /// Growth factor of the wait (at least 1).
+    pub multiplier: f64,
+    /// Jitter: each wait is drawn in `[w·(1−f), w·(1+f)]`, `0 ≤ f < 1`.
+    pub randomization_factor: f64,
+    /// Give up after this long; `None` retries forever (`max_elapsed_time: 0`).
+    pub max_elapsed_time: Option<Duration>,
+}
+
+impl Default for RetryConfig {
+    fn default() -> Self {
+        Self {
+            enabled: true,
+            initial_interval: Duration::from_secs(5),
+            max_interval: Duration::from_secs(30),
+            multiplier: 1.5,
+            randomization_factor: 0.5,
+            max_elapsed_time: Some(Duration::from_secs(300)),
+        }
+    }
+}
+
+/// `exporters.otlp[/name]` or `exporters.otlphttp[/name]`, as used by the pipelines.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ExporterConfig {
+    /// The component id, e.g. `otlp/backend`.
+    pub id: String,
+    /// gRPC or HTTP (protobuf or JSON).
+    pub protocol: ExporterProtocol,
+    /// `http://host:port` (gRPC) or the base URL the signal path is appended to (HTTP),
+    /// without a trailing `/`.
+    pub endpoint: String,
+    /// Extra headers (lowercase names), sent with every request.
+    pub headers: Vec<(String, String)>,
+    /// Request compression.
+    pub compression: Compression,
+    /// Per-attempt timeout.
+    pub timeout: Duration,
+    /// Retry policy.
+    pub retry: RetryConfig,
+    /// Cap on this exporter's unsent bytes; at the cap receivers answer with a retryable error.
+    pub queue_size_bytes: u64,
+    /// Add `stepline.run_id` to agent spans before sending.
+    pub enrich_run_id: bool,
+    /// The signals whose pipelines list this exporter. Never empty.
+    pub signals: Vec<SignalKind>,
 }

@@ -161,6 +161,74 @@ pub(crate) struct RawHealthCheckExtension {
     pub(crate) endpoint: Option<Text>,
 }
 
+/// `exporters.otlp` and `exporters.otlphttp` (one shape; `encoding` applies to `otlphttp`).
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawOtlpExporter {
+    /// `endpoint`: `host:port` or `http://host:port` (gRPC), base URL (HTTP).
+    pub(crate) endpoint: Option<Text>,
+    /// `headers`: extra request headers (gRPC metadata).
+    pub(crate) headers: Option<std::collections::BTreeMap<String, Text>>,
+    /// `tls`: transport security.
+    pub(crate) tls: Option<RawTls>,
+    /// `compression`: `gzip` (default), `zstd` or `none`.
+    pub(crate) compression: Option<Text>,
+    /// `encoding`: `proto` (default) or `json`; `otlphttp` only.
+    pub(crate) encoding: Option<Text>,
+    /// `timeout`: per attempt.
+    pub(crate) timeout: Option<Text>,
+    /// `retry_on_failure`.
+    pub(crate) retry_on_failure: Option<RawRetry>,
+    /// `sending_queue`.
+    pub(crate) sending_queue: Option<RawSendingQueue>,
+    /// `enrich_run_id`: add `stepline.run_id` to agent spans.
+    pub(crate) enrich_run_id: Option<bool>,
+}
+
+/// `exporters.<id>.tls`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawTls {
+    /// `insecure`: plain text (no TLS).
+    pub(crate) insecure: Option<bool>,
+    /// `insecure_skip_verify`.
+    pub(crate) insecure_skip_verify: Option<bool>,
+    /// `ca_file`.
+    pub(crate) ca_file: Option<Text>,
+    /// `cert_file`.
+    pub(crate) cert_file: Option<Text>,
+    /// `key_file`.
+    pub(crate) key_file: Option<Text>,
+}
+
+/// `exporters.<id>.retry_on_failure`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawRetry {
+    /// `enabled`.
+    pub(crate) enabled: Option<bool>,
+    /// `initial_interval`.
+    pub(crate) initial_interval: Option<Text>,
+    /// `max_interval`.
+    pub(crate) max_interval: Option<Text>,
+    /// `multiplier`.
+    pub(crate) multiplier: Option<f64>,
+    /// `randomization_factor`.
+    pub(crate) randomization_factor: Option<f64>,
+    /// `max_elapsed_time`; 0 = retry forever.
+    pub(crate) max_elapsed_time: Option<Text>,
+}
+
+/// `exporters.<id>.sending_queue`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawSendingQueue {
+    /// `enabled`: the durable outbox cannot be turned off; only `true` is accepted.
+    pub(crate) enabled: Option<bool>,
+    /// `queue_size_bytes`: cap on this exporter's unsent bytes.
+    pub(crate) queue_size_bytes: Option<u64>,
+}
+
 /// `service`. Pipelines are kept as YAML so each one is decoded (and reported) on its own.
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]

@@ -22,16 +22,17 @@ use super::duration::parse_duration;
 use super::endpoint::parse_endpoint;
 use super::error::ConfigProblem;
 use super::expand::key_label;
+use super::exporter::{validate_exporter, OTLPHTTP_EXPORTER, OTLP_EXPORTER};
 use super::model::{
-    ApiConfig, Config, GrpcReceiverConfig, HealthCheckConfig, HttpReceiverConfig,
-    InterpreterConfig, OtlpReceiverConfig, StorageConfig, DEFAULT_API_ENDPOINT,
+    ApiConfig, Config, ExporterConfig, GrpcReceiverConfig, HealthCheckConfig, HttpReceiverConfig,
+    InterpreterConfig, OtlpReceiverConfig, SignalKind, StorageConfig, DEFAULT_API_ENDPOINT,
     DEFAULT_GRPC_ENDPOINT, DEFAULT_GRPC_MAX_RECV_MSG_SIZE_MIB, DEFAULT_HTTP_ENDPOINT,
     DEFAULT_HTTP_MAX_REQUEST_BODY_SIZE, DEFAULT_INACTIVITY_TIMEOUT, DEFAULT_STORAGE_DIRECTORY,
 };
 use super::raw::{
     RawApiExtension, RawBatchProcessor, RawGrpcProtocol, RawHealthCheckExtension, RawHttpProtocol,
-    RawOtlpReceiver, RawPipeline, RawService, RawSteplineProcessor, RawStorageExtension, Section,
-    Text,
+    RawOtlpExporter, RawOtlpReceiver, RawPipeline, RawService, RawSteplineProcessor,
+    RawStorageExtension, Section, Text,
 };
 
 const TOP_LEVEL_KEYS: [&str; 5] = [
@@ -98,7 +99,7 @@ impl Kind {
         match self {
             Self::Receiver => &[OTLP],
             Self::Processor => &[STEPLINE, BATCH],
-            Self::Exporter => &[],
+            Self::Exporter => &[OTLP_EXPORTER, OTLPHTTP_EXPORTER],
             Self::Extension => &[STEPLINE_STORAGE, STEPLINE_API, HEALTH_CHECK],
         }
     }
@@ -124,9 +125,10 @@ enum ProcessorSettings {
     Batch,
 }
 
-/// No exporter type exists yet.
 #[derive(Debug)]
-enum ExporterSettings {}
+enum ExporterSettings {
+    Otlp(ExporterConfig),
+}
 
 #[derive(Debug)]
 enum ExtensionSettings {
@@ -147,6 +149,8 @@ struct ServiceRefs {
     /// Whether some pipeline's receivers are unknown (not configured, or the pipeline did not
     /// decode): "no pipeline uses an otlp receiver" would then be a consequence, not a cause.
     unresolved_receivers: bool,
+    /// Which signals' pipelines list which exporter.
+    exporter_signals: Vec<(String, SignalKind)>,
     log_level: Option<String>,
 }
 
@@ -205,9 +209,7 @@ impl Validator {
 
         let receivers = self.components(receivers, Kind::Receiver, Self::receiver);
         let processors = self.components(processors, Kind::Processor, Self::processor);
-        let exporters = self.components(exporters, Kind::Exporter, |_, _, _, _| {
-            None::<ExporterSettings>
-        });
+        let exporters = self.components(exporters, Kind::Exporter, Self::exporter);
         let extensions = self.components(extensions, Kind::Extension, Self::extension);
 
         let Some(service) = service else {
@@ -285,8 +287,32 @@ impl Validator {
             Pick::One(_) | Pick::Ambiguous => None,
         };
 
+        let mut used_exporters = Vec::new();
+        let mut exporters_valid = true;
+        for component in &exporters {
+            let mut signals: Vec<SignalKind> = refs
+                .exporter_signals
+                .iter()
+                .filter(|(id, _)| id == &component.id)
+                .map(|(_, signal)| *signal)
+                .collect();
+            if signals.is_empty() {
+                continue;
+            }
+            signals.sort();
+            signals.dedup();
+            match &component.settings {
+                Some(ExporterSettings::Otlp(exporter)) => used_exporters.push(ExporterConfig {
+                    signals,
+                    ..exporter.clone()
+                }),
+                None => exporters_valid = false,
+            }
+        }
+
         Some(Config {
             source: source.to_path_buf(),
+            exporters: exporters_valid.then_some(used_exporters)?,
             receiver: receiver?,
             interpreter: interpreter?,
             storage: storage?,
@@ -473,6 +499,18 @@ impl Validator {
         }
     }
 
+    fn exporter(&mut self, type_name: &str, body: &Value, path: &str) -> Option<ExporterSettings> {
+        let raw: RawOtlpExporter = self.decode(body, path)?;
+        let id = path.strip_prefix("exporters.").unwrap_or(path);
+        match validate_exporter(id, type_name, raw, path) {
+            Ok(config) => Some(ExporterSettings::Otlp(config)),
+            Err(problems) => {
+                self.problems.extend(problems);
+                None
+            }
+        }
+    }
+
     fn processor(
         &mut self,
         type_name: &str,
@@ -606,6 +644,7 @@ impl Validator {
         let pipelines = raw.pipelines.unwrap_or_default();
         for (key, body) in &pipelines {
             let path = format!("service.pipelines.{}", key_label(key));
+            let mut signal_kind = None;
             match key.as_str().map(parse_component_id) {
                 None => self.problem(&path, "pipeline ids must be strings"),
                 Some(Err(message)) => self.problem(&path, message),
@@ -617,7 +656,7 @@ impl Validator {
                         PIPELINE_TYPES.join(", ")
                     ),
                 ),
-                Some(Ok(_)) => {}
+                Some(Ok(signal)) => signal_kind = SignalKind::from_name(signal),
             }
             let Some(pipeline) = self.decode::<RawPipeline>(body, &path) else {
                 refs.unresolved_receivers = true;
@@ -635,6 +674,10 @@ impl Validator {
             refs.processors.extend(pipeline_processors);
             let pipeline_exporters = pipeline.exporters.unwrap_or_default();
             self.references(&path, Kind::Exporter, &pipeline_exporters, exporters);
+            if let Some(signal) = signal_kind {
+                refs.exporter_signals
+                    .extend(pipeline_exporters.into_iter().map(|id| (id, signal)));
+            }
         }
         refs.receivers = dedup(&refs.receivers);
         refs.processors = dedup(&refs.processors);

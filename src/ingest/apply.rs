@@ -3,6 +3,7 @@
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 
+use crate::config::SignalKind;
 use crate::domain::{MessageHash, Run};
 use crate::interpreter::{derive, Abandonment, FactKind, Interpreted, RunMeta, SpanFact};
 use crate::store::keys::{self, cf};
@@ -10,8 +11,13 @@ use crate::store::{Store, StoreError, WriteBatch};
 
 /// One unit of work for the writer.
 pub enum Work {
-    /// Spans interpreted from one export request.
-    Spans(Vec<Interpreted>),
+    /// One accepted export request: its interpreted spans and its outbox entry.
+    Received {
+        /// Spans interpreted from the request (empty for logs, metrics and non-agent spans).
+        spans: Vec<Interpreted>,
+        /// The request for the outbox, when some exporter forwards its signal.
+        outbox: Option<NewOutboxEntry>,
+    },
     /// Declare a run dead.
     Abandon {
         /// Run id or alias.
@@ -23,6 +29,25 @@ pub enum Work {
         /// Only abandon if no new fact arrived since this time (the sweeper's check), else 0.
         silent_since_ns: u64,
     },
+}
+
+/// A request to append to the outbox.
+pub struct NewOutboxEntry {
+    /// Which signal.
+    pub signal: SignalKind,
+    /// Items in it (spans, log records, data points).
+    pub items: u64,
+    /// The request, protobuf-encoded.
+    pub payload: Vec<u8>,
+    /// Assigned by the writer when it reserves the space.
+    pub seq: u64,
+}
+
+impl NewOutboxEntry {
+    /// Bytes the entry counts for against queue caps (as [`crate::store::OutboxEntry::size`]).
+    pub fn size(&self) -> u64 {
+        self.payload.len() as u64 + 9
+    }
 }
 
 /// What a unit of work did.
@@ -57,7 +82,7 @@ pub fn apply_group(store: &Store, works: &[Work], now_ns: u64) -> Result<Vec<App
 
     // Tool spans first, so a delegate run and its parent tool in the same group link up.
     for work in works {
-        if let Work::Spans(items) = work {
+        if let Work::Received { spans: items, .. } = work {
             for i in items.iter().filter(|i| i.fact.kind == FactKind::ToolCall) {
                 let run_id = run_id_of(i);
                 let key = (i.fact.trace_id.clone(), i.fact.span_id.clone());
@@ -74,9 +99,15 @@ pub fn apply_group(store: &Store, works: &[Work], now_ns: u64) -> Result<Vec<App
     let mut results = Vec::with_capacity(works.len());
     for work in works {
         match work {
-            Work::Spans(items) => {
+            Work::Received {
+                spans: items,
+                outbox,
+            } => {
                 for i in items {
                     add_fact(store, &mut batch, &mut runs, &span_runs, i, now_ns)?;
+                }
+                if let Some(entry) = outbox {
+                    batch.put_outbox(entry.seq, entry.signal, entry.items, &entry.payload);
                 }
                 results.push(Applied::Stored);
             }
@@ -339,7 +370,15 @@ mod tests {
             let all = spans();
             // One span per request, in this order: each request is its own commit.
             for &i in &order {
-                apply_group(&store, &[Work::Spans(interpreted(&all[i..=i]))], 1).unwrap();
+                apply_group(
+                    &store,
+                    &[Work::Received {
+                        spans: interpreted(&all[i..=i]),
+                        outbox: None,
+                    }],
+                    1,
+                )
+                .unwrap();
             }
             let delegate = store.run(&delegate_id()).unwrap().unwrap();
             assert_eq!(delegate.parent_run_id, Some(outer_id()), "order {order:?}");
@@ -353,7 +392,15 @@ mod tests {
                 store.snapshots(&outer_id()).unwrap(),
             );
             let sst_before = store.run_meta(&outer_id()).unwrap();
-            apply_group(&store, &[Work::Spans(interpreted(&all))], 2).unwrap();
+            apply_group(
+                &store,
+                &[Work::Received {
+                    spans: interpreted(&all),
+                    outbox: None,
+                }],
+                2,
+            )
+            .unwrap();
             let after = (
                 store.events(&outer_id()).unwrap(),
                 store.effects(&outer_id()).unwrap(),
@@ -374,7 +421,15 @@ mod tests {
         {
             let store = Store::open(dir.path(), true).unwrap();
             // Only the first model request arrived; the run span never will.
-            apply_group(&store, &[Work::Spans(interpreted(&spans()[0..1]))], 1).unwrap();
+            apply_group(
+                &store,
+                &[Work::Received {
+                    spans: interpreted(&spans()[0..1]),
+                    outbox: None,
+                }],
+                1,
+            )
+            .unwrap();
             let effects = store.effects(&outer_id()).unwrap();
             assert_eq!(effects[0].status, EffectStatus::Requested);
             let applied = apply_group(

@@ -15,11 +15,14 @@ use opentelemetry_proto::tonic::collector::logs::v1::ExportLogsServiceRequest;
 use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequest;
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
 use opentelemetry_proto::tonic::metrics::v1::metric::Data;
+use prost::Message;
 
-pub use apply::Applied;
 use apply::Work;
+pub use apply::{run_id_of, Applied, NewOutboxEntry};
 use writer::Writer;
 
+use crate::config::SignalKind;
+use crate::exporter::Outbox;
 use crate::interpreter::interpret_span;
 use crate::service_error::{ServiceError, ServiceErrorCode};
 use crate::store::Store;
@@ -42,6 +45,14 @@ pub enum IngestError {
     /// Too many requests are waiting for the writer; the client should retry later.
     #[error("stepline is busy: {0} requests are waiting to be written; retry later")]
     Overloaded(usize),
+    /// An exporter's queue is at its byte cap: the backend is slower than the agents.
+    #[error("the forwarding queue of exporter {exporter} is full ({capacity} bytes); retry later")]
+    OutboxFull {
+        /// The exporter whose queue is full.
+        exporter: String,
+        /// Its cap, in bytes.
+        capacity: u64,
+    },
     /// The service is shutting down and takes no new requests.
     #[error("stepline is shutting down")]
     ShuttingDown,
@@ -75,6 +86,7 @@ pub struct IngestCounters {
 /// The ingest service. Cheap to share behind an `Arc`.
 pub struct Ingest {
     writer: Writer,
+    outbox: Arc<Outbox>,
     counters: Arc<IngestCounters>,
 }
 
@@ -82,12 +94,34 @@ pub struct Ingest {
 const WRITER_QUEUE: usize = 1024;
 
 impl Ingest {
-    /// Starts the writer thread over `store`.
-    pub fn new(store: Arc<Store>) -> Self {
+    /// Starts the writer thread over `store`; accepted requests of the signals some exporter
+    /// forwards are appended to `outbox`.
+    pub fn new(store: Arc<Store>, outbox: Arc<Outbox>) -> Self {
         Self {
-            writer: Writer::start(store, WRITER_QUEUE),
+            writer: Writer::start(store, outbox.clone(), WRITER_QUEUE),
+            outbox,
             counters: Arc::new(IngestCounters::default()),
         }
+    }
+
+    /// The outbox the accepted requests go to.
+    pub fn outbox(&self) -> &Arc<Outbox> {
+        &self.outbox
+    }
+
+    /// The outbox entry for a request of `signal`, when some exporter forwards it.
+    fn entry(
+        &self,
+        signal: SignalKind,
+        items: u64,
+        request: &impl Message,
+    ) -> Option<NewOutboxEntry> {
+        self.outbox.wants(signal).then(|| NewOutboxEntry {
+            signal,
+            items,
+            payload: request.encode_to_vec(),
+            seq: 0,
+        })
     }
 
     /// Counters of what was received.
@@ -100,7 +134,8 @@ impl Ingest {
         &self,
         request: ExportTraceServiceRequest,
     ) -> Result<ExportOutcome, IngestError> {
-        let (interpreted, total, invalid) = tokio::task::spawn_blocking(move || {
+        let forward = self.outbox.wants(SignalKind::Traces);
+        let (interpreted, total, invalid, payload) = tokio::task::spawn_blocking(move || {
             let mut out = Vec::new();
             let (mut total, mut invalid) = (0u64, 0u64);
             for span in request
@@ -118,14 +153,34 @@ impl Ingest {
                     out.push(i);
                 }
             }
-            (out, total, invalid)
+            let payload = forward.then(|| request.encode_to_vec());
+            (out, total, invalid, payload)
         })
         .await
         .map_err(|e| IngestError::Storage(format!("interpreter task failed: {e}")))?;
 
         let interpreted_count = interpreted.len() as u64;
-        if !interpreted.is_empty() {
-            self.writer.submit(Work::Spans(interpreted)).await?;
+        let outbox = payload.map(|payload| NewOutboxEntry {
+            signal: SignalKind::Traces,
+            items: total,
+            payload,
+            seq: 0,
+        });
+        if !interpreted.is_empty() || outbox.is_some() {
+            let submitted = self
+                .writer
+                .submit(Work::Received {
+                    spans: interpreted,
+                    outbox,
+                })
+                .await;
+            if let Err(error) = submitted {
+                // Refused as a whole (retryable): counted like the Collector's refused spans.
+                self.counters
+                    .refused_spans
+                    .fetch_add(total, Ordering::Relaxed);
+                return Err(error);
+            }
         }
         let c = &self.counters;
         c.accepted_spans
@@ -156,6 +211,14 @@ impl Ingest {
             .flat_map(|r| &r.scope_logs)
             .map(|s| s.log_records.len())
             .sum();
+        if let Some(entry) = self.entry(SignalKind::Logs, records as u64, &request) {
+            self.writer
+                .submit(Work::Received {
+                    spans: Vec::new(),
+                    outbox: Some(entry),
+                })
+                .await?;
+        }
         self.counters
             .accepted_log_records
             .fetch_add(records as u64, Ordering::Relaxed);
@@ -181,6 +244,14 @@ impl Ingest {
                 None => 0,
             })
             .sum();
+        if let Some(entry) = self.entry(SignalKind::Metrics, points as u64, &request) {
+            self.writer
+                .submit(Work::Received {
+                    spans: Vec::new(),
+                    outbox: Some(entry),
+                })
+                .await?;
+        }
         self.counters
             .accepted_metric_points
             .fetch_add(points as u64, Ordering::Relaxed);

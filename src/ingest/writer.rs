@@ -7,6 +7,7 @@ use tokio::sync::{mpsc, oneshot};
 
 use super::apply::{apply_group, Applied, Work};
 use super::{now_ns, IngestError};
+use crate::exporter::Outbox;
 use crate::store::Store;
 
 /// Most work items merged into one commit.
@@ -25,11 +26,11 @@ pub struct Writer {
 
 impl Writer {
     /// Starts the writer thread; at most `queue` jobs wait before submissions are refused.
-    pub fn start(store: Arc<Store>, queue: usize) -> Self {
+    pub fn start(store: Arc<Store>, outbox: Arc<Outbox>, queue: usize) -> Self {
         let (tx, rx) = mpsc::channel(queue);
         std::thread::Builder::new()
             .name("stepline-writer".into())
-            .spawn(move || run(store, rx))
+            .spawn(move || run(store, outbox, rx))
             .map(|_| ())
             .unwrap_or_else(|e| tracing::error!(error = %e, "could not start the writer thread"));
         Self {
@@ -49,7 +50,7 @@ impl Writer {
     }
 }
 
-fn run(store: Arc<Store>, mut rx: mpsc::Receiver<Job>) {
+fn run(store: Arc<Store>, outbox: Arc<Outbox>, mut rx: mpsc::Receiver<Job>) {
     while let Some(first) = rx.blocking_recv() {
         let mut jobs = vec![first];
         while jobs.len() < MAX_GROUP {
@@ -58,15 +59,49 @@ fn run(store: Arc<Store>, mut rx: mpsc::Receiver<Job>) {
                 Err(_) => break,
             }
         }
-        let (works, replies): (Vec<Work>, Vec<_>) =
-            jobs.into_iter().map(|j| (j.work, j.reply)).unzip();
+        // Outbox space is reserved here, on the one writer thread, so caps are exact.
+        let mut works = Vec::with_capacity(jobs.len());
+        let mut replies = Vec::with_capacity(jobs.len());
+        let mut reserved = Vec::new();
+        for Job { mut work, reply } in jobs {
+            if let Work::Received {
+                outbox: Some(entry),
+                ..
+            } = &mut work
+            {
+                match outbox.reserve(entry.signal, entry.items, entry.size()) {
+                    Ok(seq) => {
+                        entry.seq = seq;
+                        reserved.push((entry.signal, entry.size()));
+                    }
+                    Err(full) => {
+                        let _ = reply.send(Err(IngestError::OutboxFull {
+                            exporter: full.exporter,
+                            capacity: full.capacity,
+                        }));
+                        continue;
+                    }
+                }
+            }
+            works.push(work);
+            replies.push(reply);
+        }
+        if works.is_empty() {
+            continue;
+        }
         match apply_group(&store, &works, now_ns()) {
             Ok(results) => {
+                if !reserved.is_empty() {
+                    outbox.committed();
+                }
                 for (reply, result) in replies.into_iter().zip(results) {
                     let _ = reply.send(Ok(result));
                 }
             }
             Err(e) => {
+                for (signal, size) in reserved {
+                    outbox.release(signal, size);
+                }
                 tracing::error!(error = %e, "commit failed; the requests are answered as retryable");
                 for reply in replies {
                     let _ = reply.send(Err(IngestError::Storage(e.to_string())));

@@ -12,7 +12,7 @@ mod error;
 mod grpc;
 mod http;
 mod limits;
-mod rpc_status;
+pub(crate) mod rpc_status;
 mod signal;
 mod sink;
 

@@ -76,6 +76,21 @@ impl RpcStatus {
         self
     }
 
+    /// The delay of the first `google.rpc.RetryInfo` detail, if there is one.
+    pub(crate) fn retry_delay(&self) -> Option<Duration> {
+        self.details
+            .iter()
+            .filter(|detail| detail.type_url == RETRY_INFO_TYPE_URL)
+            .find_map(|detail| prost::Message::decode(detail.value.as_slice()).ok())
+            .and_then(|info: RetryInfo| info.retry_delay)
+            .map(|delay| {
+                Duration::new(
+                    u64::try_from(delay.seconds).unwrap_or(0),
+                    u32::try_from(delay.nanos).unwrap_or(0),
+                )
+            })
+    }
+
     /// The OTLP/JSON form: `{"code": 3, "message": "..."}` (details are not rendered in JSON;
     /// HTTP clients get the retry delay from `Retry-After`).
     pub(crate) fn to_json(&self) -> Vec<u8> {
@@ -96,6 +111,7 @@ mod tests {
         let decoded = RpcStatus::decode(status.encode_to_vec().as_slice()).unwrap();
         assert_eq!(decoded.code, tonic::Code::Unavailable as i32);
         assert_eq!(decoded.details[0].type_url, RETRY_INFO_TYPE_URL);
+        assert_eq!(decoded.retry_delay(), Some(Duration::from_millis(1500)));
         let info = RetryInfo::decode(decoded.details[0].value.as_slice()).unwrap();
         assert_eq!(
             info.retry_delay,

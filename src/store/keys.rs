@@ -27,6 +27,10 @@ pub mod cf {
     pub const SPAN_RUNS: &str = "span_runs";
     /// trace_id span_id \0 child run_id → () : delegate runs waiting for their parent tool span.
     pub const PENDING_PARENTS: &str = "pending_parents";
+    /// seq(be64) → outbox entry: signal(u8) items(be64) OTLP protobuf request.
+    pub const OUTBOX: &str = "outbox";
+    /// exporter id → done seq(be64) in-flight seq(be64).
+    pub const OUTBOX_CURSORS: &str = "outbox_cursors";
     /// All column families besides `default` (which holds the schema version).
     pub const ALL: &[&str] = &[
         RUNS,
@@ -40,6 +44,8 @@ pub mod cf {
         RUN_INDEX,
         SPAN_RUNS,
         PENDING_PARENTS,
+        OUTBOX,
+        OUTBOX_CURSORS,
     ];
 }
 

@@ -16,17 +16,19 @@ use crate::interpreter::{RunMeta, SpanFact};
 /// The schema version this build writes. Opening a database with a higher one fails.
 pub const SCHEMA_VERSION: u32 = 1;
 const SCHEMA_KEY: &[u8] = b"schema_version";
+/// Memtable size of the outbox column family.
+pub const OUTBOX_MEMTABLE_BYTES: usize = 8 * 1024 * 1024;
 
 /// The RocksDB store.
 pub struct Store {
-    db: DB,
+    pub(super) db: DB,
     sync: bool,
 }
 
 /// A set of writes committed atomically by [`Store::commit`].
 pub struct WriteBatch<'a> {
-    store: &'a Store,
-    batch: rocksdb::WriteBatch,
+    pub(super) store: &'a Store,
+    pub(super) batch: rocksdb::WriteBatch,
 }
 
 impl WriteBatch<'_> {
@@ -77,6 +79,12 @@ impl Store {
             let mut cf_options = Options::default();
             cf_options.set_compression_type(rocksdb::DBCompressionType::Lz4);
             cf_options.set_bottommost_compression_type(rocksdb::DBCompressionType::Zstd);
+            if *name == cf::OUTBOX {
+                // Entries live briefly (deleted once sent): small memtables bound the memory the
+                // outbox takes to OUTBOX_MEMTABLE_BYTES x 2, whatever the backlog.
+                cf_options.set_write_buffer_size(OUTBOX_MEMTABLE_BYTES);
+                cf_options.set_max_write_buffer_number(2);
+            }
             ColumnFamilyDescriptor::new(*name, cf_options)
         });
         let db = DB::open_cf_descriptors(&options, dir, descriptors)?;
@@ -131,7 +139,7 @@ impl Store {
         Ok(())
     }
 
-    fn handle(&self, name: &'static str) -> Result<&rocksdb::ColumnFamily, StoreError> {
+    pub(super) fn handle(&self, name: &'static str) -> Result<&rocksdb::ColumnFamily, StoreError> {
         self.db.cf_handle(name).ok_or(StoreError::Corrupt {
             cf: name,
             reason: "column family missing".into(),

@@ -55,6 +55,10 @@ pub struct Options {
     pub inactivity_timeout: String,
     /// `receivers.otlp.protocols.http.max_request_body_size` (bytes), when set.
     pub max_request_body_size: Option<u64>,
+    /// The `exporters:` section body (YAML, indented by two spaces), when set.
+    pub exporters: Option<String>,
+    /// The exporter ids every pipeline lists (e.g. `[otlp/a, otlphttp/b]`); `[]` when unset.
+    pub pipeline_exporters: Option<String>,
 }
 
 impl Default for Options {
@@ -62,6 +66,8 @@ impl Default for Options {
         Self {
             inactivity_timeout: "10m".to_string(),
             max_request_body_size: None,
+            exporters: None,
+            pipeline_exporters: None,
         }
     }
 }
@@ -185,14 +191,19 @@ impl Stepline {
             Some(n) => format!(", max_request_body_size: {n}"),
             None => String::new(),
         };
+        let exporters = match &self.options.exporters {
+            Some(body) => format!("exporters:\n{body}"),
+            None => String::new(),
+        };
+        let used = self.options.pipeline_exporters.as_deref().unwrap_or("[]");
         format!(
-            "receivers:\n  otlp:\n    protocols:\n      grpc: {{ endpoint: {grpc} }}\n      http: {{ endpoint: {http}{http_limit} }}\n\
+            "{exporters}receivers:\n  otlp:\n    protocols:\n      grpc: {{ endpoint: {grpc} }}\n      http: {{ endpoint: {http}{http_limit} }}\n\
              processors:\n  stepline: {{ inactivity_timeout: {timeout} }}\n\
              extensions:\n  stepline_storage: {{ directory: {dir}, sync: true }}\n  stepline_api: {{ endpoint: {api} }}\n\
              service:\n  extensions: [stepline_storage, stepline_api]\n  pipelines:\n\
-             \x20   traces: {{ receivers: [otlp], processors: [stepline], exporters: [] }}\n\
-             \x20   logs: {{ receivers: [otlp], processors: [stepline], exporters: [] }}\n\
-             \x20   metrics: {{ receivers: [otlp], processors: [stepline], exporters: [] }}\n",
+             \x20   traces: {{ receivers: [otlp], processors: [stepline], exporters: {used} }}\n\
+             \x20   logs: {{ receivers: [otlp], processors: [stepline], exporters: {used} }}\n\
+             \x20   metrics: {{ receivers: [otlp], processors: [stepline], exporters: {used} }}\n",
             grpc = self.ports.grpc,
             http = self.ports.http,
             api = self.ports.api,
@@ -276,6 +287,37 @@ impl Stepline {
             let _ = child.kill();
             let _ = child.wait();
         }
+    }
+
+    /// SIGTERM, then wait (up to `timeout`) for the process to exit; SIGKILL if it does not.
+    pub fn terminate(&mut self, timeout: Duration) -> Option<std::process::ExitStatus> {
+        let mut child = self.child.take()?;
+        let _ = Command::new("kill")
+            .arg("-TERM")
+            .arg(child.id().to_string())
+            .status();
+        let deadline = Instant::now() + timeout;
+        while Instant::now() < deadline {
+            if let Ok(Some(status)) = child.try_wait() {
+                return Some(status);
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let _ = child.kill();
+        child.wait().ok()
+    }
+
+    /// Starts again (after [`Stepline::kill`] or [`Stepline::terminate`]) on the same data
+    /// directory, on fresh ports.
+    pub async fn start_again(&mut self) {
+        self.kill();
+        self.ports = pick_ports();
+        self.launch().await;
+    }
+
+    /// The process id of the running binary.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
     }
 
     /// SIGKILL and start again on the same data directory (on fresh ports).

@@ -1,0 +1,380 @@
+//! Validation of the `otlp` and `otlphttp` exporters' settings. Pure: no I/O.
+
+use std::time::Duration;
+
+use super::duration::parse_duration;
+use super::error::ConfigProblem;
+use super::model::{
+    Compression, ExporterConfig, ExporterProtocol, RetryConfig, DEFAULT_EXPORT_TIMEOUT,
+    DEFAULT_QUEUE_SIZE_BYTES,
+};
+use super::raw::{RawOtlpExporter, RawRetry, RawTls, Text};
+
+/// The gRPC exporter type.
+pub(crate) const OTLP_EXPORTER: &str = "otlp";
+/// The HTTP exporter type.
+pub(crate) const OTLPHTTP_EXPORTER: &str = "otlphttp";
+
+const NO_TLS: &str = "TLS is not available in this build of stepline; use a plain-text endpoint \
+                      (http://…, or tls.insecure: true)";
+
+/// Validates one exporter's settings at `path` (`exporters.<id>`). The returned config has no
+/// `signals` yet: the pipelines fill them in.
+pub(crate) fn validate_exporter(
+    id: &str,
+    type_name: &str,
+    raw: RawOtlpExporter,
+    path: &str,
+) -> Result<ExporterConfig, Vec<ConfigProblem>> {
+    let mut problems = Vec::new();
+    let mut problem = |key: &str, message: String| {
+        problems.push(ConfigProblem::new(format!("{path}.{key}"), message));
+    };
+
+    let grpc = type_name == OTLP_EXPORTER;
+    let protocol = match (grpc, raw.encoding.as_ref().map(|t| t.0.trim())) {
+        (true, None) => Some(ExporterProtocol::Grpc),
+        (true, Some(_)) => {
+            problem(
+                "encoding",
+                "only the otlphttp exporter has an encoding (gRPC is always protobuf)".into(),
+            );
+            None
+        }
+        (false, None | Some("" | "proto")) => Some(ExporterProtocol::HttpProtobuf),
+        (false, Some("json")) => Some(ExporterProtocol::HttpJson),
+        (false, Some(other)) => {
+            problem(
+                "encoding",
+                format!("unknown encoding \"{other}\" (expected proto or json)"),
+            );
+            None
+        }
+    };
+
+    let insecure = tls_insecure(raw.tls.as_ref(), &mut problem);
+    let endpoint = match raw.endpoint {
+        None => {
+            problem(
+                "endpoint",
+                "missing: the backend's address, e.g. http://127.0.0.1:4317".into(),
+            );
+            None
+        }
+        Some(Text(text)) => match endpoint_url(text.trim(), grpc, insecure) {
+            Ok(url) => Some(url),
+            Err(message) => {
+                problem("endpoint", message);
+                None
+            }
+        },
+    };
+
+    let mut headers = Vec::new();
+    for (name, Text(value)) in raw.headers.unwrap_or_default() {
+        let lower = name.to_ascii_lowercase();
+        let name_ok = http::HeaderName::from_bytes(lower.as_bytes()).is_ok();
+        let value_ok = http::HeaderValue::from_str(&value).is_ok();
+        if !name_ok {
+            problem(&format!("headers.{name}"), "not a valid header name".into());
+        } else if !value_ok {
+            problem(
+                &format!("headers.{name}"),
+                "the value must be visible ASCII".into(),
+            );
+        } else {
+            headers.push((lower, value));
+        }
+    }
+
+    let compression = match raw.compression.as_ref().map(|t| t.0.trim()) {
+        None | Some("gzip") => Some(Compression::Gzip),
+        Some("zstd") => Some(Compression::Zstd),
+        Some("" | "none") => Some(Compression::None),
+        Some(other) => {
+            problem(
+                "compression",
+                format!("unknown compression \"{other}\" (expected gzip, zstd or none)"),
+            );
+            None
+        }
+    };
+
+    let timeout = match raw.timeout {
+        None => Some(DEFAULT_EXPORT_TIMEOUT),
+        Some(Text(text)) => match parse_duration(&text) {
+            Ok(timeout) if timeout.is_zero() => {
+                problem("timeout", "must be greater than 0".into());
+                None
+            }
+            Ok(timeout) => Some(timeout),
+            Err(message) => {
+                problem("timeout", message);
+                None
+            }
+        },
+    };
+
+    let retry = retry(raw.retry_on_failure.unwrap_or_default(), &mut problem);
+
+    let queue = raw.sending_queue.unwrap_or_default();
+    if queue.enabled == Some(false) {
+        problem(
+            "sending_queue.enabled",
+            "the durable outbox cannot be turned off (stepline never drops acknowledged data); \
+             remove the key"
+                .into(),
+        );
+    }
+    let queue_size_bytes = match queue.queue_size_bytes {
+        None => Some(DEFAULT_QUEUE_SIZE_BYTES),
+        Some(0) => {
+            problem(
+                "sending_queue.queue_size_bytes",
+                "must be greater than 0".into(),
+            );
+            None
+        }
+        Some(bytes) => Some(bytes),
+    };
+
+    let enrich_run_id = raw.enrich_run_id.unwrap_or(false);
+    match (
+        protocol,
+        endpoint,
+        compression,
+        timeout,
+        retry,
+        queue_size_bytes,
+    ) {
+        (
+            Some(protocol),
+            Some(endpoint),
+            Some(compression),
+            Some(timeout),
+            Some(retry),
+            Some(queue_size_bytes),
+        ) if problems.is_empty() => Ok(ExporterConfig {
+            id: id.to_owned(),
+            protocol,
+            endpoint,
+            headers,
+            compression,
+            timeout,
+            retry,
+            queue_size_bytes,
+            enrich_run_id,
+            signals: Vec::new(),
+        }),
+        _ => Err(problems),
+    }
+}
+
+/// `tls.insecure`, reporting the TLS settings this build cannot honour.
+fn tls_insecure(tls: Option<&RawTls>, problem: &mut impl FnMut(&str, String)) -> bool {
+    let Some(tls) = tls else {
+        return false;
+    };
+    for (key, value) in [
+        ("ca_file", &tls.ca_file),
+        ("cert_file", &tls.cert_file),
+        ("key_file", &tls.key_file),
+    ] {
+        if value.as_ref().is_some_and(|Text(text)| !text.is_empty()) {
+            problem(&format!("tls.{key}"), NO_TLS.into());
+        }
+    }
+    if tls.insecure_skip_verify == Some(true) {
+        problem("tls.insecure_skip_verify", NO_TLS.into());
+    }
+    tls.insecure.unwrap_or(false)
+}
+
+/// The endpoint as an `http://` URL without a trailing `/`.
+fn endpoint_url(text: &str, grpc: bool, insecure: bool) -> Result<String, String> {
+    if text.is_empty() {
+        return Err("must not be empty".into());
+    }
+    let url = if let Some(rest) = text.strip_prefix("http://") {
+        format!("http://{rest}")
+    } else if text.starts_with("https://") {
+        return Err(NO_TLS.into());
+    } else if text.contains("://") {
+        return Err(format!(
+            "unsupported scheme in \"{text}\" (expected http://host:port)"
+        ));
+    } else if grpc && insecure {
+        format!("http://{text}")
+    } else if grpc {
+        // The Collector uses TLS for a scheme-less gRPC endpoint unless tls.insecure is set.
+        return Err(format!(
+            "\"{text}\" would use TLS, which is not available in this build; write \
+             http://{text} or set tls.insecure: true"
+        ));
+    } else {
+        return Err(format!(
+            "must be a URL such as http://{text} (the signal path /v1/traces, … is appended)"
+        ));
+    };
+    let trimmed = url.trim_end_matches('/').to_owned();
+    match trimmed.parse::<http::Uri>() {
+        Ok(uri) if uri.host().is_some() => Ok(trimmed),
+        _ => Err(format!("\"{text}\" is not a valid URL")),
+    }
+}
+
+fn retry(raw: RawRetry, problem: &mut impl FnMut(&str, String)) -> Option<RetryConfig> {
+    let defaults = RetryConfig::default();
+    let mut valid = true;
+    let mut duration = |key: &str, value: Option<Text>, default: Duration| match value {
+        None => Some(default),
+        Some(Text(text)) => match parse_duration(&text) {
+            Ok(duration) => Some(duration),
+            Err(message) => {
+                problem(&format!("retry_on_failure.{key}"), message);
+                None
+            }
+        },
+    };
+    let initial = duration(
+        "initial_interval",
+        raw.initial_interval,
+        defaults.initial_interval,
+    );
+    let max = duration("max_interval", raw.max_interval, defaults.max_interval);
+    let elapsed = duration(
+        "max_elapsed_time",
+        raw.max_elapsed_time,
+        defaults.max_elapsed_time.unwrap_or_default(),
+    );
+    let multiplier = raw.multiplier.unwrap_or(defaults.multiplier);
+    if !(multiplier.is_finite() && multiplier >= 1.0) {
+        problem(
+            "retry_on_failure.multiplier",
+            format!("must be at least 1, got {multiplier}"),
+        );
+        valid = false;
+    }
+    let randomization_factor = raw
+        .randomization_factor
+        .unwrap_or(defaults.randomization_factor);
+    if !(0.0..1.0).contains(&randomization_factor) {
+        problem(
+            "retry_on_failure.randomization_factor",
+            format!("must be in [0, 1), got {randomization_factor}"),
+        );
+        valid = false;
+    }
+    let (initial, max, elapsed) = (initial?, max?, elapsed?);
+    if initial.is_zero() {
+        problem(
+            "retry_on_failure.initial_interval",
+            "must be greater than 0".into(),
+        );
+        valid = false;
+    }
+    if max < initial {
+        problem(
+            "retry_on_failure.max_interval",
+            format!("must be at least initial_interval ({initial:?})"),
+        );
+        valid = false;
+    }
+    valid.then_some(RetryConfig {
+        enabled: raw.enabled.unwrap_or(true),
+        initial_interval: initial,
+        max_interval: max,
+        multiplier,
+        randomization_factor,
+        max_elapsed_time: (!elapsed.is_zero()).then_some(elapsed),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn raw(yaml: &str) -> RawOtlpExporter {
+        serde_yaml_ng::from_str(yaml).unwrap()
+    }
+
+    fn messages(result: Result<ExporterConfig, Vec<ConfigProblem>>) -> Vec<String> {
+        result.unwrap_err().iter().map(|p| p.to_string()).collect()
+    }
+
+    #[test]
+    fn defaults_follow_the_collector() {
+        let config =
+            validate_exporter("otlp/a", "otlp", raw("endpoint: http://127.0.0.1:1/"), "e").unwrap();
+        assert_eq!(config.endpoint, "http://127.0.0.1:1");
+        assert_eq!(config.protocol, ExporterProtocol::Grpc);
+        assert_eq!(config.compression, Compression::Gzip);
+        assert_eq!(config.timeout, Duration::from_secs(5));
+        assert_eq!(config.retry, RetryConfig::default());
+        assert!(!config.enrich_run_id);
+    }
+
+    #[test]
+    fn insecure_grpc_without_scheme_and_json_http() {
+        let config = validate_exporter(
+            "otlp",
+            "otlp",
+            raw("endpoint: 127.0.0.1:4317\ntls: {insecure: true}\ncompression: none"),
+            "e",
+        )
+        .unwrap();
+        assert_eq!(config.endpoint, "http://127.0.0.1:4317");
+        assert_eq!(config.compression, Compression::None);
+        let config = validate_exporter(
+            "otlphttp/b",
+            "otlphttp",
+            raw(
+                "endpoint: http://h:4318\nencoding: json\nheaders: {X-Key: v}\n\
+                 retry_on_failure: {max_elapsed_time: 0}",
+            ),
+            "e",
+        )
+        .unwrap();
+        assert_eq!(config.protocol, ExporterProtocol::HttpJson);
+        assert_eq!(config.headers, [("x-key".to_string(), "v".to_string())]);
+        assert_eq!(config.retry.max_elapsed_time, None);
+    }
+
+    #[test]
+    fn every_problem_is_reported_with_its_path() {
+        let lines = messages(validate_exporter(
+            "otlp",
+            "otlp",
+            raw(
+                "endpoint: backend:4317\ncompression: lz5\ntimeout: 0s\nencoding: json\n\
+                 tls: {ca_file: /ca.pem}\nsending_queue: {queue_size_bytes: 0}\n\
+                 retry_on_failure: {multiplier: 0.5}",
+            ),
+            "exporters.otlp",
+        ));
+        for expected in [
+            "exporters.otlp.encoding: only the otlphttp exporter",
+            "exporters.otlp.tls.ca_file: TLS is not available",
+            "exporters.otlp.endpoint: \"backend:4317\" would use TLS",
+            "exporters.otlp.compression: unknown compression \"lz5\"",
+            "exporters.otlp.timeout: must be greater than 0",
+            "exporters.otlp.retry_on_failure.multiplier: must be at least 1",
+            "exporters.otlp.sending_queue.queue_size_bytes: must be greater than 0",
+        ] {
+            assert!(
+                lines.iter().any(|line| line.starts_with(expected)),
+                "{expected} not in {lines:?}"
+            );
+        }
+        let lines = messages(validate_exporter(
+            "otlphttp",
+            "otlphttp",
+            raw("{}"),
+            "exporters.otlphttp",
+        ));
+        assert_eq!(
+            lines,
+            ["exporters.otlphttp.endpoint: missing: the backend's address, e.g. http://127.0.0.1:4317"]
+        );
+    }
+}

@@ -1,0 +1,257 @@
+//! The forwarding outbox: received OTLP requests, in arrival order, waiting for the exporters.
+//!
+//! An entry is appended in the same write batch as the interpreted records of its request, so
+//! an acknowledged request is always in the outbox. Each exporter keeps a cursor (the last
+//! entry it finished, and the one it is sending), committed atomically with the deletion of
+//! the entries every exporter has finished.
+
+use rocksdb::{Direction, IteratorMode, WriteOptions};
+
+use super::error::StoreError;
+use super::keys::cf;
+use super::rocks::{Store, WriteBatch};
+use crate::config::SignalKind;
+
+/// One received request waiting to be forwarded.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OutboxEntry {
+    /// Position in the outbox; increasing in arrival order.
+    pub seq: u64,
+    /// Which signal the request is.
+    pub signal: SignalKind,
+    /// Spans, log records or metric data points in it.
+    pub items: u64,
+    /// The export request, protobuf-encoded.
+    pub payload: Vec<u8>,
+}
+
+impl OutboxEntry {
+    /// Bytes this entry counts for against a queue cap.
+    pub fn size(&self) -> u64 {
+        self.payload.len() as u64 + HEADER as u64
+    }
+}
+
+/// An exporter's position in the outbox.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct OutboxCursor {
+    /// Every entry up to this seq is finished (sent, dropped, or not for this exporter).
+    pub done: u64,
+    /// The entry being sent when the cursor was last written (`done` when none): entries in
+    /// `(done, in_flight]` may already have reached the backend.
+    pub in_flight: u64,
+}
+
+const HEADER: usize = 9;
+
+fn signal_byte(signal: SignalKind) -> u8 {
+    match signal {
+        SignalKind::Traces => 1,
+        SignalKind::Logs => 2,
+        SignalKind::Metrics => 3,
+    }
+}
+
+fn decode_entry(key: &[u8], value: &[u8]) -> Result<OutboxEntry, StoreError> {
+    let corrupt = |reason: &str| StoreError::Corrupt {
+        cf: cf::OUTBOX,
+        reason: reason.into(),
+    };
+    let seq = key
+        .try_into()
+        .map(u64::from_be_bytes)
+        .map_err(|_| corrupt("key is not 8 bytes"))?;
+    if value.len() < HEADER {
+        return Err(corrupt("entry shorter than its header"));
+    }
+    let signal = match value[0] {
+        1 => SignalKind::Traces,
+        2 => SignalKind::Logs,
+        3 => SignalKind::Metrics,
+        _ => return Err(corrupt("unknown signal")),
+    };
+    let items = value[1..HEADER]
+        .try_into()
+        .map(u64::from_be_bytes)
+        .map_err(|_| corrupt("bad item count"))?;
+    Ok(OutboxEntry {
+        seq,
+        signal,
+        items,
+        payload: value[HEADER..].to_vec(),
+    })
+}
+
+impl WriteBatch<'_> {
+    /// Appends an outbox entry.
+    pub fn put_outbox(&mut self, seq: u64, signal: SignalKind, items: u64, payload: &[u8]) {
+        let mut value = Vec::with_capacity(HEADER + payload.len());
+        value.push(signal_byte(signal));
+        value.extend_from_slice(&items.to_be_bytes());
+        value.extend_from_slice(payload);
+        self.put_raw(cf::OUTBOX, &seq.to_be_bytes(), &value);
+    }
+}
+
+impl Store {
+    /// The highest seq in the outbox, if any.
+    pub fn outbox_last_seq(&self) -> Result<Option<u64>, StoreError> {
+        let handle = self.handle(cf::OUTBOX)?;
+        match self.db.iterator_cf(handle, IteratorMode::End).next() {
+            Some(item) => {
+                let (key, value) = item?;
+                Ok(Some(decode_entry(&key, &value)?.seq))
+            }
+            None => Ok(None),
+        }
+    }
+
+    /// Up to `max_entries` entries after `after`, stopping once `max_bytes` are read (at least
+    /// one entry is returned when there is one).
+    pub fn outbox_after(
+        &self,
+        after: u64,
+        max_entries: usize,
+        max_bytes: usize,
+    ) -> Result<Vec<OutboxEntry>, StoreError> {
+        let handle = self.handle(cf::OUTBOX)?;
+        let start = after.saturating_add(1).to_be_bytes();
+        let mut out = Vec::new();
+        let mut bytes = 0;
+        for item in self
+            .db
+            .iterator_cf(handle, IteratorMode::From(&start, Direction::Forward))
+        {
+            let (key, value) = item?;
+            let entry = decode_entry(&key, &value)?;
+            if entry.seq <= after {
+                continue;
+            }
+            bytes += value.len();
+            out.push(entry);
+            if out.len() >= max_entries || bytes >= max_bytes {
+                break;
+            }
+        }
+        Ok(out)
+    }
+
+    /// Visits `(seq, signal, size)` of every entry, in order (to rebuild queue sizes at start).
+    pub fn outbox_sizes(
+        &self,
+        mut visit: impl FnMut(u64, SignalKind, u64),
+    ) -> Result<(), StoreError> {
+        let handle = self.handle(cf::OUTBOX)?;
+        for item in self.db.iterator_cf(handle, IteratorMode::Start) {
+            let (key, value) = item?;
+            let entry = decode_entry(&key, &value[..HEADER.min(value.len())])?;
+            visit(entry.seq, entry.signal, value.len() as u64);
+        }
+        Ok(())
+    }
+
+    /// The stored cursor of `exporter`, if it ever wrote one.
+    pub fn outbox_cursor(&self, exporter: &str) -> Result<Option<OutboxCursor>, StoreError> {
+        let handle = self.handle(cf::OUTBOX_CURSORS)?;
+        match self.db.get_pinned_cf(handle, exporter.as_bytes())? {
+            None => Ok(None),
+            Some(bytes) if bytes.len() == 16 => {
+                let done = u64::from_be_bytes(bytes[..8].try_into().unwrap_or_default());
+                let in_flight = u64::from_be_bytes(bytes[8..].try_into().unwrap_or_default());
+                Ok(Some(OutboxCursor { done, in_flight }))
+            }
+            Some(_) => Err(StoreError::Corrupt {
+                cf: cf::OUTBOX_CURSORS,
+                reason: format!("cursor of {exporter} is not 16 bytes"),
+            }),
+        }
+    }
+
+    /// Writes `exporter`'s cursor and deletes every entry up to `delete_through` (when given),
+    /// atomically. Not fsynced: a lost cursor update means a re-send, never a loss.
+    pub fn outbox_advance(
+        &self,
+        exporter: &str,
+        cursor: OutboxCursor,
+        delete_through: Option<u64>,
+    ) -> Result<(), StoreError> {
+        let mut batch = rocksdb::WriteBatch::default();
+        let mut value = [0u8; 16];
+        value[..8].copy_from_slice(&cursor.done.to_be_bytes());
+        value[8..].copy_from_slice(&cursor.in_flight.to_be_bytes());
+        batch.put_cf(self.handle(cf::OUTBOX_CURSORS)?, exporter.as_bytes(), value);
+        if let Some(through) = delete_through {
+            batch.delete_range_cf(
+                self.handle(cf::OUTBOX)?,
+                0u64.to_be_bytes(),
+                through.saturating_add(1).to_be_bytes(),
+            );
+        }
+        self.db.write_opt(batch, &WriteOptions::default())?;
+        Ok(())
+    }
+
+    /// Deletes every entry up to `through` (e.g. when no exporter needs them any more).
+    pub fn outbox_delete_through(&self, through: u64) -> Result<(), StoreError> {
+        let mut batch = rocksdb::WriteBatch::default();
+        batch.delete_range_cf(
+            self.handle(cf::OUTBOX)?,
+            0u64.to_be_bytes(),
+            through.saturating_add(1).to_be_bytes(),
+        );
+        self.db.write_opt(batch, &WriteOptions::default())?;
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn entries_cursors_and_deletion_round_trip() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path(), false).unwrap();
+        assert_eq!(store.outbox_last_seq().unwrap(), None);
+        let mut batch = store.batch();
+        for seq in 1..=5u64 {
+            batch.put_outbox(seq, SignalKind::Logs, seq, &[seq as u8; 3]);
+        }
+        store.commit(batch).unwrap();
+        assert_eq!(store.outbox_last_seq().unwrap(), Some(5));
+        let read = store.outbox_after(2, 2, usize::MAX).unwrap();
+        assert_eq!(read.len(), 2);
+        assert_eq!(
+            read[0],
+            OutboxEntry {
+                seq: 3,
+                signal: SignalKind::Logs,
+                items: 3,
+                payload: vec![3; 3]
+            }
+        );
+        assert_eq!(store.outbox_after(0, 10, 1).unwrap().len(), 1);
+        let mut sizes = Vec::new();
+        store
+            .outbox_sizes(|seq, _, size| sizes.push((seq, size)))
+            .unwrap();
+        assert_eq!(sizes, [(1, 12), (2, 12), (3, 12), (4, 12), (5, 12)]);
+
+        assert_eq!(store.outbox_cursor("otlp").unwrap(), None);
+        let cursor = OutboxCursor {
+            done: 3,
+            in_flight: 4,
+        };
+        store.outbox_advance("otlp", cursor, Some(3)).unwrap();
+        assert_eq!(store.outbox_cursor("otlp").unwrap(), Some(cursor));
+        let left: Vec<u64> = store
+            .outbox_after(0, 10, usize::MAX)
+            .unwrap()
+            .iter()
+            .map(|e| e.seq)
+            .collect();
+        assert_eq!(left, [4, 5]);
+        store.outbox_delete_through(5).unwrap();
+        assert!(store.outbox_after(0, 10, usize::MAX).unwrap().is_empty());
+    }
+}

@@ -1,0 +1,773 @@
+//! Forwarding end to end: the real `stepline` binary with `otlp` and `otlphttp` exporters in
+//! front of downstream OTLP sinks started by the test (stepline's own receivers on 127.0.0.1:0
+//! around a recording sink, or a small axum server answering errors). Checks that what the
+//! agent sent arrives unchanged, survives outages and a SIGKILL, that permanent errors are
+//! dropped and counted, and that a slow backend turns into retryable answers at the cap.
+
+mod support;
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use opentelemetry_proto::tonic::collector::logs::v1::logs_service_client::LogsServiceClient;
+use opentelemetry_proto::tonic::collector::logs::v1::ExportLogsServiceRequest;
+use opentelemetry_proto::tonic::collector::metrics::v1::metrics_service_client::MetricsServiceClient;
+use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequest;
+use opentelemetry_proto::tonic::collector::trace::v1::trace_service_client::TraceServiceClient;
+use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
+use opentelemetry_proto::tonic::common::v1::{any_value, AnyValue, InstrumentationScope, KeyValue};
+use opentelemetry_proto::tonic::logs::v1::{LogRecord, ResourceLogs, ScopeLogs};
+use opentelemetry_proto::tonic::metrics::v1::{
+    metric, number_data_point, Gauge, Metric, NumberDataPoint, ResourceMetrics, ScopeMetrics,
+};
+use opentelemetry_proto::tonic::resource::v1::Resource;
+use opentelemetry_proto::tonic::trace::v1::{ResourceSpans, ScopeSpans, Span};
+use prost::Message;
+use stepline::ingest::{ExportOutcome, IngestError};
+use stepline::receiver::{serve_grpc, serve_http, ExportSink, ReceiverLimits};
+use support::{Options, Stepline};
+use tokio::net::TcpListener;
+use tokio::sync::Semaphore;
+
+// ---------------------------------------------------------------------------------------------
+// The downstream: stepline's own OTLP receivers around a recording sink.
+
+#[derive(Default)]
+struct Downstream {
+    /// When set, every export answers UNAVAILABLE / 503 (a backend that is down or busy).
+    refuse: Mutex<bool>,
+    /// When set, each export waits for a permit (a slow backend).
+    gate: Mutex<Option<Arc<Semaphore>>>,
+    traces: Mutex<Vec<ExportTraceServiceRequest>>,
+    logs: Mutex<Vec<ExportLogsServiceRequest>>,
+    metrics: Mutex<Vec<ExportMetricsServiceRequest>>,
+}
+
+impl Downstream {
+    async fn admit(&self) -> Result<(), IngestError> {
+        let gate = self.gate.lock().unwrap().clone();
+        if let Some(gate) = gate {
+            let permit = gate.acquire().await;
+            if let Ok(permit) = permit {
+                permit.forget();
+            }
+        }
+        if *self.refuse.lock().unwrap() {
+            return Err(IngestError::ShuttingDown);
+        }
+        Ok(())
+    }
+}
+
+impl ExportSink for Downstream {
+    async fn export_traces(
+        &self,
+        request: ExportTraceServiceRequest,
+    ) -> Result<ExportOutcome, IngestError> {
+        self.admit().await?;
+        self.traces.lock().unwrap().push(request);
+        Ok(ExportOutcome::default())
+    }
+
+    async fn export_logs(
+        &self,
+        request: ExportLogsServiceRequest,
+    ) -> Result<ExportOutcome, IngestError> {
+        self.admit().await?;
+        self.logs.lock().unwrap().push(request);
+        Ok(ExportOutcome::default())
+    }
+
+    async fn export_metrics(
+        &self,
+        request: ExportMetricsServiceRequest,
+    ) -> Result<ExportOutcome, IngestError> {
+        self.admit().await?;
+        self.metrics.lock().unwrap().push(request);
+        Ok(ExportOutcome::default())
+    }
+}
+
+/// A downstream listening for OTLP/gRPC and OTLP/HTTP on free ports.
+struct Sinks {
+    sink: Arc<Downstream>,
+    grpc: std::net::SocketAddr,
+    http: std::net::SocketAddr,
+}
+
+async fn start_downstream_on(grpc: TcpListener, http: TcpListener) -> Sinks {
+    let sink = Arc::new(Downstream::default());
+    let limits = ReceiverLimits {
+        max_request_bytes: 64 << 20,
+    };
+    let addresses = (grpc.local_addr().unwrap(), http.local_addr().unwrap());
+    tokio::spawn(serve_grpc(
+        grpc,
+        sink.clone(),
+        limits,
+        std::future::pending(),
+    ));
+    tokio::spawn(serve_http(
+        http,
+        sink.clone(),
+        limits,
+        std::future::pending(),
+    ));
+    Sinks {
+        sink,
+        grpc: addresses.0,
+        http: addresses.1,
+    }
+}
+
+async fn start_downstream() -> Sinks {
+    start_downstream_on(
+        TcpListener::bind("127.0.0.1:0").await.unwrap(),
+        TcpListener::bind("127.0.0.1:0").await.unwrap(),
+    )
+    .await
+}
+
+/// Exporter settings shared by the tests: quick retries so outages end within a test.
+fn exporter(kind: &str, endpoint: &str, extra: &str) -> String {
+    format!(
+        "    endpoint: {endpoint}\n    timeout: 2s\n\
+         \x20   retry_on_failure: {{ initial_interval: 100ms, max_interval: 300ms, max_elapsed_time: 0 }}\n{extra}\
+         \x20   # {kind}\n"
+    )
+}
+
+// ---------------------------------------------------------------------------------------------
+// What the agent sends.
+
+fn kv(key: &str, value: &str) -> KeyValue {
+    KeyValue {
+        key: key.into(),
+        value: Some(AnyValue {
+            value: Some(any_value::Value::StringValue(value.into())),
+        }),
+        key_strindex: 0,
+    }
+}
+
+fn resource(name: &str) -> Option<Resource> {
+    Some(Resource {
+        attributes: vec![kv("service.name", name)],
+        ..Default::default()
+    })
+}
+
+/// A trace request: an agent run with a chat span, and a plain HTTP span.
+fn traces(n: u8) -> ExportTraceServiceRequest {
+    let trace_id = vec![n; 16];
+    let span = |id: u8, parent: u8, name: &str, attributes: Vec<KeyValue>| Span {
+        trace_id: trace_id.clone(),
+        span_id: vec![id, n, 0, 0, 0, 0, 0, 1],
+        parent_span_id: if parent == 0 {
+            Vec::new()
+        } else {
+            vec![parent, n, 0, 0, 0, 0, 0, 1]
+        },
+        name: name.into(),
+        kind: 1,
+        start_time_unix_nano: 1_700_000_000_000_000_000 + u64::from(id),
+        end_time_unix_nano: 1_700_000_001_000_000_000 + u64::from(id),
+        attributes,
+        ..Default::default()
+    };
+    ExportTraceServiceRequest {
+        resource_spans: vec![ResourceSpans {
+            resource: resource("agent"),
+            scope_spans: vec![ScopeSpans {
+                scope: Some(InstrumentationScope {
+                    name: "forwarding-test".into(),
+                    version: "1".into(),
+                    ..Default::default()
+                }),
+                spans: vec![
+                    span(
+                        2,
+                        1,
+                        "chat model",
+                        vec![
+                            kv("gen_ai.operation.name", "chat"),
+                            kv("gen_ai.request.model", "m"),
+                        ],
+                    ),
+                    span(
+                        1,
+                        0,
+                        "invoke_agent a",
+                        vec![
+                            kv("gen_ai.operation.name", "invoke_agent"),
+                            kv("gen_ai.agent.name", "a"),
+                        ],
+                    ),
+                    span(3, 0, "GET /health", vec![kv("http.request.method", "GET")]),
+                ],
+                schema_url: String::new(),
+            }],
+            schema_url: String::new(),
+        }],
+    }
+}
+
+fn logs(n: u8, body_len: usize) -> ExportLogsServiceRequest {
+    ExportLogsServiceRequest {
+        resource_logs: vec![ResourceLogs {
+            resource: resource("agent"),
+            scope_logs: vec![ScopeLogs {
+                log_records: (0..2)
+                    .map(|i| LogRecord {
+                        time_unix_nano: 1_700_000_000_000_000_000 + i,
+                        severity_number: 9,
+                        severity_text: "INFO".into(),
+                        body: Some(AnyValue {
+                            value: Some(any_value::Value::StringValue(format!(
+                                "log {n}.{i} {}",
+                                "x".repeat(body_len)
+                            ))),
+                        }),
+                        attributes: vec![kv("n", &n.to_string())],
+                        ..Default::default()
+                    })
+                    .collect(),
+                ..Default::default()
+            }],
+            ..Default::default()
+        }],
+    }
+}
+
+fn metrics(n: u8) -> ExportMetricsServiceRequest {
+    ExportMetricsServiceRequest {
+        resource_metrics: vec![ResourceMetrics {
+            resource: resource("agent"),
+            scope_metrics: vec![ScopeMetrics {
+                metrics: vec![Metric {
+                    name: "queue.depth".into(),
+                    unit: "1".into(),
+                    data: Some(metric::Data::Gauge(Gauge {
+                        data_points: vec![NumberDataPoint {
+                            time_unix_nano: 1_700_000_000_000_000_000,
+                            value: Some(number_data_point::Value::AsInt(i64::from(n))),
+                            attributes: vec![kv("n", &n.to_string())],
+                            ..Default::default()
+                        }],
+                    })),
+                    ..Default::default()
+                }],
+                ..Default::default()
+            }],
+            ..Default::default()
+        }],
+    }
+}
+
+async fn send_grpc(stepline: &Stepline, n: u8) {
+    let url = stepline.otlp_grpc_url();
+    TraceServiceClient::connect(url.clone())
+        .await
+        .unwrap()
+        .export(traces(n))
+        .await
+        .unwrap();
+    LogsServiceClient::connect(url.clone())
+        .await
+        .unwrap()
+        .export(logs(n, 8))
+        .await
+        .unwrap();
+    MetricsServiceClient::connect(url)
+        .await
+        .unwrap()
+        .export(metrics(n))
+        .await
+        .unwrap();
+}
+
+/// POSTs a protobuf request to stepline's OTLP/HTTP receiver; returns the response.
+async fn post(stepline: &Stepline, path: &str, body: Vec<u8>) -> reqwest::Response {
+    stepline
+        .client()
+        .post(format!("{}{path}", stepline.otlp_http_url()))
+        .header("content-type", "application/x-protobuf")
+        .body(body)
+        .send()
+        .await
+        .unwrap()
+}
+
+async fn send_http(stepline: &Stepline, n: u8) {
+    for (path, body) in [
+        ("/v1/traces", traces(n).encode_to_vec()),
+        ("/v1/logs", logs(n, 8).encode_to_vec()),
+        ("/v1/metrics", metrics(n).encode_to_vec()),
+    ] {
+        let response = post(stepline, path, body).await;
+        assert_eq!(response.status(), 200, "{path}");
+    }
+}
+
+async fn wait_until(what: &str, timeout: Duration, stepline: &Stepline, probe: impl Fn() -> bool) {
+    let deadline = Instant::now() + timeout;
+    while !probe() {
+        assert!(
+            Instant::now() < deadline,
+            "timed out waiting for {what}\n--- stepline log ---\n{}",
+            stepline.log_tail()
+        );
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+}
+
+/// The value of `name{exporter="id"}` in `/metrics`.
+async fn metric(stepline: &Stepline, name: &str, exporter: &str) -> u64 {
+    let text = stepline
+        .client()
+        .get(stepline.api_url("/metrics"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let prefix = format!("{name}{{exporter=\"{exporter}\"}} ");
+    text.lines()
+        .find_map(|line| line.strip_prefix(&prefix))
+        .and_then(|value| value.trim().parse().ok())
+        .unwrap_or_else(|| panic!("{prefix} not in /metrics:\n{text}"))
+}
+
+fn every_sent_arrived(sink: &Downstream, sent: &[u8]) -> bool {
+    let traces = sink.traces.lock().unwrap();
+    let logs = sink.logs.lock().unwrap();
+    let metrics = sink.metrics.lock().unwrap();
+    sent.iter().all(|n| {
+        traces.contains(&self::traces(*n))
+            && logs.contains(&self::logs(*n, 8))
+            && metrics.contains(&self::metrics(*n))
+    })
+}
+
+// ---------------------------------------------------------------------------------------------
+// Tests
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn forwards_every_signal_unchanged_over_both_exporter_kinds() {
+    let grpc_sink = start_downstream().await;
+    let proto_sink = start_downstream().await;
+    let json_sink = start_downstream().await;
+    let exporters = [
+        format!(
+            "  otlp/grpc:\n{}",
+            exporter(
+                "grpc",
+                &format!("http://{}", grpc_sink.grpc),
+                "    compression: zstd\n    headers: { x-tenant: t1 }\n"
+            )
+        ),
+        format!(
+            "  otlphttp/proto:\n{}",
+            exporter("http", &format!("http://{}", proto_sink.http), "")
+        ),
+        format!(
+            "  otlphttp/json:\n{}",
+            exporter(
+                "json",
+                &format!("http://{}", json_sink.http),
+                "    encoding: json\n    compression: none\n"
+            )
+        ),
+    ];
+    let stepline = Stepline::start_with(Options {
+        exporters: Some(exporters.concat()),
+        pipeline_exporters: Some("[otlp/grpc, otlphttp/proto, otlphttp/json]".into()),
+        ..Options::default()
+    })
+    .await;
+
+    send_grpc(&stepline, 1).await;
+    send_http(&stepline, 2).await;
+    send_grpc(&stepline, 3).await;
+
+    for (name, sinks) in [
+        ("otlp/grpc", &grpc_sink),
+        ("otlphttp/proto", &proto_sink),
+        ("otlphttp/json", &json_sink),
+    ] {
+        let sink = &sinks.sink;
+        wait_until(name, Duration::from_secs(10), &stepline, || {
+            sink.metrics.lock().unwrap().len() == 3
+        })
+        .await;
+        // In order, exactly once, decoded requests equal to what the agent sent.
+        assert_eq!(
+            *sink.traces.lock().unwrap(),
+            [traces(1), traces(2), traces(3)],
+            "{name}"
+        );
+        assert_eq!(
+            *sink.logs.lock().unwrap(),
+            [logs(1, 8), logs(2, 8), logs(3, 8)],
+            "{name}"
+        );
+        assert_eq!(
+            *sink.metrics.lock().unwrap(),
+            [metrics(1), metrics(2), metrics(3)],
+            "{name}"
+        );
+        assert_eq!(
+            metric(&stepline, "otelcol_exporter_sent_spans_total", name).await,
+            9
+        );
+        assert_eq!(
+            metric(&stepline, "otelcol_exporter_sent_log_records_total", name).await,
+            6
+        );
+        assert_eq!(
+            metric(&stepline, "otelcol_exporter_sent_metric_points_total", name).await,
+            3
+        );
+        assert_eq!(
+            metric(&stepline, "otelcol_exporter_queue_size", name).await,
+            0
+        );
+    }
+    // The agent spans were interpreted on the way through.
+    let runs = stepline.get_list("/v1/runs", "runs").await;
+    assert_eq!(runs.len(), 3);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn enrichment_adds_the_run_id_to_agent_spans_only() {
+    let sinks = start_downstream().await;
+    let stepline = Stepline::start_with(Options {
+        exporters: Some(format!(
+            "  otlp:\n{}",
+            exporter(
+                "grpc",
+                &format!("http://{}", sinks.grpc),
+                "    enrich_run_id: true\n"
+            )
+        )),
+        pipeline_exporters: Some("[otlp]".into()),
+        ..Options::default()
+    })
+    .await;
+    send_grpc(&stepline, 7).await;
+    let sink = &sinks.sink;
+    wait_until(
+        "the enriched trace",
+        Duration::from_secs(10),
+        &stepline,
+        || !sink.traces.lock().unwrap().is_empty(),
+    )
+    .await;
+    let received = sink.traces.lock().unwrap()[0].clone();
+    let run_id = stepline.get_list("/v1/runs", "runs").await[0]["run_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    for span in &received.resource_spans[0].scope_spans[0].spans {
+        let tag = span
+            .attributes
+            .iter()
+            .find(|kv| kv.key == "stepline.run_id")
+            .and_then(|kv| kv.value.clone());
+        let expected = (span.name != "GET /health").then(|| AnyValue {
+            value: Some(any_value::Value::StringValue(run_id.clone())),
+        });
+        assert_eq!(tag, expected, "{}", span.name);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn downstream_outage_then_recovery_delivers_everything_acknowledged() {
+    let sinks = start_downstream().await;
+    *sinks.sink.refuse.lock().unwrap() = true;
+    let stepline = Stepline::start_with(Options {
+        exporters: Some(format!(
+            "  otlphttp:\n{}",
+            exporter("http", &format!("http://{}", sinks.http), "")
+        )),
+        pipeline_exporters: Some("[otlphttp]".into()),
+        ..Options::default()
+    })
+    .await;
+    for n in 1..=4 {
+        send_http(&stepline, n).await;
+    }
+    // Refused (503 + Retry-After) and retried: still queued.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(metric(&stepline, "otelcol_exporter_queue_size", "otlphttp").await > 0);
+    assert!(metric(&stepline, "stepline_exporter_retries_total", "otlphttp").await > 0);
+    assert!(sinks.sink.traces.lock().unwrap().is_empty());
+
+    *sinks.sink.refuse.lock().unwrap() = false;
+    let sink = &sinks.sink;
+    wait_until("the backlog", Duration::from_secs(15), &stepline, || {
+        every_sent_arrived(sink, &[1, 2, 3, 4])
+    })
+    .await;
+    assert_eq!(
+        metric(
+            &stepline,
+            "otelcol_exporter_send_failed_spans_total",
+            "otlphttp"
+        )
+        .await,
+        0
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn backlog_survives_sigkill_and_goes_out_after_restart() {
+    // The backend's ports are reserved but nothing listens yet: connections are refused.
+    let grpc = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let http = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let (grpc_addr, http_addr) = (grpc.local_addr().unwrap(), http.local_addr().unwrap());
+    drop((grpc, http));
+    let exporters = format!(
+        "  otlp:\n{}  otlphttp:\n{}",
+        exporter("grpc", &format!("http://{grpc_addr}"), ""),
+        exporter("http", &format!("http://{http_addr}"), "")
+    );
+    let mut stepline = Stepline::start_with(Options {
+        exporters: Some(exporters),
+        pipeline_exporters: Some("[otlp, otlphttp]".into()),
+        ..Options::default()
+    })
+    .await;
+    for n in 1..=3 {
+        send_grpc(&stepline, n).await;
+    }
+    send_http(&stepline, 4).await;
+    assert!(metric(&stepline, "otelcol_exporter_queue_size", "otlp").await > 0);
+
+    stepline.kill();
+    let sinks = start_downstream_on(
+        TcpListener::bind(grpc_addr).await.unwrap(),
+        TcpListener::bind(http_addr).await.unwrap(),
+    )
+    .await;
+    stepline.start_again().await;
+    let sink = &sinks.sink;
+    wait_until(
+        "the backlog after the restart",
+        Duration::from_secs(15),
+        &stepline,
+        || every_sent_arrived(sink, &[1, 2, 3, 4]) && sink.traces.lock().unwrap().len() >= 8,
+    )
+    .await;
+    // Each exporter delivered the four requests of each signal at least once.
+    assert!(sink.traces.lock().unwrap().len() >= 8);
+    for id in ["otlp", "otlphttp"] {
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while metric(&stepline, "otelcol_exporter_queue_size", id).await > 0 {
+            assert!(Instant::now() < deadline, "{id} queue not drained");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn permanent_errors_are_dropped_and_counted_and_the_pipeline_moves_on() {
+    // A backend that answers 400 to its first request and accepts the rest.
+    let seen = Arc::new(AtomicUsize::new(0));
+    let accepted = Arc::new(Mutex::new(Vec::<ExportLogsServiceRequest>::new()));
+    let app = {
+        let (seen, accepted) = (seen.clone(), accepted.clone());
+        axum::Router::new().route(
+            "/v1/logs",
+            axum::routing::post(move |body: axum::body::Bytes| {
+                let (seen, accepted) = (seen.clone(), accepted.clone());
+                async move {
+                    if seen.fetch_add(1, Ordering::SeqCst) == 0 {
+                        return (http::StatusCode::BAD_REQUEST, Vec::new());
+                    }
+                    match ExportLogsServiceRequest::decode(body.as_ref()) {
+                        Ok(request) => {
+                            accepted.lock().unwrap().push(request);
+                            (http::StatusCode::OK, Vec::new())
+                        }
+                        Err(_) => (http::StatusCode::UNPROCESSABLE_ENTITY, Vec::new()),
+                    }
+                }
+            }),
+        )
+    };
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let address = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await });
+
+    let stepline = Stepline::start_with(Options {
+        exporters: Some(format!(
+            "  otlphttp/strict:\n{}",
+            exporter(
+                "http",
+                &format!("http://{address}"),
+                "    compression: none\n"
+            )
+        )),
+        pipeline_exporters: Some("[otlphttp/strict]".into()),
+        ..Options::default()
+    })
+    .await;
+    for n in 1..=3 {
+        let response = post(&stepline, "/v1/logs", logs(n, 8).encode_to_vec()).await;
+        assert_eq!(response.status(), 200);
+    }
+    wait_until(
+        "the two later requests",
+        Duration::from_secs(10),
+        &stepline,
+        || accepted.lock().unwrap().len() == 2,
+    )
+    .await;
+    assert_eq!(*accepted.lock().unwrap(), [logs(2, 8), logs(3, 8)]);
+    assert_eq!(seen.load(Ordering::SeqCst), 3, "the 400 was not retried");
+    let id = "otlphttp/strict";
+    assert_eq!(
+        metric(
+            &stepline,
+            "otelcol_exporter_send_failed_log_records_total",
+            id
+        )
+        .await,
+        2
+    );
+    assert_eq!(
+        metric(&stepline, "otelcol_exporter_sent_log_records_total", id).await,
+        4
+    );
+    assert_eq!(
+        metric(&stepline, "otelcol_exporter_queue_size", id).await,
+        0
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn slow_backend_fills_the_queue_to_its_cap_and_clients_get_retryable_answers() {
+    let sinks = start_downstream().await;
+    let gate = Arc::new(Semaphore::new(0));
+    *sinks.sink.gate.lock().unwrap() = Some(gate.clone());
+    const CAP: u64 = 20_000;
+    let stepline = Stepline::start_with(Options {
+        exporters: Some(format!(
+            "  otlp/slow:\n{}",
+            exporter(
+                "grpc",
+                &format!("http://{}", sinks.grpc),
+                &format!("    timeout: 30s\n    sending_queue: {{ queue_size_bytes: {CAP} }}\n")
+            )
+            .replace("    timeout: 2s\n", "")
+        )),
+        pipeline_exporters: Some("[otlp/slow]".into()),
+        ..Options::default()
+    })
+    .await;
+
+    // Each request is ~2 KB; the backend takes none of them until the gate opens.
+    let mut accepted = Vec::new();
+    let mut refused = None;
+    for n in 1..=40u8 {
+        let response = post(&stepline, "/v1/logs", logs(n, 1000).encode_to_vec()).await;
+        match response.status().as_u16() {
+            200 => accepted.push(n),
+            503 => {
+                refused = Some(response);
+                break;
+            }
+            other => panic!("unexpected status {other}"),
+        }
+    }
+    let refused = refused.expect("the queue never filled");
+    assert!(refused.headers().contains_key("retry-after"));
+    assert!(accepted.len() >= 5, "{accepted:?}");
+    let id = "otlp/slow";
+    let queued = metric(&stepline, "otelcol_exporter_queue_size", id).await;
+    assert!(queued <= CAP, "{queued} bytes queued over a {CAP}-byte cap");
+    assert_eq!(
+        metric(&stepline, "otelcol_exporter_queue_capacity", id).await,
+        CAP
+    );
+    assert_eq!(
+        metric(
+            &stepline,
+            "otelcol_exporter_enqueue_failed_log_records_total",
+            id
+        )
+        .await,
+        2
+    );
+    // Trace requests too; their spans count as refused.
+    let mut trace_refused = false;
+    for n in 50..60 {
+        let response = post(&stepline, "/v1/traces", traces(n).encode_to_vec()).await;
+        if response.status() == 503 {
+            trace_refused = true;
+            break;
+        }
+    }
+    assert!(trace_refused, "no trace request was refused at the cap");
+    let text = stepline
+        .client()
+        .get(stepline.api_url("/metrics"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        text.lines()
+            .any(|line| line == "otelcol_receiver_refused_spans_total 3"),
+        "{text}"
+    );
+    // gRPC clients get UNAVAILABLE, which OTLP clients retry.
+    let status = LogsServiceClient::connect(stepline.otlp_grpc_url())
+        .await
+        .unwrap()
+        .export(logs(99, 1000))
+        .await
+        .unwrap_err();
+    assert_eq!(status.code(), tonic::Code::Unavailable);
+
+    // The backend catches up: everything acknowledged arrives, and new requests are taken.
+    gate.add_permits(1000);
+    let sink = &sinks.sink;
+    let expected: Vec<_> = accepted.iter().map(|n| logs(*n, 1000)).collect();
+    wait_until(
+        "the queued requests",
+        Duration::from_secs(10),
+        &stepline,
+        || *sink.logs.lock().unwrap() == expected,
+    )
+    .await;
+    let response = post(&stepline, "/v1/logs", logs(100, 1000).encode_to_vec()).await;
+    assert_eq!(response.status(), 200);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_drains_the_outbox_within_the_deadline() {
+    let sinks = start_downstream().await;
+    let mut stepline = Stepline::start_with(Options {
+        exporters: Some(format!(
+            "  otlp:\n{}",
+            exporter("grpc", &format!("http://{}", sinks.grpc), "")
+        )),
+        pipeline_exporters: Some("[otlp]".into()),
+        ..Options::default()
+    })
+    .await;
+    for n in 1..=5 {
+        send_grpc(&stepline, n).await;
+    }
+    let status = stepline
+        .terminate(Duration::from_secs(10))
+        .expect("stepline was running");
+    assert!(status.success(), "{status:?}\n{}", stepline.log_tail());
+    assert!(every_sent_arrived(&sinks.sink, &[1, 2, 3, 4, 5]));
+}
