@@ -24,6 +24,7 @@ use opentelemetry_proto::tonic::trace::v1::{ResourceSpans, ScopeSpans, Span};
 use serde_json::{json, Value};
 use stepline::continuation::{self, Format, Selector};
 use stepline::domain::MessageHash;
+use stepline::exporter::Outbox;
 use stepline::ingest::Ingest;
 use stepline::store::{keys::cf, Store};
 
@@ -115,7 +116,8 @@ async fn main() -> anyhow::Result<()> {
     let args = parse_args()?;
     let dir = tempfile::tempdir()?;
     let store = Arc::new(Store::open(dir.path(), false)?);
-    let ingest = Ingest::new(store.clone());
+    // No exporters: the benchmark measures interpretation and storage, not forwarding.
+    let ingest = Ingest::new(store.clone(), Arc::new(Outbox::disabled()));
     let filler = "x".repeat(args.text_bytes);
 
     let base_ns: u64 = 1_800_000_000_000_000_000;
