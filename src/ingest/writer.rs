@@ -18,9 +18,12 @@ struct Job {
     reply: oneshot::Sender<Result<Applied, IngestError>>,
 }
 
-/// Handle to the writer thread.
+/// Handle to the writer thread. Dropping it closes the queue and waits for the thread, so the
+/// store is released before the process exits (RocksDB aborts when its static state is torn
+/// down under a live database).
 pub struct Writer {
-    tx: mpsc::Sender<Job>,
+    tx: Option<mpsc::Sender<Job>>,
+    thread: Option<std::thread::JoinHandle<()>>,
     capacity: usize,
 }
 
@@ -28,13 +31,14 @@ impl Writer {
     /// Starts the writer thread; at most `queue` jobs wait before submissions are refused.
     pub fn start(store: Arc<Store>, outbox: Arc<Outbox>, queue: usize) -> Self {
         let (tx, rx) = mpsc::channel(queue);
-        std::thread::Builder::new()
+        let thread = std::thread::Builder::new()
             .name("stepline-writer".into())
             .spawn(move || run(store, outbox, rx))
-            .map(|_| ())
-            .unwrap_or_else(|e| tracing::error!(error = %e, "could not start the writer thread"));
+            .map_err(|e| tracing::error!(error = %e, "could not start the writer thread"))
+            .ok();
         Self {
-            tx,
+            tx: Some(tx),
+            thread,
             capacity: queue,
         }
     }
@@ -42,11 +46,24 @@ impl Writer {
     /// Submits work and waits until it is durably committed.
     pub async fn submit(&self, work: Work) -> Result<Applied, IngestError> {
         let (reply, answer) = oneshot::channel();
-        self.tx.try_send(Job { work, reply }).map_err(|e| match e {
+        let tx = self.tx.as_ref().ok_or(IngestError::ShuttingDown)?;
+        tx.try_send(Job { work, reply }).map_err(|e| match e {
             mpsc::error::TrySendError::Full(_) => IngestError::Overloaded(self.capacity),
             mpsc::error::TrySendError::Closed(_) => IngestError::ShuttingDown,
         })?;
         answer.await.map_err(|_| IngestError::ShuttingDown)?
+    }
+}
+
+impl Drop for Writer {
+    fn drop(&mut self) {
+        // Closing the queue ends the thread's loop once it has answered what it holds.
+        drop(self.tx.take());
+        if let Some(thread) = self.thread.take() {
+            if thread.join().is_err() {
+                tracing::error!("the writer thread panicked");
+            }
+        }
     }
 }
 
