@@ -55,11 +55,21 @@ pub fn apply_group(store: &Store, works: &[Work], now_ns: u64) -> Result<Vec<App
     let mut runs: HashMap<String, RunWork> = HashMap::new();
     let mut span_runs: HashMap<(String, String), String> = HashMap::new();
 
-    // Tool spans first, so a delegate run and its parent tool in the same group link up.
+    // Grouping spans first, so every child in this group resolves to the run above its group.
+    let mut groups = Groups::default();
+    for work in works {
+        if let Work::Spans(items) = work {
+            for i in items.iter().filter(|i| i.fact.kind == FactKind::Group) {
+                groups.record(&mut batch, i);
+            }
+        }
+    }
+
+    // Tool spans next, so a delegate run and its parent tool in the same group link up.
     for work in works {
         if let Work::Spans(items) = work {
             for i in items.iter().filter(|i| i.fact.kind == FactKind::ToolCall) {
-                let run_id = run_id_of(i);
+                let run_id = groups.run_id(store, i)?;
                 let key = (i.fact.trace_id.clone(), i.fact.span_id.clone());
                 batch.put_raw(
                     cf::SPAN_RUNS,
@@ -76,7 +86,12 @@ pub fn apply_group(store: &Store, works: &[Work], now_ns: u64) -> Result<Vec<App
         match work {
             Work::Spans(items) => {
                 for i in items {
-                    add_fact(store, &mut batch, &mut runs, &span_runs, i, now_ns)?;
+                    let run_id = groups.run_id(store, i)?;
+                    add_fact(store, &mut batch, &mut runs, &span_runs, &run_id, i, now_ns)?;
+                    if i.fact.kind == FactKind::Group {
+                        let orphan = format!("{}-{}", i.fact.trace_id, i.fact.span_id);
+                        merge_run(store, &mut batch, &mut runs, &orphan, &run_id)?;
+                    }
                 }
                 results.push(Applied::Stored);
             }
@@ -113,9 +128,119 @@ pub fn apply_group(store: &Store, works: &[Work], now_ns: u64) -> Result<Vec<App
     Ok(results)
 }
 
-/// `<trace id>-<agent-run span id>`: the same whether or not the run span ever arrives.
-pub fn run_id_of(i: &Interpreted) -> String {
-    format!("{}-{}", i.fact.trace_id, i.run_span_id)
+/// Grouping spans known to this write group (the store knows the earlier ones).
+#[derive(Default)]
+struct Groups {
+    parents: HashMap<(String, String), String>,
+}
+
+/// Deepest nesting of grouping spans followed when resolving a run.
+const MAX_GROUP_DEPTH: usize = 64;
+
+impl Groups {
+    fn record(&mut self, batch: &mut WriteBatch<'_>, i: &Interpreted) {
+        let key = (i.fact.trace_id.clone(), i.fact.span_id.clone());
+        batch.put_raw(
+            cf::GROUP_SPANS,
+            &keys::span_key(&key.0, &key.1),
+            i.run_span_id.as_bytes(),
+        );
+        self.parents.insert(key, i.run_span_id.clone());
+    }
+
+    /// The run of a fact: its run key span, followed up through grouping spans, so children of a
+    /// group land in the run above it once the group is known, whatever the arrival order.
+    fn run_id(&self, store: &Store, i: &Interpreted) -> Result<String, StoreError> {
+        let trace = &i.fact.trace_id;
+        let mut key = i.run_span_id.clone();
+        for _ in 0..MAX_GROUP_DEPTH {
+            let parent = match self.parents.get(&(trace.clone(), key.clone())) {
+                Some(p) => Some(p.clone()),
+                None => store.group_parent(trace, &key)?,
+            };
+            match parent {
+                Some(p) if p != key => key = p,
+                _ => break,
+            }
+        }
+        Ok(format!("{trace}-{key}"))
+    }
+}
+
+/// Moves the facts stored under `from` (children of a grouping span that arrived before it) into
+/// the run `into`, and deletes everything stored for `from`.
+fn merge_run(
+    store: &Store,
+    batch: &mut WriteBatch<'_>,
+    runs: &mut HashMap<String, RunWork>,
+    from: &str,
+    into: &str,
+) -> Result<(), StoreError> {
+    if from == into {
+        return Ok(());
+    }
+    load(store, runs, from)?;
+    let Some(orphan) = runs.remove(from) else {
+        return Ok(());
+    };
+    if orphan.facts.is_empty() {
+        return Ok(());
+    }
+    let mut bodies = Vec::new();
+    for fact in orphan.facts.values() {
+        let hashes: Vec<MessageHash> = [&fact.input, &fact.output, &fact.all_messages]
+            .into_iter()
+            .flatten()
+            .flatten()
+            .map(|r| r.hash.clone())
+            .collect();
+        let values = store.messages(from, &hashes)?;
+        bodies.extend(hashes.into_iter().zip(values));
+    }
+    let target = load(store, runs, into)?;
+    for fact in orphan.facts.values() {
+        batch.put_json(cf::FACTS, &keys::run_child(into, &fact.span_id), fact);
+        if fact.kind == FactKind::ToolCall {
+            batch.put_raw(
+                cf::SPAN_RUNS,
+                &keys::span_key(&fact.trace_id, &fact.span_id),
+                into.as_bytes(),
+            );
+        }
+        target.facts.insert(fact.span_id.clone(), fact.clone());
+    }
+    for (hash, body) in bodies {
+        if target.known_messages.insert(hash.clone()) {
+            batch.put_json(cf::MESSAGES, &keys::run_child(into, &hash.0), &body);
+        }
+    }
+    target.meta.last_seen_ns = target.meta.last_seen_ns.max(orphan.meta.last_seen_ns);
+    if target.meta.parent_run_id.is_none() {
+        target.meta.parent_run_id = orphan.meta.parent_run_id.clone();
+    }
+    target.dirty = true;
+
+    // Forget the orphan run.
+    let prefix = keys::run_prefix(from);
+    for name in [
+        cf::FACTS,
+        cf::MESSAGES,
+        cf::EVENTS,
+        cf::EFFECTS,
+        cf::SNAPSHOTS,
+    ] {
+        for key in store.keys_with_prefix(name, &prefix)? {
+            batch.delete(name, &key);
+        }
+    }
+    if let Some(old) = &orphan.old {
+        for key in keys::index_keys(old) {
+            batch.delete(cf::RUN_INDEX, &key);
+        }
+    }
+    batch.delete(cf::RUNS, from.as_bytes());
+    batch.delete(cf::RUN_META, from.as_bytes());
+    Ok(())
 }
 
 fn load<'a>(
@@ -156,10 +281,11 @@ fn add_fact(
     batch: &mut WriteBatch<'_>,
     runs: &mut HashMap<String, RunWork>,
     span_runs: &HashMap<(String, String), String>,
+    run_id: &str,
     i: &Interpreted,
     now_ns: u64,
 ) -> Result<(), StoreError> {
-    let run_id = run_id_of(i);
+    let run_id = run_id.to_string();
     let work = load(store, runs, &run_id)?;
     if work.facts.get(&i.fact.span_id) == Some(&i.fact) {
         return Ok(()); // delivered before: nothing changes
@@ -206,7 +332,7 @@ fn add_fact(
                 batch.delete(cf::PENDING_PARENTS, &key);
             }
         }
-        FactKind::ModelRequest => {}
+        FactKind::ModelRequest | FactKind::Group => {}
     }
     Ok(())
 }
@@ -366,6 +492,76 @@ mod tests {
                 "a duplicate must not even touch last_seen"
             );
         }
+    }
+
+    /// Everything stored for every run, for order-independence checks.
+    type Everything = Vec<(
+        crate::domain::Run,
+        Vec<crate::domain::StepEvent>,
+        Vec<crate::domain::ToolEffect>,
+        Vec<crate::domain::SnapshotRecord>,
+    )>;
+
+    fn everything(store: &Store) -> Everything {
+        let (runs, _) = store
+            .list_runs(&crate::store::RunFilter::default(), None, 100)
+            .unwrap();
+        runs.into_iter()
+            .map(|r| {
+                let id = r.run_id.clone();
+                (
+                    r,
+                    store.events(&id).unwrap(),
+                    store.effects(&id).unwrap(),
+                    store.snapshots(&id).unwrap(),
+                )
+            })
+            .collect()
+    }
+
+    #[test]
+    fn strands_children_reach_the_run_through_cycles_in_any_order() {
+        let all = crate::test_fixtures::strands_scenario();
+        let mut reference: Option<Everything> = None;
+        let orders: [&[usize]; 5] = [
+            &[0, 1, 2, 3, 4, 5],
+            &[5, 4, 3, 2, 1, 0],
+            &[2, 4, 5, 0, 1, 3],
+            &[0, 3, 5, 1, 4, 2],
+            &[3, 0, 1, 4, 2, 5],
+        ];
+        for order in orders {
+            let dir = tempfile::tempdir().unwrap();
+            let store = Store::open(dir.path(), false).unwrap();
+            for &i in order {
+                apply_group(&store, &[Work::Spans(interpreted(&all[i..=i]))], 1).unwrap();
+            }
+            let got = everything(&store);
+            assert_eq!(got.len(), 1, "one run, no orphans, order {order:?}");
+            let run = &got[0].0;
+            assert_eq!(run.run_id, run_id(1));
+            assert_eq!(run.conversation_id.as_deref(), Some("s-1"));
+            assert_eq!(run.model_request_count, 2);
+            assert_eq!(got[0].2.len(), 1);
+            assert_eq!(got[0].2[0].status, EffectStatus::Completed, "{order:?}");
+            for cf_name in [cf::FACTS, cf::MESSAGES, cf::EVENTS] {
+                for key in store.keys_with_prefix(cf_name, b"").unwrap() {
+                    assert!(
+                        key.starts_with(run_id(1).as_bytes()),
+                        "left-over {cf_name} key"
+                    );
+                }
+            }
+            match &reference {
+                None => reference = Some(got),
+                Some(r) => assert_eq!(r, &got, "order {order:?}"),
+            }
+        }
+        // All in one request gives the same.
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path(), false).unwrap();
+        apply_group(&store, &[Work::Spans(interpreted(&all))], 1).unwrap();
+        assert_eq!(reference.unwrap(), everything(&store));
     }
 
     #[test]

@@ -15,6 +15,9 @@ pub enum FactKind {
     ModelRequest,
     /// A tool execution.
     ToolCall,
+    /// A span between a run and its model requests and tool calls (Strands' event-loop cycle):
+    /// no content of its own, it only tells which run its children belong to.
+    Group,
 }
 
 /// What one span says. Stored per (run, span): the run is derived from the set of its facts.

@@ -27,6 +27,9 @@ pub mod cf {
     pub const SPAN_RUNS: &str = "span_runs";
     /// trace_id span_id \0 child run_id → () : delegate runs waiting for their parent tool span.
     pub const PENDING_PARENTS: &str = "pending_parents";
+    /// trace_id span_id of a grouping span (Strands' event-loop cycle) → its parent span id, so
+    /// children keyed by the group resolve to the run above it.
+    pub const GROUP_SPANS: &str = "group_spans";
     /// All column families besides `default` (which holds the schema version).
     pub const ALL: &[&str] = &[
         RUNS,
@@ -40,6 +43,7 @@ pub mod cf {
         RUN_INDEX,
         SPAN_RUNS,
         PENDING_PARENTS,
+        GROUP_SPANS,
     ];
 }
 

@@ -277,6 +277,33 @@ impl Store {
             .and_then(|v| String::from_utf8(v).ok()))
     }
 
+    /// The parent span of a grouping span, if `trace_id span_id` is one.
+    pub fn group_parent(
+        &self,
+        trace_id: &str,
+        span_id: &str,
+    ) -> Result<Option<String>, StoreError> {
+        let handle = self.handle(cf::GROUP_SPANS)?;
+        Ok(self
+            .db
+            .get_cf(handle, keys::span_key(trace_id, span_id))?
+            .and_then(|v| String::from_utf8(v).ok()))
+    }
+
+    /// All keys of column family `name` that start with `prefix`.
+    pub fn keys_with_prefix(
+        &self,
+        name: &'static str,
+        prefix: &[u8],
+    ) -> Result<Vec<Vec<u8>>, StoreError> {
+        let mut out = Vec::new();
+        self.scan(name, prefix, prefix, |k, _| {
+            out.push(k.to_vec());
+            Ok(true)
+        })?;
+        Ok(out)
+    }
+
     /// Delegate runs waiting for the tool span `trace_id span_id`: (pending key, child run id).
     pub fn pending_children(
         &self,
