@@ -5,6 +5,7 @@
 mod history;
 mod otel;
 mod pydantic_ai;
+mod strands;
 
 pub use history::{load, ContinuationError, History, Selector};
 
@@ -17,6 +18,8 @@ pub enum Format {
     Otel,
     /// Pydantic AI `ModelMessage` JSON.
     PydanticAi,
+    /// Strands Agents messages (Bedrock Converse content blocks) plus `system_prompt`.
+    Strands,
 }
 
 impl Format {
@@ -25,18 +28,20 @@ impl Format {
         match text {
             "otel" => Some(Self::Otel),
             "pydantic-ai" => Some(Self::PydanticAi),
+            "strands" => Some(Self::Strands),
             _ => None,
         }
     }
 
     /// The names accepted by [`Format::parse`].
-    pub const NAMES: &'static [&'static str] = &["otel", "pydantic-ai"];
+    pub const NAMES: &'static [&'static str] = &["otel", "pydantic-ai", "strands"];
 
     /// The wire name.
     pub fn as_str(self) -> &'static str {
         match self {
             Self::Otel => "otel",
             Self::PydanticAi => "pydantic-ai",
+            Self::Strands => "strands",
         }
     }
 }
@@ -47,5 +52,6 @@ pub fn render(format: Format, history: &History) -> (Map<String, Value>, Vec<Str
     match format {
         Format::Otel => otel::render(history),
         Format::PydanticAi => pydantic_ai::render(history),
+        Format::Strands => strands::render(history),
     }
 }

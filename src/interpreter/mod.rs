@@ -17,6 +17,7 @@ use opentelemetry_proto::tonic::trace::v1::Span;
 
 pub use convention::Convention;
 pub use derive::{derive, Abandonment, DerivedRun, RunMeta};
+pub use events::block_to_part;
 pub use fact::{FactKind, Interpreted, RequestedCall, SpanFact};
 pub use validity::{walk, Walk};
 
