@@ -564,6 +564,64 @@ mod tests {
         assert_eq!(reference.unwrap(), everything(&store));
     }
 
+    /// The spans of two traces: the Pydantic-AI-shaped delegate scenario, and the Strands run
+    /// (moved to its own trace so span ids do not clash).
+    fn two_traces() -> Vec<Span> {
+        let mut all = spans();
+        for mut s in crate::test_fixtures::strands_scenario() {
+            s.trace_id = vec![8; 16];
+            all.push(s);
+        }
+        all
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig { cases: 48, ..Default::default() })]
+
+        /// Any arrival order, any split into requests, any grouping of requests into commits,
+        /// with duplicates: the same runs, events, effects and snapshots as one request with all.
+        #[test]
+        fn any_arrival_order_gives_the_same_runs(
+            order in proptest::strategy::Strategy::prop_shuffle(proptest::strategy::Just((0..11usize).collect::<Vec<_>>())),
+            cuts in proptest::collection::vec(proptest::bool::ANY, 11),
+            commit_cuts in proptest::collection::vec(proptest::bool::ANY, 11),
+            dups in proptest::collection::vec(0..11usize, 0..4),
+        ) {
+            let all = two_traces();
+            let reference = {
+                let dir = tempfile::tempdir().unwrap();
+                let store = Store::open(dir.path(), false).unwrap();
+                apply_group(&store, &[Work::Spans(interpreted(&all))], 1).unwrap();
+                everything(&store)
+            };
+            let dir = tempfile::tempdir().unwrap();
+            let store = Store::open(dir.path(), false).unwrap();
+            let sequence: Vec<usize> = order.iter().copied().chain(dups.iter().copied()).collect();
+            // Split the sequence into requests, and consecutive requests into commits.
+            let mut requests: Vec<Vec<Span>> = vec![Vec::new()];
+            for (n, &i) in sequence.iter().enumerate() {
+                requests.last_mut().unwrap().push(all[i].clone());
+                if cuts[n % cuts.len()] {
+                    requests.push(Vec::new());
+                }
+            }
+            let mut group: Vec<Work> = Vec::new();
+            for (n, request) in requests.iter().enumerate() {
+                group.push(Work::Spans(interpreted(request)));
+                if commit_cuts[n % commit_cuts.len()] {
+                    apply_group(&store, &group, n as u64).unwrap();
+                    group.clear();
+                }
+            }
+            apply_group(&store, &group, 99).unwrap();
+            let got = everything(&store);
+            proptest::prop_assert_eq!(got.len(), 3);
+            proptest::prop_assert_eq!(reference, got);
+            let delegate = store.run(&delegate_id()).unwrap().unwrap();
+            proptest::prop_assert_eq!(delegate.parent_run_id, Some(outer_id()));
+        }
+    }
+
     #[test]
     fn abandon_marks_unsettled_calls_and_survives_reopen() {
         let dir = tempfile::tempdir().unwrap();
