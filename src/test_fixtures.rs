@@ -111,6 +111,41 @@ pub fn delegate_scenario() -> Vec<Span> {
     ]
 }
 
+/// Logfire pending spans (span ids 0x21, 0x23) for the outer run (span 1) and its tool (span 3)
+/// of [`delegate_scenario`], as Logfire sends them when the spans start.
+pub fn pending_spans() -> Vec<Span> {
+    let op = |v: &str| kv("gen_ai.operation.name", v);
+    let pending = || kv("logfire.span_type", "pending_span");
+    vec![
+        span(
+            0x21,
+            1,
+            "invoke_agent outer",
+            50,
+            vec![
+                op("invoke_agent"),
+                pending(),
+                kv("logfire.pending_parent_id", "0000000000000000"),
+                kv("gen_ai.agent.name", "outer"),
+                kv("gen_ai.agent.call.id", "outer-call"),
+            ],
+        ),
+        span(
+            0x23,
+            3,
+            "execute_tool ask",
+            120,
+            vec![
+                op("execute_tool"),
+                pending(),
+                kv("logfire.pending_parent_id", &hex::encode([1u8; 8])),
+                kv("gen_ai.tool.call.id", "c1"),
+                kv("gen_ai.tool.name", "ask"),
+            ],
+        ),
+    ]
+}
+
 /// A span event with string attributes.
 pub fn event(
     name: &str,

@@ -287,8 +287,11 @@ fn add_fact(
 ) -> Result<(), StoreError> {
     let run_id = run_id.to_string();
     let work = load(store, runs, &run_id)?;
-    if work.facts.get(&i.fact.span_id) == Some(&i.fact) {
-        return Ok(()); // delivered before: nothing changes
+    match work.facts.get(&i.fact.span_id) {
+        Some(known) if known == &i.fact => return Ok(()), // delivered before: nothing changes
+        // A pending span never replaces the real span it stands for.
+        Some(known) if i.fact.pending && !known.pending => return Ok(()),
+        _ => {}
     }
     batch.put_json(
         cf::FACTS,
@@ -349,7 +352,11 @@ fn abandon(
     if work.facts.is_empty() {
         return Ok(Applied::UnknownRun);
     }
-    if let Some(agent) = work.facts.values().find(|f| f.kind == FactKind::AgentRun) {
+    if let Some(agent) = work
+        .facts
+        .values()
+        .find(|f| f.kind == FactKind::AgentRun && !f.pending)
+    {
         let status = if agent.error.is_some() {
             "failed"
         } else {
@@ -568,6 +575,7 @@ mod tests {
     /// (moved to its own trace so span ids do not clash).
     fn two_traces() -> Vec<Span> {
         let mut all = spans();
+        all.extend(crate::test_fixtures::pending_spans());
         for mut s in crate::test_fixtures::strands_scenario() {
             s.trace_id = vec![8; 16];
             all.push(s);
@@ -582,10 +590,10 @@ mod tests {
         /// with duplicates: the same runs, events, effects and snapshots as one request with all.
         #[test]
         fn any_arrival_order_gives_the_same_runs(
-            order in proptest::strategy::Strategy::prop_shuffle(proptest::strategy::Just((0..11usize).collect::<Vec<_>>())),
-            cuts in proptest::collection::vec(proptest::bool::ANY, 11),
-            commit_cuts in proptest::collection::vec(proptest::bool::ANY, 11),
-            dups in proptest::collection::vec(0..11usize, 0..4),
+            order in proptest::strategy::Strategy::prop_shuffle(proptest::strategy::Just((0..13usize).collect::<Vec<_>>())),
+            cuts in proptest::collection::vec(proptest::bool::ANY, 13),
+            commit_cuts in proptest::collection::vec(proptest::bool::ANY, 13),
+            dups in proptest::collection::vec(0..13usize, 0..4),
         ) {
             let all = two_traces();
             let reference = {
@@ -620,6 +628,47 @@ mod tests {
             let delegate = store.run(&delegate_id()).unwrap().unwrap();
             proptest::prop_assert_eq!(delegate.parent_run_id, Some(outer_id()));
         }
+    }
+
+    #[test]
+    fn pending_spans_show_started_work_and_the_real_spans_replace_them() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path(), false).unwrap();
+        let all = spans();
+        // The first model request, then the pending spans of the run and of its tool.
+        apply_group(&store, &[Work::Spans(interpreted(&all[0..1]))], 1).unwrap();
+        let pending = crate::test_fixtures::pending_spans();
+        apply_group(&store, &[Work::Spans(interpreted(&pending))], 2).unwrap();
+        let run = store.run(&outer_id()).unwrap().unwrap();
+        assert_eq!(run.status, RunStatus::Running);
+        assert_eq!(store.resolve_run("outer-call").unwrap(), Some(outer_id()));
+        let effects = store.effects(&outer_id()).unwrap();
+        assert_eq!(effects.len(), 1);
+        assert_eq!(effects[0].status, EffectStatus::Started);
+        assert!(effects[0].ended_at.is_none());
+        let kinds: Vec<_> = store
+            .events(&outer_id())
+            .unwrap()
+            .into_iter()
+            .map(|e| e.kind)
+            .collect();
+        assert!(kinds.contains(&crate::domain::EventKind::ToolCallStarted));
+        assert!(!kinds.contains(&crate::domain::EventKind::ToolCallCompleted));
+
+        // The real spans replace them; a late pending span changes nothing.
+        apply_group(&store, &[Work::Spans(interpreted(&all))], 3).unwrap();
+        apply_group(&store, &[Work::Spans(interpreted(&pending))], 4).unwrap();
+        let effects = store.effects(&outer_id()).unwrap();
+        assert_eq!(effects.len(), 1);
+        assert_eq!(effects[0].status, EffectStatus::Completed);
+        assert_eq!(
+            store.run(&outer_id()).unwrap().unwrap().status,
+            RunStatus::Completed
+        );
+        let fresh = tempfile::tempdir().unwrap();
+        let without = Store::open(fresh.path(), false).unwrap();
+        apply_group(&without, &[Work::Spans(interpreted(&all))], 1).unwrap();
+        assert_eq!(everything(&store), everything(&without));
     }
 
     #[test]

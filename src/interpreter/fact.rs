@@ -93,6 +93,10 @@ pub struct SpanFact {
     /// Why content could not be used (absent or damaged message attributes).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub content_problem: Option<String>,
+    /// Only the start of the span is known (a Logfire pending span): the real span, when it
+    /// arrives, replaces this fact.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub pending: bool,
 }
 
 /// A tool call a model response asked for.
@@ -148,6 +152,7 @@ impl SpanFact {
             retry: None,
             idempotency_key: None,
             content_problem: None,
+            pending: false,
         }
     }
 }

@@ -41,17 +41,35 @@ pub fn interpret_span(span: &Span) -> Option<Interpreted> {
     };
     let kind = classify(span, &attrs)?;
     let trace_id = hex::encode(&span.trace_id);
-    let span_id = hex::encode(&span.span_id);
+    let mut span_id = hex::encode(&span.span_id);
     if trace_id.len() != 32 || span_id.len() != 16 {
         return None;
     }
-    let parent_span_id =
+    let mut parent_span_id =
         (span.parent_span_id.len() == 8).then(|| hex::encode(&span.parent_span_id));
+    // A Logfire pending span stands for the real span (its parent) from the moment it started.
+    let pending = attrs.str(&["logfire.span_type"]).as_deref() == Some("pending_span");
+    if pending {
+        if !matches!(kind, FactKind::AgentRun | FactKind::ToolCall) {
+            return None;
+        }
+        span_id = parent_span_id?;
+        parent_span_id = attrs
+            .str(&["logfire.pending_parent_id"])
+            .filter(|p| p.len() == 16 && p.bytes().all(|b| b.is_ascii_hexdigit()))
+            .map(|p| p.to_ascii_lowercase())
+            .filter(|p| p != "0000000000000000");
+    }
 
     let mut fact = SpanFact::new(kind, trace_id, span_id.clone(), span.name.clone());
     fact.parent_span_id = parent_span_id.clone();
     fact.start_ns = span.start_time_unix_nano;
-    fact.end_ns = span.end_time_unix_nano.max(span.start_time_unix_nano);
+    fact.end_ns = if pending {
+        span.start_time_unix_nano
+    } else {
+        span.end_time_unix_nano.max(span.start_time_unix_nano)
+    };
+    fact.pending = pending;
     fact.error = error_text(span, &attrs);
     fact.agent_name = attrs.str(&["gen_ai.agent.name", "agent_name"]);
     fact.agent_call_id = attrs.str(&["gen_ai.agent.call.id"]);
@@ -60,6 +78,11 @@ pub fn interpret_span(span: &Span) -> Option<Interpreted> {
     let mut messages = Vec::new();
     match kind {
         FactKind::Group => {}
+        _ if pending => {
+            fact.tool_name = attrs.str(&["gen_ai.tool.name", "tool_name"]);
+            fact.tool_call_id = attrs.str(&["gen_ai.tool.call.id", "tool_call_id"]);
+            fact.arguments = attrs.loose_json(&["gen_ai.tool.call.arguments", "tool_arguments"]);
+        }
         FactKind::AgentRun => {
             fact.all_messages =
                 read_messages(&attrs, "pydantic_ai.all_messages", &mut fact, &mut messages);
