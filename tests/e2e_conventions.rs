@@ -8,7 +8,9 @@ use std::io::Write;
 use std::time::Duration;
 
 use serde_json::{json, Value};
-use support::{encode, run_script, str_field, truncate, Stepline};
+use support::{
+    encode, python_pydantic_ai_1, run_script, run_script_with, str_field, truncate, Stepline,
+};
 
 /// A Strands message without the fields Strands keeps for itself (`tracking_id`, `metadata`).
 fn converse(message: &Value) -> Value {
@@ -164,4 +166,116 @@ async fn strands_latest_experimental_events() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn strands_attributes_only() {
     strands("attributes", "http").await;
+}
+
+/// Pydantic AI 1.x with instrumentation `version`: one run, its tool effect, and a continuation
+/// that Pydantic AI 1.x loads and continues from.
+async fn pydantic_ai_1(version: &str) {
+    let stepline = Stepline::start().await;
+    let endpoint = stepline.otlp_http_url();
+    let args = [
+        "--transport",
+        "http",
+        "--endpoint",
+        &endpoint,
+        "--version",
+        version,
+    ];
+    let out = run_script_with(
+        python_pydantic_ai_1(),
+        "pydantic_ai_1x_scenario.py",
+        &args,
+        Duration::from_secs(120),
+    )
+    .await
+    .json_line();
+    assert_eq!(out["export"]["failed_batches"], 0, "{out}");
+    let runs = stepline
+        .wait_for("the Pydantic AI 1.x run", Duration::from_secs(20), || {
+            let stepline = &stepline;
+            async move {
+                let runs = stepline
+                    .get_list("/v1/runs?agent_name=weather", "runs")
+                    .await;
+                match runs.as_slice() {
+                    [r] if r["status"] == "completed" && r["model_request_count"] == 2 => Ok(runs),
+                    _ => Err(truncate(&Value::Array(runs).to_string(), 2000)),
+                }
+            }
+        })
+        .await;
+    let run_id = str_field(&runs[0], "run_id").to_string();
+    let effects = stepline
+        .get_list(&format!("/v1/runs/{}/effects", encode(&run_id)), "effects")
+        .await;
+    assert_eq!(effects.len(), 1, "{effects:?}");
+    assert_eq!(effects[0]["tool_call_id"], "call_1");
+    assert_eq!(effects[0]["status"], "completed", "{:?}", effects[0]);
+    assert_eq!(effects[0]["arguments"], json!({"city": "Paris"}));
+    assert_eq!(effects[0]["result"], "18C in Paris");
+
+    let cont = stepline
+        .get_ok(&format!(
+            "/v1/runs/{}/continuation?format=pydantic-ai",
+            encode(&run_id)
+        ))
+        .await;
+    assert_eq!(cont["snapshot"]["state"], "complete", "{cont}");
+    let expected = out["all_messages"].as_array().cloned().unwrap_or_default();
+    let got = cont["messages"].as_array().cloned().unwrap_or_default();
+    let parts = |messages: &[Value]| -> Vec<Value> {
+        messages
+            .iter()
+            .map(|m| {
+                let parts: Vec<Value> = m["parts"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .map(|p| {
+                        json!({
+                            "part_kind": p["part_kind"],
+                            "content": p.get("content"),
+                            "tool_name": p.get("tool_name"),
+                            "tool_call_id": p.get("tool_call_id"),
+                            "args": p.get("args"),
+                        })
+                    })
+                    .collect();
+                json!({"kind": m["kind"], "parts": parts})
+            })
+            .collect()
+    };
+    assert_eq!(
+        parts(&expected),
+        parts(&got),
+        "continuation differs from all_messages"
+    );
+
+    // Pydantic AI 1.x loads it as message_history and its model sees that history.
+    let mut file = tempfile::NamedTempFile::new().expect("temp file");
+    file.write_all(cont.to_string().as_bytes()).expect("write");
+    let path = file.path().display().to_string();
+    let mut args2 = args.to_vec();
+    args2.extend(["--continue-from", &path]);
+    let next = run_script_with(
+        python_pydantic_ai_1(),
+        "pydantic_ai_1x_scenario.py",
+        &args2,
+        Duration::from_secs(120),
+    )
+    .await
+    .json_line();
+    let received = next["received"].as_array().cloned().unwrap_or_default();
+    assert_eq!(received.len(), expected.len() + 1, "{next}");
+    assert_eq!(parts(&received[..expected.len()]), parts(&expected));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pydantic_ai_1x_instrumentation_version_1_events_attribute() {
+    pydantic_ai_1("1").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pydantic_ai_1x_instrumentation_version_2() {
+    pydantic_ai_1("2").await;
 }

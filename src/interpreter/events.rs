@@ -148,6 +148,22 @@ pub fn block_to_part(block: &Value) -> Value {
     if map.contains_key("type") {
         return block.clone();
     }
+    // Pydantic AI 1.x event content items: {kind: text|thinking|…, text?}.
+    if let Some(kind) = map.get("kind").and_then(Value::as_str) {
+        let text = map.get("text").cloned();
+        return match (kind, text) {
+            ("text", Some(t)) => json!({"type": "text", "content": t}),
+            ("text", None) => json!({"type": "text"}),
+            ("thinking", Some(t)) => json!({"type": "reasoning", "content": t}),
+            ("thinking", None) => json!({"type": "reasoning"}),
+            _ => {
+                let mut part = map.clone();
+                part.remove("kind");
+                part.insert("type".into(), Value::String(kind.to_string()));
+                Value::Object(part)
+            }
+        };
+    }
     if let Some(text) = map.get("text").and_then(Value::as_str) {
         return json!({"type": "text", "content": text});
     }

@@ -163,18 +163,56 @@ pub fn interpret_span(span: &Span) -> Option<Interpreted> {
 /// Fills a fact's content from legacy GenAI span events (Strands' default mode, older
 /// instrumentations). Only slots the attributes left empty are filled.
 fn read_legacy_events(span: &Span, fact: &mut SpanFact, bodies: &mut Vec<(MessageHash, Value)>) {
+    let from_span_events = span
+        .events
+        .iter()
+        .filter(|e| is_legacy_event(&e.name))
+        .map(|event| {
+            let body: Map<String, Value> = event
+                .attributes
+                .iter()
+                .map(|kv| {
+                    let v = kv.value.as_ref().map(any_to_json).unwrap_or(Value::Null);
+                    (kv.key.clone(), v)
+                })
+                .collect();
+            (event.name.clone(), body)
+        });
+    // Pydantic AI 1.x, instrumentation version 1: the events as a JSON list in `events`.
+    let attrs = Attributes(&span.attributes);
+    let from_attribute: Vec<(String, Map<String, Value>)> = match attrs.json("events") {
+        None => Vec::new(),
+        Some(Err(reason)) => {
+            fact.content_problem.get_or_insert(reason);
+            return;
+        }
+        Some(Ok(Value::Array(items))) => items
+            .into_iter()
+            .filter_map(|item| match item {
+                Value::Object(mut body) => {
+                    let name = body.remove("event.name")?;
+                    Some((name.as_str()?.to_string(), body))
+                }
+                _ => None,
+            })
+            .collect(),
+        Some(Ok(_)) => Vec::new(),
+    };
+    let events: Vec<(String, Map<String, Value>)> =
+        from_span_events.chain(from_attribute).collect();
+    apply_legacy_events(&events, fact, bodies);
+}
+
+/// Fills a fact's content from legacy events, given in their order (name, body).
+pub(crate) fn apply_legacy_events(
+    events: &[(String, Map<String, Value>)],
+    fact: &mut SpanFact,
+    bodies: &mut Vec<(MessageHash, Value)>,
+) {
     let on_tool = fact.kind == FactKind::ToolCall;
     let (mut input, mut output, mut system) = (Vec::new(), Vec::new(), Vec::new());
-    for event in span.events.iter().filter(|e| is_legacy_event(&e.name)) {
-        let body: Map<String, Value> = event
-            .attributes
-            .iter()
-            .map(|kv| {
-                let v = kv.value.as_ref().map(any_to_json).unwrap_or(Value::Null);
-                (kv.key.clone(), v)
-            })
-            .collect();
-        match map_event(&event.name, &body, on_tool) {
+    for (name, body) in events {
+        match map_event(name, body, on_tool) {
             Ok(Some(Slot::Input(m))) => input.push(m),
             Ok(Some(Slot::Output(m))) => output.push(m),
             Ok(Some(Slot::System(parts))) => {
