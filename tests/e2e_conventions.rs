@@ -170,7 +170,7 @@ async fn strands_attributes_only() {
 
 /// Pydantic AI 1.x with instrumentation `version`: one run, its tool effect, and a continuation
 /// that Pydantic AI 1.x loads and continues from.
-async fn pydantic_ai_1(version: &str) {
+async fn pydantic_ai_1(version: &str, event_mode: &str) {
     let stepline = Stepline::start().await;
     let endpoint = stepline.otlp_http_url();
     let args = [
@@ -180,6 +180,8 @@ async fn pydantic_ai_1(version: &str) {
         &endpoint,
         "--version",
         version,
+        "--event-mode",
+        event_mode,
     ];
     let out = run_script_with(
         python_pydantic_ai_1(),
@@ -272,10 +274,16 @@ async fn pydantic_ai_1(version: &str) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pydantic_ai_1x_instrumentation_version_1_events_attribute() {
-    pydantic_ai_1("1").await;
+    pydantic_ai_1("1", "attributes").await;
+}
+
+/// The legacy events as OTLP log records, correlated to their chat spans by trace and span id.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pydantic_ai_1x_legacy_events_as_otlp_logs() {
+    pydantic_ai_1("1", "logs").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pydantic_ai_1x_instrumentation_version_2() {
-    pydantic_ai_1("2").await;
+    pydantic_ai_1("2", "attributes").await;
 }

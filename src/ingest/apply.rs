@@ -4,7 +4,9 @@
 use std::collections::{BTreeMap, HashMap, HashSet};
 
 use crate::domain::{MessageHash, Run};
-use crate::interpreter::{derive, Abandonment, FactKind, Interpreted, RunMeta, SpanFact};
+use crate::interpreter::{
+    derive, with_log_content, Abandonment, FactKind, Interpreted, LogEvent, RunMeta, SpanFact,
+};
 use crate::store::keys::{self, cf};
 use crate::store::{Store, StoreError, WriteBatch};
 
@@ -12,6 +14,8 @@ use crate::store::{Store, StoreError, WriteBatch};
 pub enum Work {
     /// Spans interpreted from one export request.
     Spans(Vec<Interpreted>),
+    /// Legacy GenAI events from one logs export request.
+    Logs(Vec<LogEvent>),
     /// Declare a run dead.
     Abandon {
         /// Run id or alias.
@@ -55,7 +59,23 @@ pub fn apply_group(store: &Store, works: &[Work], now_ns: u64) -> Result<Vec<App
     let mut runs: HashMap<String, RunWork> = HashMap::new();
     let mut span_runs: HashMap<(String, String), String> = HashMap::new();
 
-    // Grouping spans first, so every child in this group resolves to the run above its group.
+    // Log records first, so a span of this group finds the logs sent with it.
+    let mut logs: HashMap<(String, String), Vec<LogEvent>> = HashMap::new();
+    for work in works {
+        if let Work::Logs(events) = work {
+            for e in events {
+                let mut key = keys::span_key(&e.trace_id, &e.span_id);
+                key.push(0);
+                key.extend_from_slice(&e.order_key());
+                batch.put_json(cf::SPAN_LOGS, &key, e);
+                logs.entry((e.trace_id.clone(), e.span_id.clone()))
+                    .or_default()
+                    .push(e.clone());
+            }
+        }
+    }
+
+    // Grouping spans next, so every child in this group resolves to the run above its group.
     let mut groups = Groups::default();
     for work in works {
         if let Work::Spans(items) = work {
@@ -68,7 +88,10 @@ pub fn apply_group(store: &Store, works: &[Work], now_ns: u64) -> Result<Vec<App
     // Tool spans next, so a delegate run and its parent tool in the same group link up.
     for work in works {
         if let Work::Spans(items) = work {
-            for i in items.iter().filter(|i| i.fact.kind == FactKind::ToolCall) {
+            for i in items
+                .iter()
+                .filter(|i| matches!(i.fact.kind, FactKind::ToolCall | FactKind::ModelRequest))
+            {
                 let run_id = groups.run_id(store, i)?;
                 let key = (i.fact.trace_id.clone(), i.fact.span_id.clone());
                 batch.put_raw(
@@ -87,11 +110,43 @@ pub fn apply_group(store: &Store, works: &[Work], now_ns: u64) -> Result<Vec<App
             Work::Spans(items) => {
                 for i in items {
                     let run_id = groups.run_id(store, i)?;
+                    let i = &with_logs(store, &logs, i)?;
                     add_fact(store, &mut batch, &mut runs, &span_runs, &run_id, i, now_ns)?;
                     if i.fact.kind == FactKind::Group {
                         let orphan = format!("{}-{}", i.fact.trace_id, i.fact.span_id);
                         merge_run(store, &mut batch, &mut runs, &orphan, &run_id)?;
                     }
+                }
+                results.push(Applied::Stored);
+            }
+            Work::Logs(events) => {
+                // Logs of a span that arrived earlier rebuild that span's content.
+                let mut done: HashSet<(String, String)> = HashSet::new();
+                for e in events {
+                    let key = (e.trace_id.clone(), e.span_id.clone());
+                    if !done.insert(key.clone()) {
+                        continue;
+                    }
+                    let run_id = match span_runs.get(&key) {
+                        Some(r) => r.clone(),
+                        None => match store.span_run(&key.0, &key.1)? {
+                            Some(r) => r,
+                            None => continue, // the span has not arrived yet
+                        },
+                    };
+                    let work = load(store, &mut runs, &run_id)?;
+                    let Some(fact) = work.facts.get(&key.1).cloned() else {
+                        continue;
+                    };
+                    let i = Interpreted {
+                        run_span_id: String::new(),
+                        fact,
+                        messages: Vec::new(),
+                    };
+                    let i = with_logs(store, &logs, &i)?;
+                    add_fact(
+                        store, &mut batch, &mut runs, &span_runs, &run_id, &i, now_ns,
+                    )?;
                 }
                 results.push(Applied::Stored);
             }
@@ -126,6 +181,36 @@ pub fn apply_group(store: &Store, works: &[Work], now_ns: u64) -> Result<Vec<App
     }
     store.commit(batch)?;
     Ok(results)
+}
+
+/// A model-request fact with the content of its span's log records (stored and in this group).
+fn with_logs(
+    store: &Store,
+    logs: &HashMap<(String, String), Vec<LogEvent>>,
+    i: &Interpreted,
+) -> Result<Interpreted, StoreError> {
+    if i.fact.kind != FactKind::ModelRequest {
+        return Ok(i.clone());
+    }
+    let mut events = store.span_logs(&i.fact.trace_id, &i.fact.span_id)?;
+    if let Some(local) = logs.get(&(i.fact.trace_id.clone(), i.fact.span_id.clone())) {
+        for e in local {
+            if !events.iter().any(|k| k.order_key() == e.order_key()) {
+                events.push(e.clone());
+            }
+        }
+    }
+    if events.is_empty() {
+        return Ok(i.clone());
+    }
+    let (fact, bodies) = with_log_content(&i.fact, &events);
+    let mut messages = i.messages.clone();
+    messages.extend(bodies);
+    Ok(Interpreted {
+        run_span_id: i.run_span_id.clone(),
+        fact,
+        messages,
+    })
 }
 
 /// Grouping spans known to this write group (the store knows the earlier ones).
@@ -200,7 +285,7 @@ fn merge_run(
     let target = load(store, runs, into)?;
     for fact in orphan.facts.values() {
         batch.put_json(cf::FACTS, &keys::run_child(into, &fact.span_id), fact);
-        if fact.kind == FactKind::ToolCall {
+        if matches!(fact.kind, FactKind::ToolCall | FactKind::ModelRequest) {
             batch.put_raw(
                 cf::SPAN_RUNS,
                 &keys::span_key(&fact.trace_id, &fact.span_id),
@@ -627,6 +712,111 @@ mod tests {
             proptest::prop_assert_eq!(reference, got);
             let delegate = store.run(&delegate_id()).unwrap().unwrap();
             proptest::prop_assert_eq!(delegate.parent_run_id, Some(outer_id()));
+        }
+    }
+
+    /// A run (span 1) whose one model request (span 2) carries no content: its legacy events come
+    /// as log records (system, user, assistant tool call, tool return, choice).
+    fn logged_run() -> (Vec<Span>, Vec<LogEvent>) {
+        use crate::test_fixtures::{kv, span};
+        let op = |v: &str| kv("gen_ai.operation.name", v);
+        let spans = vec![
+            span(2, 1, "chat m", 20, vec![op("chat")]),
+            span(1, 0, "invoke_agent a", 10, vec![op("invoke_agent")]),
+        ];
+        let event = |index: Option<i64>, time: u64, name: &str, body: serde_json::Value| LogEvent {
+            trace_id: hex::encode(crate::test_fixtures::TRACE),
+            span_id: hex::encode([2u8; 8]),
+            message_index: index,
+            time_ns: time,
+            name: name.into(),
+            body: body.as_object().cloned().unwrap_or_default(),
+        };
+        let logs = vec![
+            event(
+                None,
+                21,
+                "gen_ai.system.message",
+                serde_json::json!({"content": "be brief"}),
+            ),
+            event(
+                Some(0),
+                21,
+                "gen_ai.user.message",
+                serde_json::json!({"content": "go"}),
+            ),
+            event(
+                Some(1),
+                21,
+                "gen_ai.assistant.message",
+                serde_json::json!({"tool_calls": [{"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}]}),
+            ),
+            event(
+                Some(2),
+                21,
+                "gen_ai.tool.message",
+                serde_json::json!({"content": "ok", "id": "c1"}),
+            ),
+            event(
+                None,
+                22,
+                "gen_ai.choice",
+                serde_json::json!({"index": 0, "message": {"role": "assistant", "content": "done"}}),
+            ),
+        ];
+        (spans, logs)
+    }
+
+    #[test]
+    fn log_records_land_on_their_step_before_or_after_the_span() {
+        let (spans, logs) = logged_run();
+        let chat = || Work::Spans(interpreted(&spans[0..1]));
+        let agent = || Work::Spans(interpreted(&spans[1..2]));
+        let some = |r: std::ops::Range<usize>| Work::Logs(logs[r].to_vec());
+        let scenarios: Vec<Vec<Vec<Work>>> = vec![
+            vec![vec![some(0..5)], vec![chat()], vec![agent()]],
+            vec![vec![chat()], vec![some(0..5)], vec![agent()]],
+            vec![
+                vec![chat()],
+                vec![agent()],
+                vec![some(3..5)],
+                vec![some(0..3)],
+            ],
+            vec![
+                vec![some(1..4)],
+                vec![chat(), agent()],
+                vec![some(0..1), some(4..5)],
+            ],
+            vec![vec![chat(), some(0..5), agent()]],
+            vec![vec![agent(), some(2..5)], vec![some(0..5)], vec![chat()]],
+        ];
+        let mut reference: Option<Everything> = None;
+        for (n, scenario) in scenarios.into_iter().enumerate() {
+            let dir = tempfile::tempdir().unwrap();
+            let store = Store::open(dir.path(), false).unwrap();
+            for group in &scenario {
+                apply_group(&store, group, 1).unwrap();
+            }
+            let got = everything(&store);
+            assert_eq!(got.len(), 1, "scenario {n}");
+            let snapshots = &got[0].3;
+            let last = snapshots.last().expect("a snapshot");
+            assert_eq!(last.meta.message_count, 4, "scenario {n}: {snapshots:?}");
+            assert_eq!(got[0].0.continuation_unavailable, None, "scenario {n}");
+            let facts = store.facts(&run_id(1)).unwrap();
+            let model = facts
+                .iter()
+                .find(|f| f.kind == FactKind::ModelRequest)
+                .unwrap();
+            assert_eq!(model.input.as_ref().map(Vec::len), Some(3), "scenario {n}");
+            assert_eq!(
+                model.system_instructions,
+                Some(serde_json::json!([{"type": "text", "content": "be brief"}]))
+            );
+            match &reference {
+                None => reference = Some(got),
+                Some(r) => assert_eq!(r, &got, "scenario {n}"),
+            }
         }
     }
 

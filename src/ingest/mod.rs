@@ -20,7 +20,7 @@ pub use apply::Applied;
 use apply::Work;
 use writer::Writer;
 
-use crate::interpreter::interpret_span;
+use crate::interpreter::{interpret_log, interpret_span};
 use crate::service_error::{ServiceError, ServiceErrorCode};
 use crate::store::Store;
 
@@ -145,17 +145,33 @@ impl Ingest {
         })
     }
 
-    /// Accepts and counts a logs export request.
+    /// Accepts a logs export request: legacy GenAI events correlated to a span (trace and span
+    /// id) are durably stored and feed that span's step; other records are only counted.
     pub async fn export_logs(
         &self,
         request: ExportLogsServiceRequest,
     ) -> Result<ExportOutcome, IngestError> {
-        let records: usize = request
-            .resource_logs
-            .iter()
-            .flat_map(|r| &r.scope_logs)
-            .map(|s| s.log_records.len())
-            .sum();
+        let (events, records) = tokio::task::spawn_blocking(move || {
+            let mut events = Vec::new();
+            let mut records = 0usize;
+            for record in request
+                .resource_logs
+                .iter()
+                .flat_map(|r| &r.scope_logs)
+                .flat_map(|s| &s.log_records)
+            {
+                records += 1;
+                if let Some(e) = interpret_log(record) {
+                    events.push(e);
+                }
+            }
+            (events, records)
+        })
+        .await
+        .map_err(|e| IngestError::Storage(format!("interpreter task failed: {e}")))?;
+        if !events.is_empty() {
+            self.writer.submit(Work::Logs(events)).await?;
+        }
         self.counters
             .accepted_log_records
             .fetch_add(records as u64, Ordering::Relaxed);

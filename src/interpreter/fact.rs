@@ -97,6 +97,9 @@ pub struct SpanFact {
     /// arrives, replaces this fact.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub pending: bool,
+    /// The content was rebuilt from the span's log records (legacy GenAI events as OTLP logs).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub content_from_logs: bool,
 }
 
 /// A tool call a model response asked for.
@@ -153,6 +156,7 @@ impl SpanFact {
             idempotency_key: None,
             content_problem: None,
             pending: false,
+            content_from_logs: false,
         }
     }
 }

@@ -262,7 +262,7 @@ fn store_bodies(items: Vec<Value>, bodies: &mut Vec<(MessageHash, Value)>) -> Ve
 }
 
 /// The tool calls of one output message.
-fn requested_calls(message: &Value) -> Vec<RequestedCall> {
+pub(crate) fn requested_calls(message: &Value) -> Vec<RequestedCall> {
     message
         .get("parts")
         .and_then(Value::as_array)

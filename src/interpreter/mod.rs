@@ -11,6 +11,7 @@ mod derive;
 mod events;
 mod fact;
 mod genai;
+mod logs;
 mod validity;
 
 use opentelemetry_proto::tonic::trace::v1::Span;
@@ -19,6 +20,7 @@ pub use convention::Convention;
 pub use derive::{derive, Abandonment, DerivedRun, RunMeta};
 pub use events::block_to_part;
 pub use fact::{FactKind, Interpreted, RequestedCall, SpanFact};
+pub use logs::{interpret_log, with_log_content, LogEvent};
 pub use validity::{walk, Walk};
 
 /// Interprets one span with the module of its convention. Spans that are not agent runs, model

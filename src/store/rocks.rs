@@ -11,7 +11,7 @@ use serde_json::Value;
 use super::error::StoreError;
 use super::keys::{self, cf, RunFilter};
 use crate::domain::{MessageHash, Run, SnapshotRecord, StepEvent, ToolEffect};
-use crate::interpreter::{RunMeta, SpanFact};
+use crate::interpreter::{LogEvent, RunMeta, SpanFact};
 
 /// The schema version this build writes. Opening a database with a higher one fails.
 pub const SCHEMA_VERSION: u32 = 1;
@@ -288,6 +288,13 @@ impl Store {
             .db
             .get_cf(handle, keys::span_key(trace_id, span_id))?
             .and_then(|v| String::from_utf8(v).ok()))
+    }
+
+    /// The legacy GenAI events received as log records for one span, in their order.
+    pub fn span_logs(&self, trace_id: &str, span_id: &str) -> Result<Vec<LogEvent>, StoreError> {
+        let mut prefix = keys::span_key(trace_id, span_id);
+        prefix.push(0);
+        self.scan_json(cf::SPAN_LOGS, &prefix)
     }
 
     /// All keys of column family `name` that start with `prefix`.

@@ -2,7 +2,8 @@
 
 Runs in the separate venv of tests/python/requirements-pydantic-ai-1.txt. --version picks the
 instrumentation version: 1 (legacy events as the `events` span attribute) or 2 (`agent run` /
-`running tool` spans with gen_ai.input/output.messages).
+`running tool` spans with gen_ai.input/output.messages). --event-mode logs (version 1) sends the
+legacy events as OTLP log records through the real OTLP/HTTP log exporter instead.
 
 The model asks for get_weather(city=Paris), then answers in text. With --continue-from FILE
 (stepline's `format=pydantic-ai` continuation) the history is loaded with ModelMessagesTypeAdapter
@@ -29,10 +30,24 @@ def main() -> int:
     parser.add_argument("--transport", choices=["http", "grpc"], required=True)
     parser.add_argument("--endpoint", required=True)
     parser.add_argument("--version", type=int, choices=[1, 2], required=True)
+    parser.add_argument("--event-mode", choices=["attributes", "logs"], default="attributes")
     parser.add_argument("--continue-from")
     args = parser.parse_args()
 
     provider, exporter = install_tracer_provider(args.transport, args.endpoint, "stepline-e2e-pydantic-ai-1")
+    settings: dict[str, object] = {}
+    logger_provider = None
+    if args.event_mode == "logs":
+        # Version 1 with event_mode="logs": the legacy GenAI events go out as OTLP log records.
+        from opentelemetry.exporter.otlp.proto.http._log_exporter import OTLPLogExporter
+        from opentelemetry.sdk._logs import LoggerProvider
+        from opentelemetry.sdk._logs.export import BatchLogRecordProcessor
+
+        logger_provider = LoggerProvider()
+        logger_provider.add_log_record_processor(
+            BatchLogRecordProcessor(OTLPLogExporter(endpoint=args.endpoint.rstrip("/") + "/v1/logs"))
+        )
+        settings = {"event_mode": "logs", "logger_provider": logger_provider}
     received: list[object] = []
 
     def model(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
@@ -50,7 +65,7 @@ def main() -> int:
         FunctionModel(model),
         name="weather",
         instructions="You report weather.",
-        instrument=InstrumentationSettings(version=args.version),
+        instrument=InstrumentationSettings(version=args.version, **settings),
     )
 
     @agent.tool_plain
@@ -67,6 +82,9 @@ def main() -> int:
 
     flushed = provider.force_flush(30_000)
     provider.shutdown()
+    if logger_provider is not None:
+        flushed = logger_provider.force_flush(30_000) and flushed
+        logger_provider.shutdown()
     stats = exporter.stats()
     stats["flushed"] = bool(flushed)
     print(
