@@ -261,6 +261,37 @@ pub fn strands_scenario() -> Vec<Span> {
     ]
 }
 
+/// A Strands delegate agent run called from the tool (span 4) of [`strands_scenario`]:
+/// `invoke_agent helper` (span 7) → cycle (span 9) → chat (span 8).
+pub fn strands_delegate() -> Vec<Span> {
+    let op = |v: &str| kv("gen_ai.operation.name", v);
+    let mut chat = span(8, 9, "chat", 128, vec![op("chat")]);
+    chat.events = vec![
+        event(
+            "gen_ai.user.message",
+            vec![kv("content", r#"[{"text":"help"}]"#)],
+        ),
+        event("gen_ai.choice", vec![kv("message", r#"[{"text":"ok"}]"#)]),
+    ];
+    vec![
+        chat,
+        span(
+            9,
+            7,
+            "execute_event_loop_cycle",
+            127,
+            vec![op("execute_event_loop_cycle")],
+        ),
+        span(
+            7,
+            4,
+            "invoke_agent helper",
+            126,
+            vec![op("invoke_agent"), kv("gen_ai.agent.name", "helper")],
+        ),
+    ]
+}
+
 /// An export request holding `spans`.
 pub fn request(spans: Vec<Span>) -> ExportTraceServiceRequest {
     ExportTraceServiceRequest {

@@ -111,7 +111,18 @@ pub fn apply_group(store: &Store, works: &[Work], now_ns: u64) -> Result<Vec<App
                 for i in items {
                     let run_id = groups.run_id(store, i)?;
                     let i = &with_logs(store, &logs, i)?;
-                    add_fact(store, &mut batch, &mut runs, &span_runs, &run_id, i, now_ns)?;
+                    add_fact(
+                        store,
+                        &mut batch,
+                        &mut runs,
+                        Links {
+                            span_runs: &span_runs,
+                            groups: &groups,
+                        },
+                        &run_id,
+                        i,
+                        now_ns,
+                    )?;
                     if i.fact.kind == FactKind::Group {
                         let orphan = format!("{}-{}", i.fact.trace_id, i.fact.span_id);
                         merge_run(store, &mut batch, &mut runs, &orphan, &run_id)?;
@@ -130,7 +141,7 @@ pub fn apply_group(store: &Store, works: &[Work], now_ns: u64) -> Result<Vec<App
                     let run_id = match span_runs.get(&key) {
                         Some(r) => r.clone(),
                         None => match store.span_run(&key.0, &key.1)? {
-                            Some(r) => r,
+                            Some(r) => groups.resolve(store, &r)?,
                             None => continue, // the span has not arrived yet
                         },
                     };
@@ -145,7 +156,16 @@ pub fn apply_group(store: &Store, works: &[Work], now_ns: u64) -> Result<Vec<App
                     };
                     let i = with_logs(store, &logs, &i)?;
                     add_fact(
-                        store, &mut batch, &mut runs, &span_runs, &run_id, &i, now_ns,
+                        store,
+                        &mut batch,
+                        &mut runs,
+                        Links {
+                            span_runs: &span_runs,
+                            groups: &groups,
+                        },
+                        &run_id,
+                        &i,
+                        now_ns,
                     )?;
                 }
                 results.push(Applied::Stored);
@@ -213,6 +233,13 @@ fn with_logs(
     })
 }
 
+/// What links a fact to other runs: tool spans' runs and grouping spans known to this group.
+#[derive(Clone, Copy)]
+struct Links<'a> {
+    span_runs: &'a HashMap<(String, String), String>,
+    groups: &'a Groups,
+}
+
 /// Grouping spans known to this write group (the store knows the earlier ones).
 #[derive(Default)]
 struct Groups {
@@ -236,8 +263,19 @@ impl Groups {
     /// The run of a fact: its run key span, followed up through grouping spans, so children of a
     /// group land in the run above it once the group is known, whatever the arrival order.
     fn run_id(&self, store: &Store, i: &Interpreted) -> Result<String, StoreError> {
-        let trace = &i.fact.trace_id;
-        let mut key = i.run_span_id.clone();
+        self.follow(store, &i.fact.trace_id, i.run_span_id.clone())
+    }
+
+    /// A run id recorded earlier (`trace-span`), followed up through grouping spans known since.
+    fn resolve(&self, store: &Store, run_id: &str) -> Result<String, StoreError> {
+        match run_id.split_once('-') {
+            Some((trace, span)) => self.follow(store, trace, span.to_string()),
+            None => Ok(run_id.to_string()),
+        }
+    }
+
+    fn follow(&self, store: &Store, trace: &str, mut key: String) -> Result<String, StoreError> {
+        let trace = &trace.to_string();
         for _ in 0..MAX_GROUP_DEPTH {
             let parent = match self.parents.get(&(trace.clone(), key.clone())) {
                 Some(p) => Some(p.clone()),
@@ -304,6 +342,11 @@ fn merge_run(
         target.meta.parent_run_id = orphan.meta.parent_run_id.clone();
     }
     target.dirty = true;
+    for fact in orphan.facts.values() {
+        if fact.kind == FactKind::ToolCall {
+            relink_children(store, runs, &fact.trace_id, &fact.span_id, into)?;
+        }
+    }
 
     // Forget the orphan run.
     let prefix = keys::run_prefix(from);
@@ -365,11 +408,12 @@ fn add_fact(
     store: &Store,
     batch: &mut WriteBatch<'_>,
     runs: &mut HashMap<String, RunWork>,
-    span_runs: &HashMap<(String, String), String>,
+    links: Links<'_>,
     run_id: &str,
     i: &Interpreted,
     now_ns: u64,
 ) -> Result<(), StoreError> {
+    let Links { span_runs, groups } = links;
     let run_id = run_id.to_string();
     let work = load(store, runs, &run_id)?;
     match work.facts.get(&i.fact.span_id) {
@@ -399,28 +443,45 @@ fn add_fact(
                 let trace = &i.fact.trace_id;
                 let parent_run = match span_runs.get(&(trace.clone(), parent_span.clone())) {
                     Some(r) => Some(r.clone()),
-                    None => store.span_run(trace, parent_span)?,
+                    // Stored before a grouping span above the tool was known: resolve again.
+                    None => match store.span_run(trace, parent_span)? {
+                        Some(r) => Some(groups.resolve(store, &r)?),
+                        None => None,
+                    },
                 };
-                match parent_run {
-                    Some(parent) => work.meta.parent_run_id = Some(parent),
-                    None => {
-                        let mut key = keys::span_key(trace, parent_span);
-                        key.push(0);
-                        key.extend_from_slice(run_id.as_bytes());
-                        batch.put_raw(cf::PENDING_PARENTS, &key, b"");
-                    }
+                if let Some(parent) = parent_run {
+                    work.meta.parent_run_id = Some(parent);
                 }
+                // Kept after the link is made, so it follows the tool when the tool's run is
+                // re-keyed (a tool under a grouping span that arrives later).
+                let mut key = keys::span_key(trace, parent_span);
+                key.push(0);
+                key.extend_from_slice(run_id.as_bytes());
+                batch.put_raw(cf::PENDING_PARENTS, &key, b"");
             }
         }
         FactKind::ToolCall => {
-            for (key, child) in store.pending_children(&i.fact.trace_id, &i.fact.span_id)? {
-                let child_work = load(store, runs, &child)?;
-                child_work.meta.parent_run_id = Some(run_id.clone());
-                child_work.dirty = true;
-                batch.delete(cf::PENDING_PARENTS, &key);
-            }
+            relink_children(store, runs, &i.fact.trace_id, &i.fact.span_id, &run_id)?;
         }
         FactKind::ModelRequest | FactKind::Group => {}
+    }
+    Ok(())
+}
+
+/// Points the delegate runs of tool span `trace span` at `run_id`.
+fn relink_children(
+    store: &Store,
+    runs: &mut HashMap<String, RunWork>,
+    trace: &str,
+    span: &str,
+    run_id: &str,
+) -> Result<(), StoreError> {
+    for (_, child) in store.pending_children(trace, span)? {
+        let child_work = load(store, runs, &child)?;
+        if child_work.meta.parent_run_id.as_deref() != Some(run_id) {
+            child_work.meta.parent_run_id = Some(run_id.to_string());
+            child_work.dirty = true;
+        }
     }
     Ok(())
 }
@@ -661,7 +722,10 @@ mod tests {
     fn two_traces() -> Vec<Span> {
         let mut all = spans();
         all.extend(crate::test_fixtures::pending_spans());
-        for mut s in crate::test_fixtures::strands_scenario() {
+        let strands = crate::test_fixtures::strands_scenario()
+            .into_iter()
+            .chain(crate::test_fixtures::strands_delegate());
+        for mut s in strands {
             s.trace_id = vec![8; 16];
             all.push(s);
         }
@@ -675,10 +739,10 @@ mod tests {
         /// with duplicates: the same runs, events, effects and snapshots as one request with all.
         #[test]
         fn any_arrival_order_gives_the_same_runs(
-            order in proptest::strategy::Strategy::prop_shuffle(proptest::strategy::Just((0..13usize).collect::<Vec<_>>())),
-            cuts in proptest::collection::vec(proptest::bool::ANY, 13),
-            commit_cuts in proptest::collection::vec(proptest::bool::ANY, 13),
-            dups in proptest::collection::vec(0..13usize, 0..4),
+            order in proptest::strategy::Strategy::prop_shuffle(proptest::strategy::Just((0..16usize).collect::<Vec<_>>())),
+            cuts in proptest::collection::vec(proptest::bool::ANY, 16),
+            commit_cuts in proptest::collection::vec(proptest::bool::ANY, 16),
+            dups in proptest::collection::vec(0..16usize, 0..4),
         ) {
             let all = two_traces();
             let reference = {
@@ -708,10 +772,21 @@ mod tests {
             }
             apply_group(&store, &group, 99).unwrap();
             let got = everything(&store);
-            proptest::prop_assert_eq!(got.len(), 3);
+            proptest::prop_assert_eq!(got.len(), 4);
             proptest::prop_assert_eq!(reference, got);
             let delegate = store.run(&delegate_id()).unwrap().unwrap();
             proptest::prop_assert_eq!(delegate.parent_run_id, Some(outer_id()));
+            // The Strands delegate links to the Strands run, through the tool's cycle.
+            let trace8 = hex::encode([8u8; 16]);
+            let helper = store
+                .run(&format!("{trace8}-{}", hex::encode([7u8; 8])))
+                .unwrap()
+                .unwrap();
+            proptest::prop_assert_eq!(
+                helper.parent_run_id,
+                Some(format!("{trace8}-{}", hex::encode([1u8; 8])))
+            );
+            proptest::prop_assert_eq!(helper.model_request_count, 1);
         }
     }
 

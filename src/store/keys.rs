@@ -26,7 +26,8 @@ pub mod cf {
     /// trace_id span_id of a tool or model-request span → run_id (to link delegate runs to their
     /// parent, and log records to the run of their span).
     pub const SPAN_RUNS: &str = "span_runs";
-    /// trace_id span_id \0 child run_id → () : delegate runs waiting for their parent tool span.
+    /// trace_id span_id \0 child run_id → () : the delegate runs of a tool span, recorded whether
+    /// or not the tool span has arrived (and kept, so a link follows a re-keyed tool).
     pub const PENDING_PARENTS: &str = "pending_parents";
     /// trace_id span_id of a grouping span (Strands' event-loop cycle) → its parent span id, so
     /// children keyed by the group resolve to the run above it.

@@ -311,7 +311,7 @@ impl Store {
         Ok(out)
     }
 
-    /// Delegate runs waiting for the tool span `trace_id span_id`: (pending key, child run id).
+    /// Delegate runs of the tool span `trace_id span_id`: (key, child run id).
     pub fn pending_children(
         &self,
         trace_id: &str,
