@@ -44,6 +44,9 @@ pub fn map_event(
     body: &Map<String, Value>,
     on_tool_span: bool,
 ) -> Result<Option<Slot>, String> {
+    if !on_tool_span {
+        check_content(name, body)?;
+    }
     let id = body.get("id").and_then(Value::as_str).map(str::to_string);
     Ok(Some(match name {
         "gen_ai.system.message" => Slot::System(Value::Array(content_parts(body.get("content"))?)),
@@ -99,6 +102,75 @@ pub fn map_event(
         }
         _ => return Ok(None),
     }))
+}
+
+/// The placeholder Strands writes for redacted content.
+const REDACTED: &str = "[REDACTED]";
+
+/// Refuses an event whose content was not captured (content capture off, redaction): a history
+/// built from it would silently differ from the one the model saw.
+fn check_content(name: &str, body: &Map<String, Value>) -> Result<(), String> {
+    let off = || format!("{name} carries no content (content capture is off)");
+    let redacted = |v: Option<&Value>| v.and_then(Value::as_str) == Some(REDACTED);
+    let arguments_missing = |calls: Option<&Value>| {
+        calls.and_then(Value::as_array).is_some_and(|calls| {
+            calls.iter().any(|c| {
+                c.get("function")
+                    .is_some_and(|f| f.get("arguments").is_none())
+            })
+        })
+    };
+    match name {
+        "gen_ai.system.message" | "gen_ai.user.message" | "gen_ai.tool.message"
+            if !body.contains_key("content") =>
+        {
+            return Err(off());
+        }
+        "gen_ai.assistant.message" => {
+            if !body.contains_key("content") && !body.contains_key("tool_calls") {
+                return Err(off());
+            }
+            if arguments_missing(body.get("tool_calls")) {
+                return Err(format!(
+                    "{name}: tool calls without arguments (content capture is off)"
+                ));
+            }
+        }
+        "gen_ai.choice" => match body.get("message") {
+            None => return Err(off()),
+            Some(Value::Object(m)) => {
+                if !m.contains_key("content") && !m.contains_key("tool_calls") {
+                    return Err(off());
+                }
+                if arguments_missing(m.get("tool_calls")) {
+                    return Err(format!(
+                        "{name}: tool calls without arguments (content capture is off)"
+                    ));
+                }
+            }
+            Some(_) => {}
+        },
+        _ => {}
+    }
+    // Pydantic AI 1.x keeps only the kind of a content item when content capture is off.
+    let kind_only = |v: Option<&Value>| {
+        v.and_then(Value::as_array).is_some_and(|items| {
+            items.iter().any(|i| {
+                matches!(
+                    i.get("kind").and_then(Value::as_str),
+                    Some("text" | "thinking")
+                ) && i.get("text").is_none()
+            })
+        })
+    };
+    let message_content = body.get("message").and_then(|m| m.get("content"));
+    if kind_only(body.get("content")) || kind_only(message_content) {
+        return Err(off());
+    }
+    if redacted(body.get("content")) || redacted(body.get("message")) {
+        return Err(format!("{name}: content is redacted by the producer"));
+    }
+    Ok(())
 }
 
 /// Parses a string that holds a JSON array or object; other values are returned as they are.
@@ -267,6 +339,28 @@ mod tests {
             m["parts"][3],
             json!({"type":"citationsContent","content":{"a":1}})
         );
+    }
+
+    #[test]
+    fn content_off_or_redacted_is_refused_with_a_reason() {
+        let off = map_event("gen_ai.user.message", &body(json!({"role": "user"})), false);
+        assert!(off.unwrap_err().contains("content capture is off"));
+        let no_args =
+            json!({"tool_calls": [{"id": "c", "type": "function", "function": {"name": "f"}}]});
+        let no_args = map_event("gen_ai.assistant.message", &body(no_args), false);
+        assert!(no_args.unwrap_err().contains("without arguments"));
+        let choice = json!({"index": 0, "message": {"role": "assistant"}});
+        assert!(map_event("gen_ai.choice", &body(choice), false).is_err());
+        let redacted = map_event(
+            "gen_ai.choice",
+            &body(json!({"message": "[REDACTED]"})),
+            false,
+        );
+        assert!(redacted.unwrap_err().contains("redacted"));
+        let kinds = json!({"content": [{"kind": "text"}], "role": "user"});
+        assert!(map_event("gen_ai.user.message", &body(kinds), false).is_err());
+        // On a tool span the arguments may be absent: the call is still recorded.
+        assert!(map_event("gen_ai.tool.message", &body(json!({"id": "t"})), true).is_ok());
     }
 
     #[test]
