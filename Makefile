@@ -14,6 +14,9 @@ VENV_PYTHON := $(VENV)/bin/python
 SYSTEM_PYTHON ?= python3
 REQUIREMENTS := tests/python/requirements.txt
 VENV_STAMP := $(VENV)/.requirements.sha256
+# A second venv with Pydantic AI 1.x (the main one pins 2.x), for the 1.x end-to-end tests.
+VENV_PYDANTIC_AI_1 ?= $(VENV)-pydantic-ai-1
+REQUIREMENTS_PYDANTIC_AI_1 := tests/python/requirements-pydantic-ai-1.txt
 
 CONFIG ?= collector.yaml
 BENCH_ARGS ?=
@@ -26,7 +29,7 @@ run: deps
 
 ## test: the whole suite, end-to-end tests included (real binary + real Pydantic AI clients)
 test: deps venv
-	STEPLINE_PYTHON=$(VENV_PYTHON) cargo test --release
+	STEPLINE_PYTHON=$(VENV_PYTHON) STEPLINE_PYTHON_PYDANTIC_AI_1=$(VENV_PYDANTIC_AI_1)/bin/python cargo test --release
 
 ## deps: system packages the build needs (libclang for the RocksDB bindings); a no-op when present
 deps:
@@ -57,6 +60,13 @@ venv:
 	$(SYSTEM_PYTHON) -m venv $(VENV) \
 	  && $(VENV_PYTHON) -m pip install --quiet --disable-pip-version-check -r $(REQUIREMENTS) \
 	  && echo "$$want" > $(VENV_STAMP)
+	@want=$$(sha256sum $(REQUIREMENTS_PYDANTIC_AI_1) | cut -d' ' -f1); \
+	have=$$(cat $(VENV_PYDANTIC_AI_1)/.requirements.sha256 2>/dev/null || true); \
+	if [ -x "$(VENV_PYDANTIC_AI_1)/bin/python" ] && [ "$$want" = "$$have" ]; then exit 0; fi; \
+	echo "venv: installing $(REQUIREMENTS_PYDANTIC_AI_1) into $(VENV_PYDANTIC_AI_1)"; \
+	$(SYSTEM_PYTHON) -m venv $(VENV_PYDANTIC_AI_1) \
+	  && $(VENV_PYDANTIC_AI_1)/bin/python -m pip install --quiet --disable-pip-version-check -r $(REQUIREMENTS_PYDANTIC_AI_1) \
+	  && echo "$$want" > $(VENV_PYDANTIC_AI_1)/.requirements.sha256
 
 ## lint: formatting and clippy (warnings are errors)
 lint: deps

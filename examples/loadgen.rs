@@ -108,6 +108,11 @@ struct Args {
     /// Request compression (gRPC message compression / HTTP `Content-Encoding`).
     #[arg(long, value_enum, default_value_t = Compression::None)]
     compression: Compression,
+    /// Producer conventions to generate, one phase each per transport (comma-separated):
+    /// `pydantic-ai` (GenAI attributes) and/or `strands` (Strands default mode: event-loop cycle
+    /// spans, content in span events as Converse blocks).
+    #[arg(long, value_enum, value_delimiter = ',', default_value = "pydantic-ai")]
+    conventions: Vec<Convention>,
     /// Timeout of one export request, in seconds.
     #[arg(long, default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..=600))]
     request_timeout: u64,
@@ -252,6 +257,25 @@ enum TransportChoice {
     Http,
     /// gRPC first, then HTTP.
     Both,
+}
+
+/// Producer convention of the generated runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+enum Convention {
+    /// Pydantic AI 2.x: GenAI spans with message attributes.
+    PydanticAi,
+    /// Strands Agents 1.x default mode: run → event-loop cycle → chat/tool, content in span events.
+    Strands,
+}
+
+impl Convention {
+    /// Name used in the output.
+    fn name(self) -> &'static str {
+        match self {
+            Convention::PydanticAi => "pydantic-ai",
+            Convention::Strands => "strands",
+        }
+    }
 }
 
 /// One OTLP transport under load.
@@ -860,6 +884,231 @@ fn build_run(
     Ok(spans)
 }
 
+/// A span event with string attributes.
+fn span_event(
+    name: &str,
+    time: u64,
+    attributes: Vec<KeyValue>,
+) -> opentelemetry_proto::tonic::trace::v1::span::Event {
+    opentelemetry_proto::tonic::trace::v1::span::Event {
+        time_unix_nano: time,
+        name: name.into(),
+        attributes,
+        ..Default::default()
+    }
+}
+
+/// OTel GenAI message parts as Bedrock Converse content blocks (what Strands records).
+fn converse_blocks(parts: &serde_json::Value) -> serde_json::Value {
+    let blocks: Vec<serde_json::Value> = parts
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|p| match p["type"].as_str() {
+            Some("tool_call") => json!({"toolUse": {
+                "toolUseId": p["id"], "name": p["name"], "input": p["arguments"]
+            }}),
+            Some("tool_call_response") => {
+                let text = match &p["response"] {
+                    serde_json::Value::String(s) => s.clone(),
+                    other => other.to_string(),
+                };
+                json!({"toolResult": {
+                    "toolUseId": p["id"], "status": "success", "content": [{"text": text}]
+                }})
+            }
+            _ => json!({"text": p["content"]}),
+        })
+        .collect();
+    serde_json::Value::Array(blocks)
+}
+
+/// Takes an attribute out of a span.
+fn take_attribute(span: &mut Span, key: &str) -> Option<String> {
+    let index = span.attributes.iter().position(|kv| kv.key == key)?;
+    match span.attributes.remove(index).value?.value? {
+        any_value::Value::StringValue(s) => Some(s),
+        _ => None,
+    }
+}
+
+/// Rewrites a generated Pydantic-AI-shaped run as Strands Agents (default mode) would emit it:
+/// every model request and the tools it asked for under an `execute_event_loop_cycle` span,
+/// content as `gen_ai.*.message` / `gen_ai.choice` span events holding Converse blocks, a
+/// `session.id` on every span, no run id. The run is identified by stepline's own run id.
+fn to_strands(run: Vec<GeneratedSpan>, rng: &mut Rng) -> Result<Vec<GeneratedSpan>> {
+    let Some((root, children)) = run.split_last() else {
+        return Ok(run);
+    };
+    let mut root_span = root.span.clone();
+    let session = kv_str("session.id", rng.uuid_v4());
+    let root_id = root_span.span_id.clone();
+    let mut out: Vec<GeneratedSpan> = Vec::with_capacity(children.len() * 3 / 2 + 1);
+    let mut cycle: Option<(Vec<u8>, u64, u64)> = None;
+    let close_cycle = |cycle: &mut Option<(Vec<u8>, u64, u64)>, out: &mut Vec<GeneratedSpan>| {
+        if let Some((id, start, end)) = cycle.take() {
+            out.push(GeneratedSpan {
+                span: Span {
+                    trace_id: root_span.trace_id.clone(),
+                    span_id: id,
+                    parent_span_id: root_id.clone(),
+                    flags: 0x101,
+                    name: "execute_event_loop_cycle".into(),
+                    kind: SpanKind::Internal as i32,
+                    start_time_unix_nano: start,
+                    end_time_unix_nano: end + 1,
+                    attributes: vec![
+                        kv_str("gen_ai.operation.name", "execute_event_loop_cycle"),
+                        kv_str("event_loop.cycle_id", format!("{start:x}")),
+                        session.clone(),
+                    ],
+                    ..Default::default()
+                },
+                message_bytes: 0,
+                root_of: None,
+            });
+        }
+    };
+    for child in children {
+        let mut span = child.span.clone();
+        let is_chat = span.name.starts_with("chat");
+        if is_chat {
+            close_cycle(&mut cycle, &mut out);
+            cycle = Some((
+                rng.id::<8>().to_vec(),
+                span.start_time_unix_nano,
+                span.end_time_unix_nano,
+            ));
+        }
+        let Some((cycle_id, _, cycle_end)) = cycle.as_mut() else {
+            bail!("a tool span before any model request");
+        };
+        *cycle_end = (*cycle_end).max(span.end_time_unix_nano);
+        span.parent_span_id = cycle_id.clone();
+        let (start, end) = (span.start_time_unix_nano, span.end_time_unix_nano);
+        let mut events = Vec::new();
+        let mut message_bytes = 0u64;
+        let mut event = |name: &str, time: u64, attributes: Vec<KeyValue>| {
+            for kv in &attributes {
+                if let Some(any_value::Value::StringValue(v)) =
+                    kv.value.as_ref().and_then(|v| v.value.as_ref())
+                {
+                    message_bytes += v.len() as u64;
+                }
+            }
+            events.push(span_event(name, time, attributes));
+        };
+        for key in [
+            "gen_ai.agent.call.id",
+            "gen_ai.conversation.id",
+            "gen_ai.provider.name",
+        ] {
+            take_attribute(&mut span, key);
+        }
+        if is_chat {
+            let input = take_attribute(&mut span, "gen_ai.input.messages").unwrap_or_default();
+            let output = take_attribute(&mut span, "gen_ai.output.messages").unwrap_or_default();
+            let system =
+                take_attribute(&mut span, "gen_ai.system_instructions").unwrap_or_default();
+            let system: serde_json::Value = serde_json::from_str(&system).unwrap_or_default();
+            event(
+                "gen_ai.system.message",
+                start,
+                vec![kv_str("content", converse_blocks(&system).to_string())],
+            );
+            let input: serde_json::Value = serde_json::from_str(&input).context("chat input")?;
+            for m in input.as_array().into_iter().flatten() {
+                let blocks = converse_blocks(&m["parts"]);
+                let name = if blocks.to_string().contains("\"toolResult\"") {
+                    "gen_ai.tool.message".to_string()
+                } else {
+                    format!("gen_ai.{}.message", m["role"].as_str().unwrap_or("user"))
+                };
+                event(&name, start, vec![kv_str("content", blocks.to_string())]);
+            }
+            let output: serde_json::Value = serde_json::from_str(&output).context("chat output")?;
+            for m in output.as_array().into_iter().flatten() {
+                let finish = m["finish_reason"]
+                    .as_str()
+                    .unwrap_or("end_turn")
+                    .to_string();
+                event(
+                    "gen_ai.choice",
+                    end,
+                    vec![
+                        kv_str("message", converse_blocks(&m["parts"]).to_string()),
+                        kv_str("finish_reason", finish),
+                    ],
+                );
+            }
+        } else {
+            let id = span
+                .attributes
+                .iter()
+                .find(|kv| kv.key == "gen_ai.tool.call.id")
+                .and_then(|kv| kv.value.as_ref()?.value.as_ref())
+                .and_then(|v| match v {
+                    any_value::Value::StringValue(s) => Some(s.clone()),
+                    _ => None,
+                })
+                .unwrap_or_default();
+            let arguments =
+                take_attribute(&mut span, "gen_ai.tool.call.arguments").unwrap_or_default();
+            let result = take_attribute(&mut span, "gen_ai.tool.call.result").unwrap_or_default();
+            event(
+                "gen_ai.tool.message",
+                start,
+                vec![
+                    kv_str("role", "tool"),
+                    kv_str("content", arguments),
+                    kv_str("id", id.clone()),
+                ],
+            );
+            event(
+                "gen_ai.choice",
+                end,
+                vec![
+                    kv_str("message", json!([{"text": result}]).to_string()),
+                    kv_str("id", id),
+                ],
+            );
+            span.attributes
+                .push(kv_str("gen_ai.tool.status", "success"));
+        }
+        span.attributes
+            .push(kv_str("gen_ai.system", "strands-agents"));
+        span.attributes.push(session.clone());
+        span.events = events;
+        out.push(GeneratedSpan {
+            span,
+            message_bytes,
+            root_of: None,
+        });
+    }
+    close_cycle(&mut cycle, &mut out);
+    for key in [
+        "pydantic_ai.all_messages",
+        "gen_ai.agent.call.id",
+        "gen_ai.conversation.id",
+        "final_result",
+        "gen_ai.system_instructions",
+    ] {
+        take_attribute(&mut root_span, key);
+    }
+    root_span.attributes.push(session.clone());
+    let run_id = format!(
+        "{}-{}",
+        hex::encode(&root_span.trace_id),
+        hex::encode(&root_span.span_id)
+    );
+    out.push(GeneratedSpan {
+        span: root_span,
+        message_bytes: 0,
+        root_of: Some(run_id),
+    });
+    Ok(out)
+}
+
 // ---------------------------------------------------------------------------------------------
 // Requests
 // ---------------------------------------------------------------------------------------------
@@ -907,6 +1156,8 @@ struct Workload {
     total_runs: u64,
     /// Disguise the spans so stepline does not interpret them.
     plain_spans: bool,
+    /// Producer convention of the runs.
+    convention: Convention,
 }
 
 /// Compresses an HTTP body.
@@ -991,12 +1242,15 @@ fn generate(
         if next_run.fetch_add(1, Ordering::Relaxed) >= workload.total_runs {
             break;
         }
-        let run = build_run(
+        let mut run = build_run(
             &mut rng,
             workload.steps,
             workload.message_bytes,
             now_unix_nanos(),
         )?;
+        if workload.convention == Convention::Strands {
+            run = to_strands(run, &mut rng)?;
+        }
         if workload.batch_spans == 0 {
             if jobs.blocking_send(make_job(run, &workload)?).is_err() {
                 return Ok(());
@@ -1323,6 +1577,8 @@ async fn drive_connection(
 struct PhaseReport {
     /// The transport.
     transport: Transport,
+    /// The producer convention of the runs.
+    convention: Convention,
     /// Merged counters.
     stats: Stats,
     /// Wall time from the first request to the last answer.
@@ -1360,6 +1616,7 @@ impl PhaseReport {
             .collect();
         json!({
             "transport": self.transport.name(),
+            "convention": self.convention.name(),
             "runs": s.runs,
             "spans": s.spans,
             "requests": s.ok_requests,
@@ -1392,6 +1649,7 @@ fn round3(x: f64) -> f64 {
 /// Loads one transport: `concurrency` connections, each fed by its own generator.
 async fn run_phase(
     transport: Transport,
+    convention: Convention,
     addr: SocketAddr,
     args: &Args,
     total_runs: u64,
@@ -1406,6 +1664,7 @@ async fn run_phase(
         compression: args.compression,
         total_runs,
         plain_spans: args.plain_spans,
+        convention,
     };
     let timeout = Duration::from_secs(args.request_timeout);
     let next_run = Arc::new(AtomicU64::new(0));
@@ -1453,6 +1712,7 @@ async fn run_phase(
     stats.latencies_us.sort_unstable();
     Ok(PhaseReport {
         transport,
+        convention,
         stats,
         elapsed,
     })
@@ -1880,23 +2140,36 @@ async fn main() -> Result<()> {
 
     let forwarding_started = Instant::now();
     let mut reports = Vec::new();
-    for (index, transport) in transports.iter().enumerate() {
+    let mut phase = 0u64;
+    for transport in &transports {
         let addr = match transport {
             Transport::Grpc => target.grpc,
             Transport::Http => target.http,
         }
         .context("endpoint checked above")?;
-        let phase_seed = seed.wrapping_add((index as u64 + 1) << 48);
-        let report = run_phase(*transport, addr, &args, total_runs, phase_limit, phase_seed)
+        for convention in &args.conventions {
+            phase += 1;
+            let phase_seed = seed.wrapping_add(phase << 48);
+            let report = run_phase(
+                *transport,
+                *convention,
+                addr,
+                &args,
+                total_runs,
+                phase_limit,
+                phase_seed,
+            )
             .await
-            .with_context(|| format!("loading {}", transport.name()))?;
-        reports.push(report);
+            .with_context(|| format!("loading {} {}", transport.name(), convention.name()))?;
+            reports.push(report);
+        }
     }
 
     println!();
     println!(
-        "{:<9} {:>8} {:>9} {:>8} {:>6} {:>9} {:>9} {:>8} {:>9} {:>9} {:>8} {:>8} {:>8}",
+        "{:<9} {:<11} {:>8} {:>9} {:>8} {:>6} {:>9} {:>9} {:>8} {:>9} {:>9} {:>8} {:>8} {:>8}",
         "transport",
+        "convention",
         "runs",
         "spans",
         "requests",
@@ -1913,8 +2186,9 @@ async fn main() -> Result<()> {
     for r in &reports {
         let s = &r.stats;
         println!(
-            "{:<9} {:>8} {:>9} {:>8} {:>6} {:>9.2} {:>9.0} {:>8.1} {:>9.2} {:>9.2} {:>8.2} {:>8.2} {:>8.2}",
+            "{:<9} {:<11} {:>8} {:>9} {:>8} {:>6} {:>9.2} {:>9.0} {:>8.1} {:>9.2} {:>9.2} {:>8.2} {:>8.2} {:>8.2}",
             r.transport.name(),
+            r.convention.name(),
             s.runs,
             s.spans,
             s.ok_requests,

@@ -111,6 +111,187 @@ pub fn delegate_scenario() -> Vec<Span> {
     ]
 }
 
+/// Logfire pending spans (span ids 0x21, 0x23) for the outer run (span 1) and its tool (span 3)
+/// of [`delegate_scenario`], as Logfire sends them when the spans start.
+pub fn pending_spans() -> Vec<Span> {
+    let op = |v: &str| kv("gen_ai.operation.name", v);
+    let pending = || kv("logfire.span_type", "pending_span");
+    vec![
+        span(
+            0x21,
+            1,
+            "invoke_agent outer",
+            50,
+            vec![
+                op("invoke_agent"),
+                pending(),
+                kv("logfire.pending_parent_id", "0000000000000000"),
+                kv("gen_ai.agent.name", "outer"),
+                kv("gen_ai.agent.call.id", "outer-call"),
+            ],
+        ),
+        span(
+            0x23,
+            3,
+            "execute_tool ask",
+            120,
+            vec![
+                op("execute_tool"),
+                pending(),
+                kv("logfire.pending_parent_id", &hex::encode([1u8; 8])),
+                kv("gen_ai.tool.call.id", "c1"),
+                kv("gen_ai.tool.name", "ask"),
+            ],
+        ),
+    ]
+}
+
+/// A span event with string attributes.
+pub fn event(
+    name: &str,
+    attrs: Vec<KeyValue>,
+) -> opentelemetry_proto::tonic::trace::v1::span::Event {
+    opentelemetry_proto::tonic::trace::v1::span::Event {
+        name: name.into(),
+        attributes: attrs,
+        ..Default::default()
+    }
+}
+
+/// A Strands Agents run in its default mode (content in span events, Converse blocks): agent
+/// (span 1, `session.id` s-1) → cycle 2 → chat 3 (asks for tool `add`) + tool 4; → cycle 5 →
+/// chat 6 (final text).
+pub fn strands_scenario() -> Vec<Span> {
+    let op = |v: &str| kv("gen_ai.operation.name", v);
+    let session = || kv("session.id", "s-1");
+    let user = || {
+        event(
+            "gen_ai.user.message",
+            vec![kv("content", r#"[{"text":"add 2 and 3"}]"#)],
+        )
+    };
+    let system = || {
+        event(
+            "gen_ai.system.message",
+            vec![kv("content", r#"[{"text":"be brief"}]"#)],
+        )
+    };
+    let tool_use = r#"[{"toolUse":{"toolUseId":"t-1","name":"add","input":{"a":2,"b":3}}}]"#;
+    let tool_result =
+        r#"[{"toolResult":{"toolUseId":"t-1","status":"success","content":[{"text":"5"}]}}]"#;
+    let mut chat1 = span(3, 2, "chat", 110, vec![op("chat"), session()]);
+    chat1.events = vec![
+        system(),
+        user(),
+        event(
+            "gen_ai.choice",
+            vec![kv("message", tool_use), kv("finish_reason", "tool_use")],
+        ),
+    ];
+    let mut tool = span(
+        4,
+        2,
+        "execute_tool add",
+        125,
+        vec![
+            op("execute_tool"),
+            session(),
+            kv("gen_ai.tool.name", "add"),
+            kv("gen_ai.tool.call.id", "t-1"),
+            kv("gen_ai.tool.status", "success"),
+        ],
+    );
+    tool.events = vec![
+        event(
+            "gen_ai.tool.message",
+            vec![
+                kv("role", "tool"),
+                kv("content", r#"{"a": 2, "b": 3}"#),
+                kv("id", "t-1"),
+            ],
+        ),
+        event(
+            "gen_ai.choice",
+            vec![kv("message", r#"[{"text": "5"}]"#), kv("id", "t-1")],
+        ),
+    ];
+    let mut chat2 = span(6, 5, "chat", 140, vec![op("chat"), session()]);
+    chat2.events = vec![
+        system(),
+        user(),
+        event("gen_ai.assistant.message", vec![kv("content", tool_use)]),
+        event("gen_ai.tool.message", vec![kv("content", tool_result)]),
+        event(
+            "gen_ai.choice",
+            vec![
+                kv("message", r#"[{"text":"5"}]"#),
+                kv("finish_reason", "end_turn"),
+            ],
+        ),
+    ];
+    vec![
+        chat1,
+        tool,
+        span(
+            2,
+            1,
+            "execute_event_loop_cycle",
+            105,
+            vec![op("execute_event_loop_cycle"), session()],
+        ),
+        chat2,
+        span(
+            5,
+            1,
+            "execute_event_loop_cycle",
+            135,
+            vec![op("execute_event_loop_cycle"), session()],
+        ),
+        span(
+            1,
+            0,
+            "invoke_agent calc",
+            100,
+            vec![
+                op("invoke_agent"),
+                session(),
+                kv("gen_ai.agent.name", "calc"),
+            ],
+        ),
+    ]
+}
+
+/// A Strands delegate agent run called from the tool (span 4) of [`strands_scenario`]:
+/// `invoke_agent helper` (span 7) → cycle (span 9) → chat (span 8).
+pub fn strands_delegate() -> Vec<Span> {
+    let op = |v: &str| kv("gen_ai.operation.name", v);
+    let mut chat = span(8, 9, "chat", 128, vec![op("chat")]);
+    chat.events = vec![
+        event(
+            "gen_ai.user.message",
+            vec![kv("content", r#"[{"text":"help"}]"#)],
+        ),
+        event("gen_ai.choice", vec![kv("message", r#"[{"text":"ok"}]"#)]),
+    ];
+    vec![
+        chat,
+        span(
+            9,
+            7,
+            "execute_event_loop_cycle",
+            127,
+            vec![op("execute_event_loop_cycle")],
+        ),
+        span(
+            7,
+            4,
+            "invoke_agent helper",
+            126,
+            vec![op("invoke_agent"), kv("gen_ai.agent.name", "helper")],
+        ),
+    ]
+}
+
 /// An export request holding `spans`.
 pub fn request(spans: Vec<Span>) -> ExportTraceServiceRequest {
     ExportTraceServiceRequest {

@@ -152,7 +152,7 @@ pub fn load(store: &Store, run: Run, selector: Selector) -> Result<History, Cont
         match f.kind {
             FactKind::ModelRequest => models.push(f),
             FactKind::AgentRun => agent_instructions = f.system_instructions.clone(),
-            FactKind::ToolCall => {}
+            FactKind::ToolCall | FactKind::Group => {}
         }
     }
     models.sort_by_key(|m| (m.start_ns, m.span_id.clone()));

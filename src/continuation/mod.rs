@@ -11,6 +11,7 @@ mod otel;
 mod parts;
 mod pydantic_ai;
 mod repair;
+mod strands;
 
 pub use history::{load, ContinuationError, History, Selector};
 pub use repair::{RepairedCall, INTERRUPTED_CONTENT};
@@ -32,6 +33,8 @@ pub enum Format {
     Anthropic,
     /// Gemini `system_instruction` + `contents`.
     Gemini,
+    /// Strands Agents messages (Bedrock Converse content blocks) plus `system_prompt`.
+    Strands,
 }
 
 impl Format {
@@ -44,6 +47,7 @@ impl Format {
             "openai-responses" => Some(Self::OpenAiResponses),
             "anthropic" => Some(Self::Anthropic),
             "gemini" => Some(Self::Gemini),
+            "strands" => Some(Self::Strands),
             _ => None,
         }
     }
@@ -56,6 +60,7 @@ impl Format {
         "openai-responses",
         "anthropic",
         "gemini",
+        "strands",
     ];
 
     /// The wire name.
@@ -67,6 +72,7 @@ impl Format {
             Self::OpenAiResponses => "openai-responses",
             Self::Anthropic => "anthropic",
             Self::Gemini => "gemini",
+            Self::Strands => "strands",
         }
     }
 }
@@ -81,6 +87,7 @@ pub fn render(format: Format, history: &History) -> (Map<String, Value>, Vec<Str
         Format::OpenAiResponses => openai_responses::render(history),
         Format::Anthropic => anthropic::render(history),
         Format::Gemini => gemini::render(history),
+        Format::Strands => strands::render(history),
     }
 }
 

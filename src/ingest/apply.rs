@@ -5,16 +5,27 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 
 use crate::config::SignalKind;
 use crate::domain::{MessageHash, Run};
-use crate::interpreter::{derive, Abandonment, FactKind, Interpreted, RunMeta, SpanFact};
+use crate::interpreter::{
+    derive, with_log_content, Abandonment, FactKind, Interpreted, LogEvent, RunMeta, SpanFact,
+};
 use crate::store::keys::{self, cf};
 use crate::store::{Store, StoreError, WriteBatch};
 
+/// The run key a span names by itself: `<trace id>-<run span id>`. For conventions without
+/// grouping spans this is the run id; children of a grouping span (Strands' event-loop cycle)
+/// name the group, which the writer resolves to the run above it.
+pub fn run_id_of(i: &Interpreted) -> String {
+    format!("{}-{}", i.fact.trace_id, i.run_span_id)
+}
+
 /// One unit of work for the writer.
 pub enum Work {
-    /// One accepted export request: its interpreted spans and its outbox entry.
+    /// One accepted export request: what was interpreted from it and its outbox entry.
     Received {
         /// Spans interpreted from the request (empty for logs, metrics and non-agent spans).
         spans: Vec<Interpreted>,
+        /// Legacy GenAI events from the request's log records.
+        logs: Vec<LogEvent>,
         /// The request for the outbox, when some exporter forwards its signal.
         outbox: Option<NewOutboxEntry>,
     },
@@ -80,11 +91,40 @@ pub fn apply_group(store: &Store, works: &[Work], now_ns: u64) -> Result<Vec<App
     let mut runs: HashMap<String, RunWork> = HashMap::new();
     let mut span_runs: HashMap<(String, String), String> = HashMap::new();
 
-    // Tool spans first, so a delegate run and its parent tool in the same group link up.
+    // Log records first, so a span of this group finds the logs sent with it.
+    let mut logs: HashMap<(String, String), Vec<LogEvent>> = HashMap::new();
+    for work in works {
+        if let Work::Received { logs: events, .. } = work {
+            for e in events {
+                let mut key = keys::span_key(&e.trace_id, &e.span_id);
+                key.push(0);
+                key.extend_from_slice(&e.order_key());
+                batch.put_json(cf::SPAN_LOGS, &key, e);
+                logs.entry((e.trace_id.clone(), e.span_id.clone()))
+                    .or_default()
+                    .push(e.clone());
+            }
+        }
+    }
+
+    // Grouping spans next, so every child in this group resolves to the run above its group.
+    let mut groups = Groups::default();
     for work in works {
         if let Work::Received { spans: items, .. } = work {
-            for i in items.iter().filter(|i| i.fact.kind == FactKind::ToolCall) {
-                let run_id = run_id_of(i);
+            for i in items.iter().filter(|i| i.fact.kind == FactKind::Group) {
+                groups.record(&mut batch, i);
+            }
+        }
+    }
+
+    // Tool spans next, so a delegate run and its parent tool in the same group link up.
+    for work in works {
+        if let Work::Received { spans: items, .. } = work {
+            for i in items
+                .iter()
+                .filter(|i| matches!(i.fact.kind, FactKind::ToolCall | FactKind::ModelRequest))
+            {
+                let run_id = groups.run_id(store, i)?;
                 let key = (i.fact.trace_id.clone(), i.fact.span_id.clone());
                 batch.put_raw(
                     cf::SPAN_RUNS,
@@ -101,10 +141,65 @@ pub fn apply_group(store: &Store, works: &[Work], now_ns: u64) -> Result<Vec<App
         match work {
             Work::Received {
                 spans: items,
+                logs: events,
                 outbox,
             } => {
                 for i in items {
-                    add_fact(store, &mut batch, &mut runs, &span_runs, i, now_ns)?;
+                    let run_id = groups.run_id(store, i)?;
+                    let i = &with_logs(store, &logs, i)?;
+                    add_fact(
+                        store,
+                        &mut batch,
+                        &mut runs,
+                        Links {
+                            span_runs: &span_runs,
+                            groups: &groups,
+                        },
+                        &run_id,
+                        i,
+                        now_ns,
+                    )?;
+                    if i.fact.kind == FactKind::Group {
+                        let orphan = format!("{}-{}", i.fact.trace_id, i.fact.span_id);
+                        merge_run(store, &mut batch, &mut runs, &orphan, &run_id)?;
+                    }
+                }
+                // Logs of a span that arrived earlier rebuild that span's content.
+                let mut done: HashSet<(String, String)> = HashSet::new();
+                for e in events {
+                    let key = (e.trace_id.clone(), e.span_id.clone());
+                    if !done.insert(key.clone()) {
+                        continue;
+                    }
+                    let run_id = match span_runs.get(&key) {
+                        Some(r) => r.clone(),
+                        None => match store.span_run(&key.0, &key.1)? {
+                            Some(r) => groups.resolve(store, &r)?,
+                            None => continue, // the span has not arrived yet
+                        },
+                    };
+                    let work = load(store, &mut runs, &run_id)?;
+                    let Some(fact) = work.facts.get(&key.1).cloned() else {
+                        continue;
+                    };
+                    let i = Interpreted {
+                        run_span_id: String::new(),
+                        fact,
+                        messages: Vec::new(),
+                    };
+                    let i = with_logs(store, &logs, &i)?;
+                    add_fact(
+                        store,
+                        &mut batch,
+                        &mut runs,
+                        Links {
+                            span_runs: &span_runs,
+                            groups: &groups,
+                        },
+                        &run_id,
+                        &i,
+                        now_ns,
+                    )?;
                 }
                 if let Some(entry) = outbox {
                     batch.put_outbox(entry.seq, entry.signal, entry.items, &entry.payload);
@@ -144,9 +239,172 @@ pub fn apply_group(store: &Store, works: &[Work], now_ns: u64) -> Result<Vec<App
     Ok(results)
 }
 
-/// `<trace id>-<agent-run span id>`: the same whether or not the run span ever arrives.
-pub fn run_id_of(i: &Interpreted) -> String {
-    format!("{}-{}", i.fact.trace_id, i.run_span_id)
+/// A model-request fact with the content of its span's log records (stored and in this group).
+fn with_logs(
+    store: &Store,
+    logs: &HashMap<(String, String), Vec<LogEvent>>,
+    i: &Interpreted,
+) -> Result<Interpreted, StoreError> {
+    if i.fact.kind != FactKind::ModelRequest {
+        return Ok(i.clone());
+    }
+    let mut events = store.span_logs(&i.fact.trace_id, &i.fact.span_id)?;
+    if let Some(local) = logs.get(&(i.fact.trace_id.clone(), i.fact.span_id.clone())) {
+        for e in local {
+            if !events.iter().any(|k| k.order_key() == e.order_key()) {
+                events.push(e.clone());
+            }
+        }
+    }
+    if events.is_empty() {
+        return Ok(i.clone());
+    }
+    let (fact, bodies) = with_log_content(&i.fact, &events);
+    let mut messages = i.messages.clone();
+    messages.extend(bodies);
+    Ok(Interpreted {
+        run_span_id: i.run_span_id.clone(),
+        fact,
+        messages,
+    })
+}
+
+/// What links a fact to other runs: tool spans' runs and grouping spans known to this group.
+#[derive(Clone, Copy)]
+struct Links<'a> {
+    span_runs: &'a HashMap<(String, String), String>,
+    groups: &'a Groups,
+}
+
+/// Grouping spans known to this write group (the store knows the earlier ones).
+#[derive(Default)]
+struct Groups {
+    parents: HashMap<(String, String), String>,
+}
+
+/// Deepest nesting of grouping spans followed when resolving a run.
+const MAX_GROUP_DEPTH: usize = 64;
+
+impl Groups {
+    fn record(&mut self, batch: &mut WriteBatch<'_>, i: &Interpreted) {
+        let key = (i.fact.trace_id.clone(), i.fact.span_id.clone());
+        batch.put_raw(
+            cf::GROUP_SPANS,
+            &keys::span_key(&key.0, &key.1),
+            i.run_span_id.as_bytes(),
+        );
+        self.parents.insert(key, i.run_span_id.clone());
+    }
+
+    /// The run of a fact: its run key span, followed up through grouping spans, so children of a
+    /// group land in the run above it once the group is known, whatever the arrival order.
+    fn run_id(&self, store: &Store, i: &Interpreted) -> Result<String, StoreError> {
+        self.follow(store, &i.fact.trace_id, i.run_span_id.clone())
+    }
+
+    /// A run id recorded earlier (`trace-span`), followed up through grouping spans known since.
+    fn resolve(&self, store: &Store, run_id: &str) -> Result<String, StoreError> {
+        match run_id.split_once('-') {
+            Some((trace, span)) => self.follow(store, trace, span.to_string()),
+            None => Ok(run_id.to_string()),
+        }
+    }
+
+    fn follow(&self, store: &Store, trace: &str, mut key: String) -> Result<String, StoreError> {
+        let trace = &trace.to_string();
+        for _ in 0..MAX_GROUP_DEPTH {
+            let parent = match self.parents.get(&(trace.clone(), key.clone())) {
+                Some(p) => Some(p.clone()),
+                None => store.group_parent(trace, &key)?,
+            };
+            match parent {
+                Some(p) if p != key => key = p,
+                _ => break,
+            }
+        }
+        Ok(format!("{trace}-{key}"))
+    }
+}
+
+/// Moves the facts stored under `from` (children of a grouping span that arrived before it) into
+/// the run `into`, and deletes everything stored for `from`.
+fn merge_run(
+    store: &Store,
+    batch: &mut WriteBatch<'_>,
+    runs: &mut HashMap<String, RunWork>,
+    from: &str,
+    into: &str,
+) -> Result<(), StoreError> {
+    if from == into {
+        return Ok(());
+    }
+    load(store, runs, from)?;
+    let Some(orphan) = runs.remove(from) else {
+        return Ok(());
+    };
+    if orphan.facts.is_empty() {
+        return Ok(());
+    }
+    let mut bodies = Vec::new();
+    for fact in orphan.facts.values() {
+        let hashes: Vec<MessageHash> = [&fact.input, &fact.output, &fact.all_messages]
+            .into_iter()
+            .flatten()
+            .flatten()
+            .map(|r| r.hash.clone())
+            .collect();
+        let values = store.messages(from, &hashes)?;
+        bodies.extend(hashes.into_iter().zip(values));
+    }
+    let target = load(store, runs, into)?;
+    for fact in orphan.facts.values() {
+        batch.put_json(cf::FACTS, &keys::run_child(into, &fact.span_id), fact);
+        if matches!(fact.kind, FactKind::ToolCall | FactKind::ModelRequest) {
+            batch.put_raw(
+                cf::SPAN_RUNS,
+                &keys::span_key(&fact.trace_id, &fact.span_id),
+                into.as_bytes(),
+            );
+        }
+        target.facts.insert(fact.span_id.clone(), fact.clone());
+    }
+    for (hash, body) in bodies {
+        if target.known_messages.insert(hash.clone()) {
+            batch.put_json(cf::MESSAGES, &keys::run_child(into, &hash.0), &body);
+        }
+    }
+    target.meta.last_seen_ns = target.meta.last_seen_ns.max(orphan.meta.last_seen_ns);
+    if target.meta.parent_run_id.is_none() {
+        target.meta.parent_run_id = orphan.meta.parent_run_id.clone();
+    }
+    target.dirty = true;
+    for fact in orphan.facts.values() {
+        if fact.kind == FactKind::ToolCall {
+            relink_children(store, runs, &fact.trace_id, &fact.span_id, into)?;
+        }
+    }
+
+    // Forget the orphan run.
+    let prefix = keys::run_prefix(from);
+    for name in [
+        cf::FACTS,
+        cf::MESSAGES,
+        cf::EVENTS,
+        cf::EFFECTS,
+        cf::SNAPSHOTS,
+    ] {
+        for key in store.keys_with_prefix(name, &prefix)? {
+            batch.delete(name, &key);
+        }
+    }
+    if let Some(old) = &orphan.old {
+        for key in keys::index_keys(old) {
+            batch.delete(cf::RUN_INDEX, &key);
+        }
+    }
+    batch.delete(cf::RUNS, from.as_bytes());
+    batch.delete(cf::RUN_META, from.as_bytes());
+    Ok(())
 }
 
 fn load<'a>(
@@ -186,14 +444,19 @@ fn add_fact(
     store: &Store,
     batch: &mut WriteBatch<'_>,
     runs: &mut HashMap<String, RunWork>,
-    span_runs: &HashMap<(String, String), String>,
+    links: Links<'_>,
+    run_id: &str,
     i: &Interpreted,
     now_ns: u64,
 ) -> Result<(), StoreError> {
-    let run_id = run_id_of(i);
+    let Links { span_runs, groups } = links;
+    let run_id = run_id.to_string();
     let work = load(store, runs, &run_id)?;
-    if work.facts.get(&i.fact.span_id) == Some(&i.fact) {
-        return Ok(()); // delivered before: nothing changes
+    match work.facts.get(&i.fact.span_id) {
+        Some(known) if known == &i.fact => return Ok(()), // delivered before: nothing changes
+        // A pending span never replaces the real span it stands for.
+        Some(known) if i.fact.pending && !known.pending => return Ok(()),
+        _ => {}
     }
     batch.put_json(
         cf::FACTS,
@@ -216,28 +479,45 @@ fn add_fact(
                 let trace = &i.fact.trace_id;
                 let parent_run = match span_runs.get(&(trace.clone(), parent_span.clone())) {
                     Some(r) => Some(r.clone()),
-                    None => store.span_run(trace, parent_span)?,
+                    // Stored before a grouping span above the tool was known: resolve again.
+                    None => match store.span_run(trace, parent_span)? {
+                        Some(r) => Some(groups.resolve(store, &r)?),
+                        None => None,
+                    },
                 };
-                match parent_run {
-                    Some(parent) => work.meta.parent_run_id = Some(parent),
-                    None => {
-                        let mut key = keys::span_key(trace, parent_span);
-                        key.push(0);
-                        key.extend_from_slice(run_id.as_bytes());
-                        batch.put_raw(cf::PENDING_PARENTS, &key, b"");
-                    }
+                if let Some(parent) = parent_run {
+                    work.meta.parent_run_id = Some(parent);
                 }
+                // Kept after the link is made, so it follows the tool when the tool's run is
+                // re-keyed (a tool under a grouping span that arrives later).
+                let mut key = keys::span_key(trace, parent_span);
+                key.push(0);
+                key.extend_from_slice(run_id.as_bytes());
+                batch.put_raw(cf::PENDING_PARENTS, &key, b"");
             }
         }
         FactKind::ToolCall => {
-            for (key, child) in store.pending_children(&i.fact.trace_id, &i.fact.span_id)? {
-                let child_work = load(store, runs, &child)?;
-                child_work.meta.parent_run_id = Some(run_id.clone());
-                child_work.dirty = true;
-                batch.delete(cf::PENDING_PARENTS, &key);
-            }
+            relink_children(store, runs, &i.fact.trace_id, &i.fact.span_id, &run_id)?;
         }
-        FactKind::ModelRequest => {}
+        FactKind::ModelRequest | FactKind::Group => {}
+    }
+    Ok(())
+}
+
+/// Points the delegate runs of tool span `trace span` at `run_id`.
+fn relink_children(
+    store: &Store,
+    runs: &mut HashMap<String, RunWork>,
+    trace: &str,
+    span: &str,
+    run_id: &str,
+) -> Result<(), StoreError> {
+    for (_, child) in store.pending_children(trace, span)? {
+        let child_work = load(store, runs, &child)?;
+        if child_work.meta.parent_run_id.as_deref() != Some(run_id) {
+            child_work.meta.parent_run_id = Some(run_id.to_string());
+            child_work.dirty = true;
+        }
     }
     Ok(())
 }
@@ -254,7 +534,11 @@ fn abandon(
     if work.facts.is_empty() {
         return Ok(Applied::UnknownRun);
     }
-    if let Some(agent) = work.facts.values().find(|f| f.kind == FactKind::AgentRun) {
+    if let Some(agent) = work
+        .facts
+        .values()
+        .find(|f| f.kind == FactKind::AgentRun && !f.pending)
+    {
         let status = if agent.error.is_some() {
             "failed"
         } else {
@@ -345,6 +629,24 @@ fn rewrite_seq<T: serde::Serialize>(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A received request holding these interpreted spans.
+    fn spans_work(spans: Vec<Interpreted>) -> Work {
+        Work::Received {
+            spans,
+            logs: Vec::new(),
+            outbox: None,
+        }
+    }
+
+    /// A received logs request holding these events.
+    fn logs_work(logs: Vec<LogEvent>) -> Work {
+        Work::Received {
+            spans: Vec::new(),
+            logs,
+            outbox: None,
+        }
+    }
     use crate::domain::{EffectStatus, RunStatus};
     use crate::interpreter::interpret_span;
     use crate::test_fixtures::{delegate_scenario as spans, run_id};
@@ -370,15 +672,7 @@ mod tests {
             let all = spans();
             // One span per request, in this order: each request is its own commit.
             for &i in &order {
-                apply_group(
-                    &store,
-                    &[Work::Received {
-                        spans: interpreted(&all[i..=i]),
-                        outbox: None,
-                    }],
-                    1,
-                )
-                .unwrap();
+                apply_group(&store, &[spans_work(interpreted(&all[i..=i]))], 1).unwrap();
             }
             let delegate = store.run(&delegate_id()).unwrap().unwrap();
             assert_eq!(delegate.parent_run_id, Some(outer_id()), "order {order:?}");
@@ -392,15 +686,7 @@ mod tests {
                 store.snapshots(&outer_id()).unwrap(),
             );
             let sst_before = store.run_meta(&outer_id()).unwrap();
-            apply_group(
-                &store,
-                &[Work::Received {
-                    spans: interpreted(&all),
-                    outbox: None,
-                }],
-                2,
-            )
-            .unwrap();
+            apply_group(&store, &[spans_work(interpreted(&all))], 2).unwrap();
             let after = (
                 store.events(&outer_id()).unwrap(),
                 store.effects(&outer_id()).unwrap(),
@@ -415,21 +701,302 @@ mod tests {
         }
     }
 
+    /// Everything stored for every run, for order-independence checks.
+    type Everything = Vec<(
+        crate::domain::Run,
+        Vec<crate::domain::StepEvent>,
+        Vec<crate::domain::ToolEffect>,
+        Vec<crate::domain::SnapshotRecord>,
+    )>;
+
+    fn everything(store: &Store) -> Everything {
+        let (runs, _) = store
+            .list_runs(&crate::store::RunFilter::default(), None, 100)
+            .unwrap();
+        runs.into_iter()
+            .map(|r| {
+                let id = r.run_id.clone();
+                (
+                    r,
+                    store.events(&id).unwrap(),
+                    store.effects(&id).unwrap(),
+                    store.snapshots(&id).unwrap(),
+                )
+            })
+            .collect()
+    }
+
+    #[test]
+    fn strands_children_reach_the_run_through_cycles_in_any_order() {
+        let all = crate::test_fixtures::strands_scenario();
+        let mut reference: Option<Everything> = None;
+        let orders: [&[usize]; 5] = [
+            &[0, 1, 2, 3, 4, 5],
+            &[5, 4, 3, 2, 1, 0],
+            &[2, 4, 5, 0, 1, 3],
+            &[0, 3, 5, 1, 4, 2],
+            &[3, 0, 1, 4, 2, 5],
+        ];
+        for order in orders {
+            let dir = tempfile::tempdir().unwrap();
+            let store = Store::open(dir.path(), false).unwrap();
+            for &i in order {
+                apply_group(&store, &[spans_work(interpreted(&all[i..=i]))], 1).unwrap();
+            }
+            let got = everything(&store);
+            assert_eq!(got.len(), 1, "one run, no orphans, order {order:?}");
+            let run = &got[0].0;
+            assert_eq!(run.run_id, run_id(1));
+            assert_eq!(run.conversation_id.as_deref(), Some("s-1"));
+            assert_eq!(run.model_request_count, 2);
+            assert_eq!(got[0].2.len(), 1);
+            assert_eq!(got[0].2[0].status, EffectStatus::Completed, "{order:?}");
+            for cf_name in [cf::FACTS, cf::MESSAGES, cf::EVENTS] {
+                for key in store.keys_with_prefix(cf_name, b"").unwrap() {
+                    assert!(
+                        key.starts_with(run_id(1).as_bytes()),
+                        "left-over {cf_name} key"
+                    );
+                }
+            }
+            match &reference {
+                None => reference = Some(got),
+                Some(r) => assert_eq!(r, &got, "order {order:?}"),
+            }
+        }
+        // All in one request gives the same.
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path(), false).unwrap();
+        apply_group(&store, &[spans_work(interpreted(&all))], 1).unwrap();
+        assert_eq!(reference.unwrap(), everything(&store));
+    }
+
+    /// The spans of two traces: the Pydantic-AI-shaped delegate scenario, and the Strands run
+    /// (moved to its own trace so span ids do not clash).
+    fn two_traces() -> Vec<Span> {
+        let mut all = spans();
+        all.extend(crate::test_fixtures::pending_spans());
+        let strands = crate::test_fixtures::strands_scenario()
+            .into_iter()
+            .chain(crate::test_fixtures::strands_delegate());
+        for mut s in strands {
+            s.trace_id = vec![8; 16];
+            all.push(s);
+        }
+        all
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig { cases: 48, ..Default::default() })]
+
+        /// Any arrival order, any split into requests, any grouping of requests into commits,
+        /// with duplicates: the same runs, events, effects and snapshots as one request with all.
+        #[test]
+        fn any_arrival_order_gives_the_same_runs(
+            order in proptest::strategy::Strategy::prop_shuffle(proptest::strategy::Just((0..16usize).collect::<Vec<_>>())),
+            cuts in proptest::collection::vec(proptest::bool::ANY, 16),
+            commit_cuts in proptest::collection::vec(proptest::bool::ANY, 16),
+            dups in proptest::collection::vec(0..16usize, 0..4),
+        ) {
+            let all = two_traces();
+            let reference = {
+                let dir = tempfile::tempdir().unwrap();
+                let store = Store::open(dir.path(), false).unwrap();
+                apply_group(&store, &[spans_work(interpreted(&all))], 1).unwrap();
+                everything(&store)
+            };
+            let dir = tempfile::tempdir().unwrap();
+            let store = Store::open(dir.path(), false).unwrap();
+            let sequence: Vec<usize> = order.iter().copied().chain(dups.iter().copied()).collect();
+            // Split the sequence into requests, and consecutive requests into commits.
+            let mut requests: Vec<Vec<Span>> = vec![Vec::new()];
+            for (n, &i) in sequence.iter().enumerate() {
+                requests.last_mut().unwrap().push(all[i].clone());
+                if cuts[n % cuts.len()] {
+                    requests.push(Vec::new());
+                }
+            }
+            let mut group: Vec<Work> = Vec::new();
+            for (n, request) in requests.iter().enumerate() {
+                group.push(spans_work(interpreted(request)));
+                if commit_cuts[n % commit_cuts.len()] {
+                    apply_group(&store, &group, n as u64).unwrap();
+                    group.clear();
+                }
+            }
+            apply_group(&store, &group, 99).unwrap();
+            let got = everything(&store);
+            proptest::prop_assert_eq!(got.len(), 4);
+            proptest::prop_assert_eq!(reference, got);
+            let delegate = store.run(&delegate_id()).unwrap().unwrap();
+            proptest::prop_assert_eq!(delegate.parent_run_id, Some(outer_id()));
+            // The Strands delegate links to the Strands run, through the tool's cycle.
+            let trace8 = hex::encode([8u8; 16]);
+            let helper = store
+                .run(&format!("{trace8}-{}", hex::encode([7u8; 8])))
+                .unwrap()
+                .unwrap();
+            proptest::prop_assert_eq!(
+                helper.parent_run_id,
+                Some(format!("{trace8}-{}", hex::encode([1u8; 8])))
+            );
+            proptest::prop_assert_eq!(helper.model_request_count, 1);
+        }
+    }
+
+    /// A run (span 1) whose one model request (span 2) carries no content: its legacy events come
+    /// as log records (system, user, assistant tool call, tool return, choice).
+    fn logged_run() -> (Vec<Span>, Vec<LogEvent>) {
+        use crate::test_fixtures::{kv, span};
+        let op = |v: &str| kv("gen_ai.operation.name", v);
+        let spans = vec![
+            span(2, 1, "chat m", 20, vec![op("chat")]),
+            span(1, 0, "invoke_agent a", 10, vec![op("invoke_agent")]),
+        ];
+        let event = |index: Option<i64>, time: u64, name: &str, body: serde_json::Value| LogEvent {
+            trace_id: hex::encode(crate::test_fixtures::TRACE),
+            span_id: hex::encode([2u8; 8]),
+            message_index: index,
+            time_ns: time,
+            name: name.into(),
+            body: body.as_object().cloned().unwrap_or_default(),
+        };
+        let logs = vec![
+            event(
+                None,
+                21,
+                "gen_ai.system.message",
+                serde_json::json!({"content": "be brief"}),
+            ),
+            event(
+                Some(0),
+                21,
+                "gen_ai.user.message",
+                serde_json::json!({"content": "go"}),
+            ),
+            event(
+                Some(1),
+                21,
+                "gen_ai.assistant.message",
+                serde_json::json!({"tool_calls": [{"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}]}),
+            ),
+            event(
+                Some(2),
+                21,
+                "gen_ai.tool.message",
+                serde_json::json!({"content": "ok", "id": "c1"}),
+            ),
+            event(
+                None,
+                22,
+                "gen_ai.choice",
+                serde_json::json!({"index": 0, "message": {"role": "assistant", "content": "done"}}),
+            ),
+        ];
+        (spans, logs)
+    }
+
+    #[test]
+    fn log_records_land_on_their_step_before_or_after_the_span() {
+        let (spans, logs) = logged_run();
+        let chat = || spans_work(interpreted(&spans[0..1]));
+        let agent = || spans_work(interpreted(&spans[1..2]));
+        let some = |r: std::ops::Range<usize>| logs_work(logs[r].to_vec());
+        let scenarios: Vec<Vec<Vec<Work>>> = vec![
+            vec![vec![some(0..5)], vec![chat()], vec![agent()]],
+            vec![vec![chat()], vec![some(0..5)], vec![agent()]],
+            vec![
+                vec![chat()],
+                vec![agent()],
+                vec![some(3..5)],
+                vec![some(0..3)],
+            ],
+            vec![
+                vec![some(1..4)],
+                vec![chat(), agent()],
+                vec![some(0..1), some(4..5)],
+            ],
+            vec![vec![chat(), some(0..5), agent()]],
+            vec![vec![agent(), some(2..5)], vec![some(0..5)], vec![chat()]],
+        ];
+        let mut reference: Option<Everything> = None;
+        for (n, scenario) in scenarios.into_iter().enumerate() {
+            let dir = tempfile::tempdir().unwrap();
+            let store = Store::open(dir.path(), false).unwrap();
+            for group in &scenario {
+                apply_group(&store, group, 1).unwrap();
+            }
+            let got = everything(&store);
+            assert_eq!(got.len(), 1, "scenario {n}");
+            let snapshots = &got[0].3;
+            let last = snapshots.last().expect("a snapshot");
+            assert_eq!(last.meta.message_count, 4, "scenario {n}: {snapshots:?}");
+            assert_eq!(got[0].0.continuation_unavailable, None, "scenario {n}");
+            let facts = store.facts(&run_id(1)).unwrap();
+            let model = facts
+                .iter()
+                .find(|f| f.kind == FactKind::ModelRequest)
+                .unwrap();
+            assert_eq!(model.input.as_ref().map(Vec::len), Some(3), "scenario {n}");
+            assert_eq!(
+                model.system_instructions,
+                Some(serde_json::json!([{"type": "text", "content": "be brief"}]))
+            );
+            match &reference {
+                None => reference = Some(got),
+                Some(r) => assert_eq!(r, &got, "scenario {n}"),
+            }
+        }
+    }
+
+    #[test]
+    fn pending_spans_show_started_work_and_the_real_spans_replace_them() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path(), false).unwrap();
+        let all = spans();
+        // The first model request, then the pending spans of the run and of its tool.
+        apply_group(&store, &[spans_work(interpreted(&all[0..1]))], 1).unwrap();
+        let pending = crate::test_fixtures::pending_spans();
+        apply_group(&store, &[spans_work(interpreted(&pending))], 2).unwrap();
+        let run = store.run(&outer_id()).unwrap().unwrap();
+        assert_eq!(run.status, RunStatus::Running);
+        assert_eq!(store.resolve_run("outer-call").unwrap(), Some(outer_id()));
+        let effects = store.effects(&outer_id()).unwrap();
+        assert_eq!(effects.len(), 1);
+        assert_eq!(effects[0].status, EffectStatus::Started);
+        assert!(effects[0].ended_at.is_none());
+        let kinds: Vec<_> = store
+            .events(&outer_id())
+            .unwrap()
+            .into_iter()
+            .map(|e| e.kind)
+            .collect();
+        assert!(kinds.contains(&crate::domain::EventKind::ToolCallStarted));
+        assert!(!kinds.contains(&crate::domain::EventKind::ToolCallCompleted));
+
+        // The real spans replace them; a late pending span changes nothing.
+        apply_group(&store, &[spans_work(interpreted(&all))], 3).unwrap();
+        apply_group(&store, &[spans_work(interpreted(&pending))], 4).unwrap();
+        let effects = store.effects(&outer_id()).unwrap();
+        assert_eq!(effects.len(), 1);
+        assert_eq!(effects[0].status, EffectStatus::Completed);
+        assert_eq!(
+            store.run(&outer_id()).unwrap().unwrap().status,
+            RunStatus::Completed
+        );
+        let fresh = tempfile::tempdir().unwrap();
+        let without = Store::open(fresh.path(), false).unwrap();
+        apply_group(&without, &[spans_work(interpreted(&all))], 1).unwrap();
+        assert_eq!(everything(&store), everything(&without));
+    }
+
     #[test]
     fn abandon_marks_unsettled_calls_and_survives_reopen() {
         let dir = tempfile::tempdir().unwrap();
         {
             let store = Store::open(dir.path(), true).unwrap();
             // Only the first model request arrived; the run span never will.
-            apply_group(
-                &store,
-                &[Work::Received {
-                    spans: interpreted(&spans()[0..1]),
-                    outbox: None,
-                }],
-                1,
-            )
-            .unwrap();
+            apply_group(&store, &[spans_work(interpreted(&spans()[0..1]))], 1).unwrap();
             let effects = store.effects(&outer_id()).unwrap();
             assert_eq!(effects[0].status, EffectStatus::Requested);
             let applied = apply_group(

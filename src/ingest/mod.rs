@@ -23,7 +23,7 @@ use writer::Writer;
 
 use crate::config::SignalKind;
 use crate::exporter::Outbox;
-use crate::interpreter::interpret_span;
+use crate::interpreter::{interpret_log, interpret_span};
 use crate::service_error::{ServiceError, ServiceErrorCode};
 use crate::store::Store;
 
@@ -171,6 +171,7 @@ impl Ingest {
                 .writer
                 .submit(Work::Received {
                     spans: interpreted,
+                    logs: Vec::new(),
                     outbox,
                 })
                 .await;
@@ -200,7 +201,8 @@ impl Ingest {
         })
     }
 
-    /// Accepts and counts a logs export request.
+    /// Accepts a logs export request: legacy GenAI events correlated to a span (trace and span
+    /// id) are durably stored and feed that span's step; other records are only counted.
     pub async fn export_logs(
         &self,
         request: ExportLogsServiceRequest,
@@ -211,11 +213,25 @@ impl Ingest {
             .flat_map(|r| &r.scope_logs)
             .map(|s| s.log_records.len())
             .sum();
-        if let Some(entry) = self.entry(SignalKind::Logs, records as u64, &request) {
+        let outbox = self.entry(SignalKind::Logs, records as u64, &request);
+        let events = tokio::task::spawn_blocking(move || {
+            request
+                .resource_logs
+                .iter()
+                .flat_map(|r| &r.scope_logs)
+                .flat_map(|s| &s.log_records)
+                .filter_map(interpret_log)
+                .collect::<Vec<_>>()
+        })
+        .await
+        .map_err(|e| IngestError::Storage(format!("interpreter task failed: {e}")))?;
+        if !events.is_empty() || outbox.is_some() {
+            // The events and the outbox entry commit in one batch.
             self.writer
                 .submit(Work::Received {
                     spans: Vec::new(),
-                    outbox: Some(entry),
+                    logs: events,
+                    outbox,
                 })
                 .await?;
         }
@@ -248,6 +264,7 @@ impl Ingest {
             self.writer
                 .submit(Work::Received {
                     spans: Vec::new(),
+                    logs: Vec::new(),
                     outbox: Some(entry),
                 })
                 .await?;

@@ -61,7 +61,12 @@ struct EffectBuild {
 pub fn derive(run_id: &str, facts: &[SpanFact], meta: &RunMeta) -> DerivedRun {
     let agent = facts
         .iter()
-        .filter(|f| f.kind == FactKind::AgentRun)
+        .filter(|f| f.kind == FactKind::AgentRun && !f.pending)
+        .min_by_key(|f| (f.start_ns, f.span_id.as_str()));
+    // A run known only from its pending span: running, with its ids.
+    let started = facts
+        .iter()
+        .filter(|f| f.kind == FactKind::AgentRun && f.pending)
         .min_by_key(|f| (f.start_ns, f.span_id.as_str()));
     let mut models: Vec<&SpanFact> = facts
         .iter()
@@ -82,7 +87,7 @@ pub fn derive(run_id: &str, facts: &[SpanFact], meta: &RunMeta) -> DerivedRun {
     };
 
     let effects = build_effects(&models, &tools, agent, status);
-    let events = build_events(agent, &models, &tools, &effects, meta);
+    let events = build_events(agent, started, &models, &tools, &effects, meta);
     let (snapshots, new_messages) = build_snapshots(&models, agent, &effects);
 
     let started_ns = agent
@@ -103,6 +108,7 @@ pub fn derive(run_id: &str, facts: &[SpanFact], meta: &RunMeta) -> DerivedRun {
     let mut aliases: Vec<String> = Vec::new();
     for alias in agent
         .into_iter()
+        .chain(started)
         .chain(models.iter().copied())
         .chain(tools.iter().copied())
         .filter_map(|f| f.agent_call_id.clone())
@@ -257,6 +263,10 @@ fn build_effects(
             e.arguments = tool.arguments.clone();
         }
         e.started_at = Some(format_timestamp(tool.start_ns));
+        if tool.pending {
+            e.status = EffectStatus::Started;
+            continue;
+        }
         e.ended_at = Some(format_timestamp(tool.end_ns));
         e.result = tool.result.clone();
         e.error = tool.error.clone();
@@ -307,6 +317,7 @@ fn build_effects(
 
 fn build_events(
     agent: Option<&SpanFact>,
+    started: Option<&SpanFact>,
     models: &[&SpanFact],
     tools: &[&SpanFact],
     effects: &[EffectBuild],
@@ -331,6 +342,7 @@ fn build_events(
     };
 
     let first_start = agent
+        .or(started)
         .map(|a| a.start_ns)
         .into_iter()
         .chain(models.iter().map(|m| m.start_ns))
@@ -340,7 +352,7 @@ fn build_events(
         push(
             EventKind::RunStarted,
             start,
-            agent.map(|a| a.span_id.as_str()),
+            agent.or(started).map(|a| a.span_id.as_str()),
             None,
             None,
         );
@@ -385,6 +397,9 @@ fn build_events(
             Some((id, name)),
             None,
         );
+        if t.pending {
+            continue;
+        }
         let kind = if t.error.is_some() {
             EventKind::ToolCallFailed
         } else {

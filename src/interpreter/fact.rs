@@ -15,6 +15,9 @@ pub enum FactKind {
     ModelRequest,
     /// A tool execution.
     ToolCall,
+    /// A span between a run and its model requests and tool calls (Strands' event-loop cycle):
+    /// no content of its own, it only tells which run its children belong to.
+    Group,
 }
 
 /// What one span says. Stored per (run, span): the run is derived from the set of its facts.
@@ -90,6 +93,13 @@ pub struct SpanFact {
     /// Why content could not be used (absent or damaged message attributes).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub content_problem: Option<String>,
+    /// Only the start of the span is known (a Logfire pending span): the real span, when it
+    /// arrives, replaces this fact.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub pending: bool,
+    /// The content was rebuilt from the span's log records (legacy GenAI events as OTLP logs).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub content_from_logs: bool,
 }
 
 /// A tool call a model response asked for.
@@ -145,6 +155,8 @@ impl SpanFact {
             retry: None,
             idempotency_key: None,
             content_problem: None,
+            pending: false,
+            content_from_logs: false,
         }
     }
 }

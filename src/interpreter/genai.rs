@@ -2,31 +2,74 @@
 //! GenAI-instrumented producers emit it: which spans are agent runs, model requests and tool
 //! calls, and where their ids, messages and results live.
 
+use opentelemetry_proto::tonic::common::v1::KeyValue;
 use opentelemetry_proto::tonic::trace::v1::{status::StatusCode, Span};
-use serde_json::Value;
+use serde_json::{Map, Value};
 
-use super::attributes::Attributes;
+use super::attributes::{any_to_json, Attributes};
+use super::events::{is_legacy_event, map_event, Slot};
 use super::fact::{FactKind, Interpreted, RequestedCall, SpanFact};
 use crate::domain::{MessageHash, MessageRef};
 
 const MODEL_OPERATIONS: &[&str] = &["chat", "generate_content", "text_completion"];
 
+/// Operations of spans that group a run's model requests and tool calls without being a run
+/// (Strands' event-loop cycle).
+const GROUP_OPERATIONS: &[&str] = &["execute_event_loop_cycle"];
+
+/// The event that carries the latest convention's content when a producer writes it as an event
+/// rather than as span attributes (Strands with `gen_ai_latest_experimental`).
+const DETAILS_EVENT: &str = "gen_ai.client.inference.operation.details";
+
 /// Interprets one span. Spans that are not agent runs, model requests or tool calls give `None`.
 pub fn interpret_span(span: &Span) -> Option<Interpreted> {
-    let attrs = Attributes(&span.attributes);
+    // Content written as `gen_ai.client.inference.operation.details` events reads like attributes.
+    let merged: Vec<KeyValue>;
+    let attrs = if span.events.iter().any(|e| e.name == DETAILS_EVENT) {
+        let mut all = span.attributes.clone();
+        for event in span.events.iter().filter(|e| e.name == DETAILS_EVENT) {
+            for kv in &event.attributes {
+                if !all.iter().any(|a| a.key == kv.key) {
+                    all.push(kv.clone());
+                }
+            }
+        }
+        merged = all;
+        Attributes(&merged)
+    } else {
+        Attributes(&span.attributes)
+    };
     let kind = classify(span, &attrs)?;
     let trace_id = hex::encode(&span.trace_id);
-    let span_id = hex::encode(&span.span_id);
+    let mut span_id = hex::encode(&span.span_id);
     if trace_id.len() != 32 || span_id.len() != 16 {
         return None;
     }
-    let parent_span_id =
+    let mut parent_span_id =
         (span.parent_span_id.len() == 8).then(|| hex::encode(&span.parent_span_id));
+    // A Logfire pending span stands for the real span (its parent) from the moment it started.
+    let pending = attrs.str(&["logfire.span_type"]).as_deref() == Some("pending_span");
+    if pending {
+        if !matches!(kind, FactKind::AgentRun | FactKind::ToolCall) {
+            return None;
+        }
+        span_id = parent_span_id?;
+        parent_span_id = attrs
+            .str(&["logfire.pending_parent_id"])
+            .filter(|p| p.len() == 16 && p.bytes().all(|b| b.is_ascii_hexdigit()))
+            .map(|p| p.to_ascii_lowercase())
+            .filter(|p| p != "0000000000000000");
+    }
 
     let mut fact = SpanFact::new(kind, trace_id, span_id.clone(), span.name.clone());
     fact.parent_span_id = parent_span_id.clone();
     fact.start_ns = span.start_time_unix_nano;
-    fact.end_ns = span.end_time_unix_nano.max(span.start_time_unix_nano);
+    fact.end_ns = if pending {
+        span.start_time_unix_nano
+    } else {
+        span.end_time_unix_nano.max(span.start_time_unix_nano)
+    };
+    fact.pending = pending;
     fact.error = error_text(span, &attrs);
     fact.agent_name = attrs.str(&["gen_ai.agent.name", "agent_name"]);
     fact.agent_call_id = attrs.str(&["gen_ai.agent.call.id"]);
@@ -34,6 +77,12 @@ pub fn interpret_span(span: &Span) -> Option<Interpreted> {
 
     let mut messages = Vec::new();
     match kind {
+        FactKind::Group => {}
+        _ if pending => {
+            fact.tool_name = attrs.str(&["gen_ai.tool.name", "tool_name"]);
+            fact.tool_call_id = attrs.str(&["gen_ai.tool.call.id", "tool_call_id"]);
+            fact.arguments = attrs.loose_json(&["gen_ai.tool.call.arguments", "tool_arguments"]);
+        }
         FactKind::AgentRun => {
             fact.all_messages =
                 read_messages(&attrs, "pydantic_ai.all_messages", &mut fact, &mut messages);
@@ -42,6 +91,9 @@ pub fn interpret_span(span: &Span) -> Option<Interpreted> {
         FactKind::ModelRequest => {
             fact.input = read_messages(&attrs, "gen_ai.input.messages", &mut fact, &mut messages);
             fact.output = read_messages(&attrs, "gen_ai.output.messages", &mut fact, &mut messages);
+            if fact.input.is_none() && fact.output.is_none() {
+                read_legacy_events(span, &mut fact, &mut messages);
+            }
             if fact.output.is_some() {
                 let first_output = messages.len() - fact.output.as_ref().map_or(0, Vec::len);
                 fact.requested_calls = messages[first_output..]
@@ -54,7 +106,9 @@ pub fn interpret_span(span: &Span) -> Option<Interpreted> {
                     "model request spans carry no message content (content capture is off)".into(),
                 );
             }
-            fact.system_instructions = read_instructions(&attrs);
+            if fact.system_instructions.is_none() {
+                fact.system_instructions = read_instructions(&attrs);
+            }
             fact.model = attrs.str(&["gen_ai.response.model", "gen_ai.request.model"]);
             fact.provider = attrs.str(&["gen_ai.provider.name", "gen_ai.system"]);
             fact.input_tokens = attrs
@@ -72,6 +126,9 @@ pub fn interpret_span(span: &Span) -> Option<Interpreted> {
             fact.tool_call_id = attrs.str(&["gen_ai.tool.call.id", "tool_call_id"]);
             fact.arguments = attrs.loose_json(&["gen_ai.tool.call.arguments", "tool_arguments"]);
             fact.result = attrs.loose_json(&["gen_ai.tool.call.result", "tool_response"]);
+            if fact.arguments.is_none() || fact.result.is_none() {
+                read_legacy_events(span, &mut fact, &mut messages);
+            }
             fact.idempotency_key =
                 attrs.str(&["gen_ai.tool.call.idempotency_key", "idempotency_key"]);
             if let Some(cause) = attrs.str(&["pydantic_ai.tool.retry.cause"]) {
@@ -103,8 +160,109 @@ pub fn interpret_span(span: &Span) -> Option<Interpreted> {
     })
 }
 
+/// Fills a fact's content from legacy GenAI span events (Strands' default mode, older
+/// instrumentations). Only slots the attributes left empty are filled.
+fn read_legacy_events(span: &Span, fact: &mut SpanFact, bodies: &mut Vec<(MessageHash, Value)>) {
+    let from_span_events = span
+        .events
+        .iter()
+        .filter(|e| is_legacy_event(&e.name))
+        .map(|event| {
+            let body: Map<String, Value> = event
+                .attributes
+                .iter()
+                .map(|kv| {
+                    let v = kv.value.as_ref().map(any_to_json).unwrap_or(Value::Null);
+                    (kv.key.clone(), v)
+                })
+                .collect();
+            (event.name.clone(), body)
+        });
+    // Pydantic AI 1.x, instrumentation version 1: the events as a JSON list in `events`.
+    let attrs = Attributes(&span.attributes);
+    let from_attribute: Vec<(String, Map<String, Value>)> = match attrs.json("events") {
+        None => Vec::new(),
+        Some(Err(reason)) => {
+            fact.content_problem.get_or_insert(reason);
+            return;
+        }
+        Some(Ok(Value::Array(items))) => items
+            .into_iter()
+            .filter_map(|item| match item {
+                Value::Object(mut body) => {
+                    let name = body.remove("event.name")?;
+                    Some((name.as_str()?.to_string(), body))
+                }
+                _ => None,
+            })
+            .collect(),
+        Some(Ok(_)) => Vec::new(),
+    };
+    let events: Vec<(String, Map<String, Value>)> =
+        from_span_events.chain(from_attribute).collect();
+    apply_legacy_events(&events, fact, bodies);
+}
+
+/// Fills a fact's content from legacy events, given in their order (name, body).
+pub(crate) fn apply_legacy_events(
+    events: &[(String, Map<String, Value>)],
+    fact: &mut SpanFact,
+    bodies: &mut Vec<(MessageHash, Value)>,
+) {
+    let on_tool = fact.kind == FactKind::ToolCall;
+    let (mut input, mut output, mut system) = (Vec::new(), Vec::new(), Vec::new());
+    for (name, body) in events {
+        match map_event(name, body, on_tool) {
+            Ok(Some(Slot::Input(m))) => input.push(m),
+            Ok(Some(Slot::Output(m))) => output.push(m),
+            Ok(Some(Slot::System(parts))) => {
+                if let Value::Array(p) = parts {
+                    system.extend(p);
+                }
+            }
+            Ok(Some(Slot::ToolArguments(args, id))) => {
+                fact.arguments.get_or_insert(args);
+                if fact.tool_call_id.is_none() {
+                    fact.tool_call_id = id;
+                }
+            }
+            Ok(Some(Slot::ToolResult(result))) => {
+                fact.result.get_or_insert(result);
+            }
+            Ok(None) => {}
+            Err(reason) => {
+                fact.content_problem.get_or_insert(reason);
+                return;
+            }
+        }
+    }
+    if on_tool {
+        return;
+    }
+    if !system.is_empty() && fact.system_instructions.is_none() {
+        fact.system_instructions = Some(Value::Array(system));
+    }
+    if !input.is_empty() {
+        fact.input = Some(store_bodies(input, bodies));
+    }
+    if !output.is_empty() {
+        fact.output = Some(store_bodies(output, bodies));
+    }
+}
+
+fn store_bodies(items: Vec<Value>, bodies: &mut Vec<(MessageHash, Value)>) -> Vec<MessageRef> {
+    items
+        .into_iter()
+        .map(|item| {
+            let reference = MessageRef::of(&item);
+            bodies.push((reference.hash.clone(), item));
+            reference
+        })
+        .collect()
+}
+
 /// The tool calls of one output message.
-fn requested_calls(message: &Value) -> Vec<RequestedCall> {
+pub(crate) fn requested_calls(message: &Value) -> Vec<RequestedCall> {
     message
         .get("parts")
         .and_then(Value::as_array)
@@ -133,6 +291,7 @@ fn classify(span: &Span, attrs: &Attributes<'_>) -> Option<FactKind> {
         Some("invoke_agent") => return Some(FactKind::AgentRun),
         Some("execute_tool") => return Some(FactKind::ToolCall),
         Some(op) if MODEL_OPERATIONS.contains(&op) => return Some(FactKind::ModelRequest),
+        Some(op) if GROUP_OPERATIONS.contains(&op) => return Some(FactKind::Group),
         _ => {}
     }
     // Pydantic AI instrumentation version 2 names.

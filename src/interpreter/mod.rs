@@ -1,16 +1,34 @@
 //! The interpreter: turns OTLP spans into domain records. Pure and synchronous.
 //!
-//! Each recognised span becomes a [`SpanFact`] of one run. A run's events, effects, snapshots and
-//! record are then [`derive`]d from the set of its facts, so arrival order and duplicate delivery
+//! Each span's convention is detected ([`convention`]); the convention's module maps it onto a
+//! [`SpanFact`] of one run. A run's events, effects, snapshots and record are then [`derive`]d
+//! from the set of its facts, whatever the convention, so arrival order and duplicate delivery
 //! cannot change the outcome.
 
 mod attributes;
+pub mod convention;
 mod derive;
+mod events;
 mod fact;
 mod genai;
+mod logs;
 mod validity;
 
+use opentelemetry_proto::tonic::trace::v1::Span;
+
+pub use convention::Convention;
 pub use derive::{derive, Abandonment, DerivedRun, RunMeta};
+pub use events::block_to_part;
 pub use fact::{FactKind, Interpreted, RequestedCall, SpanFact};
-pub use genai::interpret_span;
+pub use logs::{interpret_log, with_log_content, LogEvent};
 pub use validity::{walk, Walk};
+
+/// Interprets one span with the module of its convention. Spans that are not agent runs, model
+/// requests, tool calls or grouping spans, and spans of conventions not interpreted yet, give
+/// `None`.
+pub fn interpret_span(span: &Span) -> Option<Interpreted> {
+    match convention::detect(&attributes::Attributes(&span.attributes)) {
+        Convention::GenAi => genai::interpret_span(span),
+        Convention::OpenInference | Convention::Traceloop => None,
+    }
+}

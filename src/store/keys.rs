@@ -23,14 +23,21 @@ pub mod cf {
     pub const ALIASES: &str = "aliases";
     /// Secondary run indexes (see [`super::index_keys`]).
     pub const RUN_INDEX: &str = "run_index";
-    /// trace_id span_id of a tool span → run_id (to link delegate runs to their parent).
+    /// trace_id span_id of a tool or model-request span → run_id (to link delegate runs to their
+    /// parent, and log records to the run of their span).
     pub const SPAN_RUNS: &str = "span_runs";
-    /// trace_id span_id \0 child run_id → () : delegate runs waiting for their parent tool span.
+    /// trace_id span_id \0 child run_id → () : the delegate runs of a tool span, recorded whether
+    /// or not the tool span has arrived (and kept, so a link follows a re-keyed tool).
     pub const PENDING_PARENTS: &str = "pending_parents";
     /// seq(be64) → outbox entry: signal(u8) items(be64) OTLP protobuf request.
     pub const OUTBOX: &str = "outbox";
     /// exporter id → done seq(be64) in-flight seq(be64).
     pub const OUTBOX_CURSORS: &str = "outbox_cursors";
+    /// trace_id span_id of a grouping span (Strands' event-loop cycle) → its parent span id, so
+    /// children keyed by the group resolve to the run above it.
+    pub const GROUP_SPANS: &str = "group_spans";
+    /// trace_id span_id \0 order key → a legacy GenAI event received as an OTLP log record.
+    pub const SPAN_LOGS: &str = "span_logs";
     /// All column families besides `default` (which holds the schema version).
     pub const ALL: &[&str] = &[
         RUNS,
@@ -46,6 +53,8 @@ pub mod cf {
         PENDING_PARENTS,
         OUTBOX,
         OUTBOX_CURSORS,
+        GROUP_SPANS,
+        SPAN_LOGS,
     ];
 }
 

@@ -11,7 +11,7 @@ use serde_json::Value;
 use super::error::StoreError;
 use super::keys::{self, cf, RunFilter};
 use crate::domain::{MessageHash, Run, SnapshotRecord, StepEvent, ToolEffect};
-use crate::interpreter::{RunMeta, SpanFact};
+use crate::interpreter::{LogEvent, RunMeta, SpanFact};
 
 /// The schema version this build writes. Opening a database with a higher one fails.
 pub const SCHEMA_VERSION: u32 = 1;
@@ -285,7 +285,41 @@ impl Store {
             .and_then(|v| String::from_utf8(v).ok()))
     }
 
-    /// Delegate runs waiting for the tool span `trace_id span_id`: (pending key, child run id).
+    /// The parent span of a grouping span, if `trace_id span_id` is one.
+    pub fn group_parent(
+        &self,
+        trace_id: &str,
+        span_id: &str,
+    ) -> Result<Option<String>, StoreError> {
+        let handle = self.handle(cf::GROUP_SPANS)?;
+        Ok(self
+            .db
+            .get_cf(handle, keys::span_key(trace_id, span_id))?
+            .and_then(|v| String::from_utf8(v).ok()))
+    }
+
+    /// The legacy GenAI events received as log records for one span, in their order.
+    pub fn span_logs(&self, trace_id: &str, span_id: &str) -> Result<Vec<LogEvent>, StoreError> {
+        let mut prefix = keys::span_key(trace_id, span_id);
+        prefix.push(0);
+        self.scan_json(cf::SPAN_LOGS, &prefix)
+    }
+
+    /// All keys of column family `name` that start with `prefix`.
+    pub fn keys_with_prefix(
+        &self,
+        name: &'static str,
+        prefix: &[u8],
+    ) -> Result<Vec<Vec<u8>>, StoreError> {
+        let mut out = Vec::new();
+        self.scan(name, prefix, prefix, |k, _| {
+            out.push(k.to_vec());
+            Ok(true)
+        })?;
+        Ok(out)
+    }
+
+    /// Delegate runs of the tool span `trace_id span_id`: (key, child run id).
     pub fn pending_children(
         &self,
         trace_id: &str,

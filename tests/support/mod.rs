@@ -502,8 +502,35 @@ impl ScriptRun {
     }
 }
 
+/// The Python interpreter of the separate venv with Pydantic AI 1.x
+/// (tests/python/requirements-pydantic-ai-1.txt): `STEPLINE_PYTHON_PYDANTIC_AI_1`, or
+/// `$HOME/.cache/stepline/venv-pydantic-ai-1/bin/python`. Missing → the test fails.
+pub fn python_pydantic_ai_1() -> PathBuf {
+    let path = match std::env::var_os("STEPLINE_PYTHON_PYDANTIC_AI_1") {
+        Some(p) if !p.is_empty() => PathBuf::from(p),
+        _ => {
+            let home = std::env::var_os("HOME").unwrap_or_default();
+            PathBuf::from(home).join(".cache/stepline/venv-pydantic-ai-1/bin/python")
+        }
+    };
+    assert!(
+        path.exists(),
+        "Python interpreter {} does not exist: run `make test` (it builds the Pydantic AI 1.x venv and \
+         exports STEPLINE_PYTHON_PYDANTIC_AI_1).",
+        path.display()
+    );
+    path
+}
+
 fn script_command(script: &str, args: &[&str]) -> (tokio::process::Command, String) {
-    let python = python();
+    script_command_with(python(), script, args)
+}
+
+fn script_command_with(
+    python: PathBuf,
+    script: &str,
+    args: &[&str],
+) -> (tokio::process::Command, String) {
     let path = Path::new(SCRIPTS_DIR).join(script);
     let mut cmd = tokio::process::Command::new(&python);
     cmd.arg(&path)
@@ -522,7 +549,17 @@ fn script_command(script: &str, args: &[&str]) -> (tokio::process::Command, Stri
 
 /// Runs a script to completion within `timeout`.
 pub async fn run_script(script: &str, args: &[&str], timeout: Duration) -> ScriptRun {
-    let (mut cmd, shown) = script_command(script, args);
+    run_script_with(python(), script, args, timeout).await
+}
+
+/// Runs a script with the given interpreter to completion within `timeout`.
+pub async fn run_script_with(
+    python: PathBuf,
+    script: &str,
+    args: &[&str],
+    timeout: Duration,
+) -> ScriptRun {
+    let (mut cmd, shown) = script_command_with(python, script, args);
     cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
     let child = cmd
         .spawn()

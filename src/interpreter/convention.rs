@@ -1,0 +1,54 @@
+//! Which telemetry convention a span follows, decided per span (one trace may mix producers).
+
+use super::attributes::Attributes;
+
+/// A producer convention.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Convention {
+    /// OpenInference (`openinference.span.kind`): OpenAI Agents SDK and other Arize
+    /// instrumentations. Recognised, not yet interpreted.
+    OpenInference,
+    /// The OTel GenAI conventions (`gen_ai.operation.name`): Pydantic AI, Strands Agents, and the
+    /// older names and event forms of the same conventions.
+    GenAi,
+    /// OpenLLMetry / Traceloop (`traceloop.span.kind`). Recognised, not yet interpreted.
+    Traceloop,
+}
+
+/// Detects a span's convention: `openinference.span.kind`, then `gen_ai.operation.name`, then
+/// `traceloop.span.kind`; spans with none of them fall back to the GenAI interpreter, which
+/// recognises the older Pydantic AI span names by attribute presence.
+pub fn detect(attrs: &Attributes<'_>) -> Convention {
+    if attrs.get("openinference.span.kind").is_some() {
+        Convention::OpenInference
+    } else if attrs.get("gen_ai.operation.name").is_some() {
+        Convention::GenAi
+    } else if attrs.get("traceloop.span.kind").is_some() {
+        Convention::Traceloop
+    } else {
+        Convention::GenAi
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::test_fixtures::kv;
+
+    #[test]
+    fn detection_order() {
+        let both = vec![
+            kv("gen_ai.operation.name", "chat"),
+            kv("openinference.span.kind", "LLM"),
+        ];
+        assert_eq!(detect(&Attributes(&both)), Convention::OpenInference);
+        let genai = vec![
+            kv("gen_ai.operation.name", "chat"),
+            kv("traceloop.span.kind", "task"),
+        ];
+        assert_eq!(detect(&Attributes(&genai)), Convention::GenAi);
+        let tl = vec![kv("traceloop.span.kind", "task")];
+        assert_eq!(detect(&Attributes(&tl)), Convention::Traceloop);
+        assert_eq!(detect(&Attributes(&[])), Convention::GenAi);
+    }
+}

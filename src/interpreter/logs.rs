@@ -1,0 +1,137 @@
+//! Legacy GenAI events sent as OTLP log records, correlated to their span by trace and span id.
+//!
+//! A log record becomes a [`LogEvent`]; the store keeps the events of each span, and the content
+//! of a model request whose span carries none is built from all of them, whichever arrived first.
+
+use opentelemetry_proto::tonic::logs::v1::LogRecord;
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+
+use super::attributes::{any_to_json, Attributes};
+use super::events::is_legacy_event;
+use super::fact::SpanFact;
+use crate::domain::MessageHash;
+
+/// One legacy GenAI event of a span.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct LogEvent {
+    /// Trace id (hex).
+    pub trace_id: String,
+    /// Span id (hex) of the span the event belongs to.
+    pub span_id: String,
+    /// `gen_ai.message.index`, when given: the event's place in the history.
+    pub message_index: Option<i64>,
+    /// Time of the record (its own, else when it was observed), nanoseconds since the epoch.
+    pub time_ns: u64,
+    /// Event name (`gen_ai.user.message`, `gen_ai.choice`, …).
+    pub name: String,
+    /// The body fields, plus the record's attributes the body lacks.
+    pub body: Map<String, Value>,
+}
+
+impl LogEvent {
+    /// The event's storage key under its span: its order, then a hash so equal events collapse.
+    pub fn order_key(&self) -> Vec<u8> {
+        let mut key = Vec::with_capacity(48);
+        // Events without an index sort after the indexed ones (the choice comes last).
+        let index = self
+            .message_index
+            .map_or(u64::MAX, |i| i as u64 ^ (1 << 63));
+        key.extend_from_slice(&index.to_be_bytes());
+        key.extend_from_slice(&self.time_ns.to_be_bytes());
+        let body = Value::Object(self.body.clone());
+        key.extend_from_slice(
+            MessageHash::of(&serde_json::json!([self.name, body]))
+                .0
+                .as_bytes(),
+        );
+        key
+    }
+}
+
+/// Interprets one log record: legacy GenAI events with a valid trace and span id give an event.
+pub fn interpret_log(record: &LogRecord) -> Option<LogEvent> {
+    if record.trace_id.len() != 16 || record.span_id.len() != 8 {
+        return None;
+    }
+    let attrs = Attributes(&record.attributes);
+    let name = if record.event_name.is_empty() {
+        attrs.str(&["event.name"])?
+    } else {
+        record.event_name.clone()
+    };
+    if !is_legacy_event(&name) {
+        return None;
+    }
+    let mut body = match record.body.as_ref().map(any_to_json) {
+        Some(Value::Object(m)) => m,
+        Some(Value::Null) | None => Map::new(),
+        Some(other) => {
+            let mut m = Map::new();
+            m.insert("content".into(), other);
+            m
+        }
+    };
+    for kv in &record.attributes {
+        if kv.key == "event.name" || body.contains_key(&kv.key) {
+            continue;
+        }
+        let value = kv.value.as_ref().map(any_to_json).unwrap_or(Value::Null);
+        body.insert(kv.key.clone(), value);
+    }
+    let time_ns = if record.time_unix_nano > 0 {
+        record.time_unix_nano
+    } else {
+        record.observed_time_unix_nano
+    };
+    Some(LogEvent {
+        trace_id: hex::encode(&record.trace_id),
+        span_id: hex::encode(&record.span_id),
+        message_index: attrs.int(&["gen_ai.message.index"]),
+        time_ns,
+        name,
+        body,
+    })
+}
+
+/// A model-request fact with its content rebuilt from its span's log events (sorted by
+/// [`LogEvent::order_key`]), plus the message bodies. Facts whose span carries content of its own
+/// are returned unchanged.
+pub fn with_log_content(
+    fact: &SpanFact,
+    events: &[LogEvent],
+) -> (SpanFact, Vec<(MessageHash, Value)>) {
+    let mut fact = fact.clone();
+    if fact.kind != super::FactKind::ModelRequest || events.is_empty() {
+        return (fact, Vec::new());
+    }
+    if fact.content_from_logs {
+        fact.input = None;
+        fact.output = None;
+        fact.requested_calls.clear();
+        fact.content_problem = None;
+    } else if fact.input.is_some() || fact.output.is_some() {
+        return (fact, Vec::new());
+    }
+    let mut sorted: Vec<&LogEvent> = events.iter().collect();
+    sorted.sort_by_key(|e| e.order_key());
+    let pairs: Vec<(String, Map<String, Value>)> = sorted
+        .iter()
+        .map(|e| (e.name.clone(), e.body.clone()))
+        .collect();
+    let mut bodies = Vec::new();
+    let problem = fact.content_problem.take();
+    super::genai::apply_legacy_events(&pairs, &mut fact, &mut bodies);
+    if fact.input.is_none() && fact.content_problem.is_none() {
+        fact.content_problem = problem;
+    }
+    fact.content_from_logs = true;
+    if let Some(output) = &fact.output {
+        let first = bodies.len().saturating_sub(output.len());
+        fact.requested_calls = bodies[first..]
+            .iter()
+            .flat_map(|(_, m)| super::genai::requested_calls(m))
+            .collect();
+    }
+    (fact, bodies)
+}
