@@ -29,7 +29,7 @@ run: deps
 
 ## test: the whole suite, end-to-end tests included (real binary + real Pydantic AI clients)
 test: deps venv
-	STEPLINE_PYTHON=$(VENV_PYTHON) STEPLINE_PYTHON_PYDANTIC_AI_1=$(VENV_PYDANTIC_AI_1)/bin/python cargo test --release
+	STEPLINE_PYTHON=$(VENV_PYTHON) STEPLINE_PYTHON_PYDANTIC_AI_1=$(VENV_PYDANTIC_AI_1)/bin/python cargo test --release --lib --bins --tests
 
 ## deps: system packages the build needs (libclang for the RocksDB bindings); a no-op when present
 deps:
