@@ -22,7 +22,7 @@ pub fn render(history: &History) -> (Map<String, Value>, Vec<String>) {
     let mut outcomes = Outcomes::new(history);
 
     let mut system: Vec<String> = parts::instructions_text(history).into_iter().collect();
-    let mut turns: Vec<(&'static str, Vec<Value>)> = Vec::new();
+    let mut turns: parts::Turns = Vec::new();
 
     for (mi, message) in messages.iter().enumerate() {
         let role = parts::role(message);
@@ -104,18 +104,16 @@ pub fn render(history: &History) -> (Map<String, Value>, Vec<String>) {
             continue;
         }
         let role = if assistant { "assistant" } else { "user" };
-        match turns.last_mut() {
-            Some((r, existing)) if *r == role => existing.append(&mut blocks),
-            _ => turns.push((role, blocks)),
-        }
+        parts::push_turn(&mut turns, role, blocks);
     }
-
-    if turns.first().is_some_and(|(r, _)| *r == "assistant") {
-        warnings.push(format!(
-            "the history starts with an assistant turn; {FORMAT} starts with a user turn, so an empty-text user turn \"...\" was put first"
-        ));
-        turns.insert(0, ("user", vec![json!({"type": "text", "text": "..."})]));
-    }
+    parts::start_with_user(
+        &mut turns,
+        "assistant",
+        json!({"type": "text", "text": "..."}),
+        "a user turn \"...\"",
+        FORMAT,
+        &mut warnings,
+    );
 
     let out: Vec<Value> = turns
         .into_iter()

@@ -30,7 +30,7 @@ pub fn render(history: &History) -> (Map<String, Value>, Vec<String>) {
         .map(|t| json!({"text": t}))
         .into_iter()
         .collect();
-    let mut turns: Vec<(&'static str, Vec<Value>)> = Vec::new();
+    let mut turns: parts::Turns = Vec::new();
 
     for (mi, message) in messages.iter().enumerate() {
         let role = parts::role(message);
@@ -133,18 +133,16 @@ pub fn render(history: &History) -> (Map<String, Value>, Vec<String>) {
             continue;
         }
         let role = if model { "model" } else { "user" };
-        match turns.last_mut() {
-            Some((r, existing)) if *r == role => existing.append(&mut out),
-            _ => turns.push((role, out)),
-        }
+        parts::push_turn(&mut turns, role, out);
     }
-
-    if turns.first().is_some_and(|(r, _)| *r == "model") {
-        warnings.push(format!(
-            "the history starts with a model turn; {FORMAT} starts with a user turn, so an empty user turn was put first"
-        ));
-        turns.insert(0, ("user", vec![json!({"text": ""})]));
-    }
+    parts::start_with_user(
+        &mut turns,
+        "model",
+        json!({"text": ""}),
+        "an empty user turn",
+        FORMAT,
+        &mut warnings,
+    );
 
     let contents: Vec<Value> = turns
         .into_iter()

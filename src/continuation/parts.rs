@@ -261,6 +261,37 @@ pub fn media(part: &Value) -> (&str, &str) {
     (mime, data)
 }
 
+/// Turns of a provider that wants alternating roles: `(role, blocks)`.
+pub type Turns = Vec<(&'static str, Vec<Value>)>;
+
+/// Appends `blocks` to the last turn when it has the same role (consecutive same-role turns
+/// merge), else starts a new turn.
+pub fn push_turn(turns: &mut Turns, role: &'static str, mut blocks: Vec<Value>) {
+    match turns.last_mut() {
+        Some((r, existing)) if *r == role => existing.append(&mut blocks),
+        _ => turns.push((role, blocks)),
+    }
+}
+
+/// For providers whose history must start with a user turn: when it starts with
+/// `model_role`, puts a `filler` user turn (described by `filler_text`) first and says so.
+pub fn start_with_user(
+    turns: &mut Turns,
+    model_role: &str,
+    filler: Value,
+    filler_text: &str,
+    format: &str,
+    warnings: &mut Vec<String>,
+) {
+    if turns.first().is_some_and(|(r, _)| *r == model_role) {
+        warnings.push(format!(
+            "the history starts with {} {model_role} turn; {format} starts with a user turn, so {filler_text} was put first",
+            if model_role.starts_with(['a', 'e', 'i', 'o', 'u']) { "an" } else { "a" }
+        ));
+        turns.insert(0, ("user", vec![filler]));
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
