@@ -49,14 +49,14 @@ pub fn render(history: &History) -> (Map<String, Value>, Vec<String>) {
                     if pairing.skip(mi, pi) {
                         continue;
                     }
-                    let (text, stringified) =
-                        parts::result_for_text_channel(&parts::tool_result(part), outcome);
-                    if stringified {
-                        warnings.push(format!(
-                            "message {mi}: tool result {:?} is not text; {FORMAT} tool messages carry text, so it was sent as JSON text",
-                            parts::field(part, "id")
-                        ));
-                    }
+                    let text = parts::tool_result_text(
+                        part,
+                        outcome,
+                        mi,
+                        FORMAT,
+                        "tool messages",
+                        &mut warnings,
+                    );
                     out.push(json!({
                         "role": "tool",
                         "tool_call_id": parts::field(part, "id"),

@@ -66,14 +66,14 @@ pub fn render(history: &History) -> (Map<String, Value>, Vec<String>) {
                         continue;
                     }
                     flush(&mut content, &mut input);
-                    let (text, stringified) =
-                        parts::result_for_text_channel(&parts::tool_result(part), outcome);
-                    if stringified {
-                        warnings.push(format!(
-                            "message {mi}: tool result {:?} is not text; {FORMAT} function_call_output carries text, so it was sent as JSON text",
-                            parts::field(part, "id")
-                        ));
-                    }
+                    let text = parts::tool_result_text(
+                        part,
+                        outcome,
+                        mi,
+                        FORMAT,
+                        "function_call_output items",
+                        &mut warnings,
+                    );
                     input.push(json!({
                         "type": "function_call_output",
                         "call_id": parts::field(part, "id"),

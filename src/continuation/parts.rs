@@ -111,17 +111,30 @@ pub fn result_text(value: &Value) -> (String, bool) {
     }
 }
 
-/// A tool result as the text an OpenAI-style tool message carries: an error outcome is wrapped as
-/// `{"error": ...}` (the model must see that the call failed); a structured success is JSON text.
-/// The flag says whether a structured value was stringified.
-pub fn result_for_text_channel(value: &Value, outcome: Outcome) -> (String, bool) {
-    let (text, stringified) = result_text(value);
+/// A tool-call-response part as the text an OpenAI-style tool message carries: an error outcome
+/// is wrapped as `{"error": ...}` (the model must see that the call failed); a structured success
+/// is JSON text, and a warning says so (`carrier` names what carries it, e.g. "tool messages").
+pub fn tool_result_text(
+    part: &Value,
+    outcome: Outcome,
+    mi: usize,
+    format: &str,
+    carrier: &str,
+    warnings: &mut Vec<String>,
+) -> String {
+    let (text, stringified) = result_text(&tool_result(part));
+    if stringified {
+        warnings.push(format!(
+            "message {mi}: tool result {:?} is not text; {format} {carrier} carry text, so it was sent as JSON text",
+            field(part, "id")
+        ));
+    }
     if outcome.is_error() {
         let mut m = Map::new();
         m.insert("error".into(), Value::String(text));
-        return (Value::Object(m).to_string(), stringified);
+        return Value::Object(m).to_string();
     }
-    (text, stringified)
+    text
 }
 
 /// The system instructions in force, joined as one text (none when empty).

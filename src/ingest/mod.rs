@@ -213,18 +213,26 @@ impl Ingest {
             .flat_map(|r| &r.scope_logs)
             .map(|s| s.log_records.len())
             .sum();
-        let outbox = self.entry(SignalKind::Logs, records as u64, &request);
-        let events = tokio::task::spawn_blocking(move || {
-            request
+        // Encoding for the outbox and interpreting are CPU work: both on the blocking pool.
+        let forward = self.outbox.wants(SignalKind::Logs);
+        let (events, payload) = tokio::task::spawn_blocking(move || {
+            let events = request
                 .resource_logs
                 .iter()
                 .flat_map(|r| &r.scope_logs)
                 .flat_map(|s| &s.log_records)
                 .filter_map(interpret_log)
-                .collect::<Vec<_>>()
+                .collect::<Vec<_>>();
+            (events, forward.then(|| request.encode_to_vec()))
         })
         .await
         .map_err(|e| IngestError::Storage(format!("interpreter task failed: {e}")))?;
+        let outbox = payload.map(|payload| NewOutboxEntry {
+            signal: SignalKind::Logs,
+            items: records as u64,
+            payload,
+            seq: 0,
+        });
         if !events.is_empty() || outbox.is_some() {
             // The events and the outbox entry commit in one batch.
             self.writer
