@@ -232,7 +232,9 @@ pub fn apply_group(store: &Store, works: &[Work], now_ns: u64) -> Result<Vec<App
         }
     }
 
-    for (run_id, work) in runs.iter().filter(|(_, w)| w.dirty) {
+    // A run known only from grouping spans is not a run (yet): nothing to show for it.
+    let shown = |w: &RunWork| w.facts.values().any(|f| f.kind != FactKind::Group);
+    for (run_id, work) in runs.iter().filter(|(_, w)| w.dirty && shown(w)) {
         write_run(&mut batch, run_id, work);
     }
     store.commit(batch)?;
@@ -308,6 +310,14 @@ impl Groups {
             Some((trace, span)) => self.follow(store, trace, span.to_string()),
             None => Ok(run_id.to_string()),
         }
+    }
+
+    /// The first span at or above `span` that is not a grouping span.
+    fn above(&self, store: &Store, trace: &str, span: &str) -> Result<String, StoreError> {
+        let run_id = self.follow(store, trace, span.to_string())?;
+        Ok(run_id
+            .split_once('-')
+            .map_or(run_id.clone(), |(_, s)| s.to_string()))
     }
 
     fn follow(&self, store: &Store, trace: &str, mut key: String) -> Result<String, StoreError> {
@@ -477,6 +487,8 @@ fn add_fact(
         FactKind::AgentRun => {
             if let Some(parent_span) = &i.fact.parent_span_id {
                 let trace = &i.fact.trace_id;
+                // Through grouping spans between the tool and the delegate (OpenInference's task).
+                let parent_span = &groups.above(store, trace, parent_span)?;
                 let parent_run = match span_runs.get(&(trace.clone(), parent_span.clone())) {
                     Some(r) => Some(r.clone()),
                     // Stored before a grouping span above the tool was known: resolve again.
@@ -499,7 +511,61 @@ fn add_fact(
         FactKind::ToolCall => {
             relink_children(store, runs, &i.fact.trace_id, &i.fact.span_id, &run_id)?;
         }
-        FactKind::ModelRequest | FactKind::Group => {}
+        // Delegates that arrived before this group wait on it: they now wait on (or link to) the
+        // span above it.
+        FactKind::Group => {
+            if let Some(above) = &i.fact.parent_span_id {
+                forward_children(
+                    store,
+                    batch,
+                    runs,
+                    links,
+                    &i.fact.trace_id,
+                    &i.fact.span_id,
+                    above,
+                )?;
+            }
+        }
+        FactKind::ModelRequest => {}
+    }
+    Ok(())
+}
+
+/// Re-registers the delegate runs waiting on grouping span `span` under the span `above` it, and
+/// links them when `above` is a tool span already known.
+fn forward_children(
+    store: &Store,
+    batch: &mut WriteBatch<'_>,
+    runs: &mut HashMap<String, RunWork>,
+    links: Links<'_>,
+    trace: &str,
+    span: &str,
+    above: &str,
+) -> Result<(), StoreError> {
+    let children = store.pending_children(trace, span)?;
+    if children.is_empty() {
+        return Ok(());
+    }
+    let target = links.groups.above(store, trace, above)?;
+    let parent_run = match links.span_runs.get(&(trace.to_string(), target.clone())) {
+        Some(r) => Some(r.clone()),
+        None => match store.span_run(trace, &target)? {
+            Some(r) => Some(links.groups.resolve(store, &r)?),
+            None => None,
+        },
+    };
+    for (_, child) in children {
+        let mut key = keys::span_key(trace, &target);
+        key.push(0);
+        key.extend_from_slice(child.as_bytes());
+        batch.put_raw(cf::PENDING_PARENTS, &key, b"");
+        if let Some(parent) = &parent_run {
+            let work = load(store, runs, &child)?;
+            if work.meta.parent_run_id.as_ref() != Some(parent) {
+                work.meta.parent_run_id = Some(parent.clone());
+                work.dirty = true;
+            }
+        }
     }
     Ok(())
 }

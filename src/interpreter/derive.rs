@@ -59,6 +59,7 @@ struct EffectBuild {
 
 /// Derives a run from its facts.
 pub fn derive(run_id: &str, facts: &[SpanFact], meta: &RunMeta) -> DerivedRun {
+    let (facts, join_warnings) = &super::call_join::join(facts);
     let agent = facts
         .iter()
         .filter(|f| f.kind == FactKind::AgentRun && !f.pending)
@@ -159,6 +160,7 @@ pub fn derive(run_id: &str, facts: &[SpanFact], meta: &RunMeta) -> DerivedRun {
         input_tokens: models.iter().filter_map(|m| m.input_tokens).sum(),
         output_tokens: models.iter().filter_map(|m| m.output_tokens).sum(),
         continuation_unavailable,
+        warnings: join_warnings.clone(),
         started_ns,
     };
     DerivedRun {
