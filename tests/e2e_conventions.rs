@@ -502,3 +502,115 @@ async fn openai_agents_openinference_http() {
 async fn openai_agents_openinference_grpc() {
     openai_agents("grpc").await;
 }
+
+/// A Chat Completions message reduced to what a history means.
+fn chat_message(message: &Value) -> Value {
+    let text = match &message["content"] {
+        Value::String(s) => s.clone(),
+        Value::Array(blocks) => blocks
+            .iter()
+            .filter_map(|b| b["text"].as_str())
+            .collect::<Vec<_>>()
+            .join(""),
+        _ => String::new(),
+    };
+    let calls: Vec<Value> = message["tool_calls"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|c| {
+            let arguments: Value = c["function"]["arguments"]
+                .as_str()
+                .and_then(|a| serde_json::from_str(a).ok())
+                .unwrap_or(Value::Null);
+            json!({"id": c["id"], "name": c["function"]["name"], "arguments": arguments})
+        })
+        .collect();
+    json!({"role": message["role"], "text": text, "tool_calls": calls, "tool_call_id": message.get("tool_call_id")})
+}
+
+fn chat_messages(messages: &Value) -> Vec<Value> {
+    messages
+        .as_array()
+        .map(|m| m.iter().map(chat_message).collect())
+        .unwrap_or_default()
+}
+
+/// OpenLLMetry: traceloop-sdk decorators (agent, tool) around a tool-calling loop on an `openai`
+/// client instrumented by Traceloop; the session is an association property; the tool spans carry
+/// no call id; the openai-chat continuation goes back through the client.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn openllmetry_traceloop_openai() {
+    let stepline = Stepline::start().await;
+    let session = "openllmetry-1";
+    let endpoint = stepline.otlp_http_url();
+    let args = [
+        "--transport",
+        "http",
+        "--endpoint",
+        &endpoint,
+        "--session-id",
+        session,
+    ];
+    let out = run_script("openllmetry_scenario.py", &args, Duration::from_secs(180))
+        .await
+        .json_line();
+    assert_eq!(out["export"]["failed_batches"], 0, "{out}");
+
+    let runs = conversation_runs(&stepline, session, "the OpenLLMetry run", |runs| {
+        matches!(runs, [r] if r["status"] == "completed" && r["model_request_count"] == 2
+            && r["tool_call_count"] == 2)
+    })
+    .await;
+    let run = &runs[0];
+    let run_id = str_field(run, "run_id").to_string();
+    assert_eq!(run["agent_name"], "calc", "{run}");
+    assert_eq!(run["input_tokens"], 20, "{run}");
+
+    let effects = stepline
+        .get_list(&format!("/v1/runs/{}/effects", encode(&run_id)), "effects")
+        .await;
+    let ids: Vec<&str> = effects.iter().map(|e| str_field(e, "tool_call_id")).collect();
+    assert_eq!(ids, vec!["call_1", "call_2"], "{effects:?}");
+    assert_eq!(effects[0]["arguments"], json!({"a": 2, "b": 3}));
+    assert_eq!(effects[0]["result"].to_string().trim_matches('"'), "5");
+    assert_eq!(effects[1]["result"].to_string().trim_matches('"'), "2");
+    assert!(effects.iter().all(|e| e["status"] == "completed"), "{effects:?}");
+
+    let events = stepline
+        .get_list(&format!("/v1/runs/{}/events", encode(&run_id)), "events")
+        .await;
+    let started: Vec<&str> = events
+        .iter()
+        .filter(|e| e["kind"] == "tool_call_started")
+        .map(|e| str_field(e, "tool_call_id"))
+        .collect();
+    assert_eq!(started, vec!["call_1", "call_2"], "{events:?}");
+    let kinds: Vec<&str> = events.iter().map(|e| str_field(e, "kind")).collect();
+    for kind in ["run_started", "tool_call_requested", "tool_call_completed", "run_completed"] {
+        assert!(kinds.contains(&kind), "event {kind} missing: {kinds:?}");
+    }
+
+    let cont = stepline
+        .get_ok(&format!(
+            "/v1/runs/{}/continuation?format=openai-chat",
+            encode(&run_id)
+        ))
+        .await;
+    assert_eq!(cont["snapshot"]["state"], "complete", "{cont}");
+    let expected = chat_messages(&out["messages"]);
+    assert_eq!(chat_messages(&cont["messages"]), expected, "{cont}");
+
+    // The client sends it back; the model receives exactly that history.
+    let mut file = tempfile::NamedTempFile::new().expect("temp file");
+    file.write_all(cont.to_string().as_bytes()).expect("write");
+    let path = file.path().display().to_string();
+    let mut args2 = args.to_vec();
+    args2.extend(["--continue-from", &path]);
+    let next = run_script("openllmetry_scenario.py", &args2, Duration::from_secs(180))
+        .await
+        .json_line();
+    let mut with_question = expected.clone();
+    with_question.push(chat_message(&json!({"role": "user", "content": "And once more?"})));
+    assert_eq!(chat_messages(&next["received"]), with_question, "{next}");
+}
