@@ -570,12 +570,18 @@ async fn openllmetry_traceloop_openai() {
     let effects = stepline
         .get_list(&format!("/v1/runs/{}/effects", encode(&run_id)), "effects")
         .await;
-    let ids: Vec<&str> = effects.iter().map(|e| str_field(e, "tool_call_id")).collect();
+    let ids: Vec<&str> = effects
+        .iter()
+        .map(|e| str_field(e, "tool_call_id"))
+        .collect();
     assert_eq!(ids, vec!["call_1", "call_2"], "{effects:?}");
     assert_eq!(effects[0]["arguments"], json!({"a": 2, "b": 3}));
     assert_eq!(effects[0]["result"].to_string().trim_matches('"'), "5");
     assert_eq!(effects[1]["result"].to_string().trim_matches('"'), "2");
-    assert!(effects.iter().all(|e| e["status"] == "completed"), "{effects:?}");
+    assert!(
+        effects.iter().all(|e| e["status"] == "completed"),
+        "{effects:?}"
+    );
 
     let events = stepline
         .get_list(&format!("/v1/runs/{}/events", encode(&run_id)), "events")
@@ -587,7 +593,12 @@ async fn openllmetry_traceloop_openai() {
         .collect();
     assert_eq!(started, vec!["call_1", "call_2"], "{events:?}");
     let kinds: Vec<&str> = events.iter().map(|e| str_field(e, "kind")).collect();
-    for kind in ["run_started", "tool_call_requested", "tool_call_completed", "run_completed"] {
+    for kind in [
+        "run_started",
+        "tool_call_requested",
+        "tool_call_completed",
+        "run_completed",
+    ] {
         assert!(kinds.contains(&kind), "event {kind} missing: {kinds:?}");
     }
 
@@ -611,6 +622,59 @@ async fn openllmetry_traceloop_openai() {
         .await
         .json_line();
     let mut with_question = expected.clone();
-    with_question.push(chat_message(&json!({"role": "user", "content": "And once more?"})));
+    with_question.push(chat_message(
+        &json!({"role": "user", "content": "And once more?"}),
+    ));
     assert_eq!(chat_messages(&next["received"]), with_question, "{next}");
+}
+
+/// Strands agent as tool: a second agent run inside the tool span is a delegate run of the first.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn strands_delegate_agent_as_tool() {
+    let stepline = Stepline::start().await;
+    let session = "strands-delegate";
+    let endpoint = stepline.otlp_http_url();
+    let args = [
+        "--transport",
+        "http",
+        "--endpoint",
+        &endpoint,
+        "--session-id",
+        session,
+        "--delegate",
+    ];
+    let out = run_script("strands_scenario.py", &args, Duration::from_secs(120))
+        .await
+        .json_line();
+    assert_eq!(out["export"]["failed_batches"], 0, "{out}");
+    let runs = conversation_runs(&stepline, session, "the Strands runs", |runs| {
+        runs.len() == 2
+            && runs.iter().all(|r| r["status"] == "completed")
+            && runs.iter().any(|r| !r["parent_run_id"].is_null())
+    })
+    .await;
+    let calc = run_of(&runs, "calc");
+    let helper = run_of(&runs, "helper");
+    assert_eq!(helper["parent_run_id"], calc["run_id"], "{runs:?}");
+    assert_eq!(calc["model_request_count"], 2, "{calc}");
+    assert_eq!(helper["model_request_count"], 1, "{helper}");
+    let calc_id = str_field(calc, "run_id");
+    let by_parent = stepline
+        .get_list(
+            &format!("/v1/runs?parent_run_id={}", encode(calc_id)),
+            "runs",
+        )
+        .await;
+    assert_eq!(by_parent.len(), 1, "{by_parent:?}");
+    assert_eq!(by_parent[0]["agent_name"], "helper");
+    let effects = stepline
+        .get_list(&format!("/v1/runs/{}/effects", encode(calc_id)), "effects")
+        .await;
+    assert_eq!(effects.len(), 1, "{effects:?}");
+    assert_eq!(effects[0]["tool_name"], "ask_helper");
+    assert_eq!(effects[0]["status"], "completed", "{effects:?}");
+    assert!(
+        effects[0]["result"].to_string().contains('5'),
+        "{effects:?}"
+    );
 }
