@@ -910,6 +910,86 @@ mod tests {
         }
     }
 
+    fn new_conventions() -> Vec<Span> {
+        let mut all = crate::test_fixtures::openinference_scenario();
+        all.extend(crate::test_fixtures::openllmetry_scenario());
+        all
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig { cases: 32, ..Default::default() })]
+
+        /// OpenInference and OpenLLMetry, whose tool spans carry no call id and whose runs are
+        /// reached through grouping spans: any arrival order and split gives the same runs,
+        /// events, effects and snapshots; the helper run links to calc through the task span.
+        #[test]
+        fn new_conventions_any_arrival_order_gives_the_same_runs(
+            order in proptest::strategy::Strategy::prop_shuffle(proptest::strategy::Just((0..18usize).collect::<Vec<_>>())),
+            cuts in proptest::collection::vec(proptest::bool::ANY, 18),
+            commit_cuts in proptest::collection::vec(proptest::bool::ANY, 18),
+            dups in proptest::collection::vec(0..18usize, 0..4),
+        ) {
+            let all = new_conventions();
+            proptest::prop_assert_eq!(all.len(), 18);
+            let reference = {
+                let dir = tempfile::tempdir().unwrap();
+                let store = Store::open(dir.path(), false).unwrap();
+                apply_group(&store, &[spans_work(interpreted(&all))], 1).unwrap();
+                everything(&store)
+            };
+            let dir = tempfile::tempdir().unwrap();
+            let store = Store::open(dir.path(), false).unwrap();
+            let sequence: Vec<usize> = order.iter().copied().chain(dups.iter().copied()).collect();
+            let mut requests: Vec<Vec<Span>> = vec![Vec::new()];
+            for (n, &i) in sequence.iter().enumerate() {
+                requests.last_mut().unwrap().push(all[i].clone());
+                if cuts[n % cuts.len()] {
+                    requests.push(Vec::new());
+                }
+            }
+            let mut group: Vec<Work> = Vec::new();
+            for (n, request) in requests.iter().enumerate() {
+                group.push(spans_work(interpreted(request)));
+                if commit_cuts[n % commit_cuts.len()] {
+                    apply_group(&store, &group, n as u64).unwrap();
+                    group.clear();
+                }
+            }
+            apply_group(&store, &group, 99).unwrap();
+            let got = everything(&store);
+            proptest::prop_assert_eq!(reference.clone(), got);
+            // calc, helper (OpenInference) and calc (OpenLLMetry); no run for the workflow or a turn.
+            proptest::prop_assert_eq!(reference.len(), 3);
+            let oi = |n: u8| format!("{}-{}", hex::encode([9u8; 16]), hex::encode([n; 8]));
+            let calc = store.run(&oi(3)).unwrap().unwrap();
+            let helper = store.run(&oi(9)).unwrap().unwrap();
+            proptest::prop_assert_eq!(helper.parent_run_id, Some(oi(3)));
+            proptest::prop_assert_eq!(calc.status, RunStatus::Completed);
+            proptest::prop_assert_eq!(calc.model_request_count, 2);
+            proptest::prop_assert_eq!(calc.conversation_id.as_deref(), Some("oi-session"));
+            let effects = store.effects(&oi(3)).unwrap();
+            let joined: Vec<(&str, EffectStatus)> =
+                effects.iter().map(|e| (e.tool_call_id.as_str(), e.status)).collect();
+            proptest::prop_assert_eq!(
+                joined,
+                vec![("c_add", EffectStatus::Completed), ("c_help", EffectStatus::Completed)]
+            );
+            let tl = format!("{}-{}", hex::encode([10u8; 16]), hex::encode([1u8; 8]));
+            let tl_run = store.run(&tl).unwrap().unwrap();
+            proptest::prop_assert_eq!(tl_run.model_request_count, 2);
+            proptest::prop_assert_eq!(tl_run.conversation_id.as_deref(), Some("tl-session"));
+            let tl_effects = store.effects(&tl).unwrap();
+            proptest::prop_assert_eq!(tl_effects.len(), 1);
+            proptest::prop_assert_eq!(tl_effects[0].tool_call_id.as_str(), "t1");
+            proptest::prop_assert_eq!(tl_effects[0].status, EffectStatus::Completed);
+            let snapshots = store.snapshots(&tl).unwrap();
+            proptest::prop_assert_eq!(
+                snapshots.last().map(|s| s.meta.state),
+                Some(crate::domain::SnapshotState::Complete)
+            );
+        }
+    }
+
     /// A run (span 1) whose one model request (span 2) carries no content: its legacy events come
     /// as log records (system, user, assistant tool call, tool return, choice).
     fn logged_run() -> (Vec<Span>, Vec<LogEvent>) {
