@@ -358,7 +358,7 @@ async fn abandon(
             "run {id} is already {status}; only a running run can be abandoned"
         ))),
         Applied::UnknownRun => Err(ApiError::NotFound(format!("run {run_id:?} not found"))),
-        Applied::StillActive | Applied::Stored => {
+        Applied::StillActive | Applied::Stored | Applied::PrunedLogs(_) => {
             Err(ApiError::Internal("unexpected writer answer".into()))
         }
     }

@@ -29,6 +29,12 @@ pub enum Work {
         /// The request for the outbox, when some exporter forwards its signal.
         outbox: Option<NewOutboxEntry>,
     },
+    /// Delete log records whose span never arrived (found by [`Store::orphan_logs`]); each is
+    /// checked again, so a span that arrived since keeps its records.
+    PruneLogs {
+        /// `(key, trace id, span id)` of each record.
+        records: Vec<(Vec<u8>, String, String)>,
+    },
     /// Declare a run dead.
     Abandon {
         /// Run id or alias.
@@ -74,6 +80,8 @@ pub enum Applied {
     StillActive,
     /// No such run.
     UnknownRun,
+    /// Orphan log records deleted.
+    PrunedLogs(usize),
 }
 
 struct RunWork {
@@ -205,6 +213,18 @@ pub fn apply_group(store: &Store, works: &[Work], now_ns: u64) -> Result<Vec<App
                     batch.put_outbox(entry.seq, entry.signal, entry.items, &entry.payload);
                 }
                 results.push(Applied::Stored);
+            }
+            Work::PruneLogs { records } => {
+                let mut pruned = 0;
+                for (key, trace, span) in records {
+                    let arrived = span_runs.contains_key(&(trace.clone(), span.clone()))
+                        || (!trace.is_empty() && store.span_run(trace, span)?.is_some());
+                    if !arrived {
+                        batch.delete(cf::SPAN_LOGS, key);
+                        pruned += 1;
+                    }
+                }
+                results.push(Applied::PrunedLogs(pruned));
             }
             Work::Abandon {
                 run,
@@ -1040,6 +1060,55 @@ mod tests {
             ),
         ];
         (spans, logs)
+    }
+
+    #[test]
+    fn log_records_whose_span_never_arrives_are_pruned_after_their_age() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path(), false).unwrap();
+        let (spans, logs) = logged_run();
+        // The same records for span 9, which never arrives.
+        let orphans: Vec<LogEvent> = logs
+            .iter()
+            .cloned()
+            .map(|mut e| {
+                e.span_id = hex::encode([9u8; 8]);
+                e
+            })
+            .collect();
+        let mut all = logs.clone();
+        all.extend(orphans);
+        apply_group(
+            &store,
+            &[logs_work(all), spans_work(interpreted(&spans))],
+            1,
+        )
+        .unwrap();
+        let trace = hex::encode(crate::test_fixtures::TRACE);
+        let orphan_span = hex::encode([9u8; 8]);
+        // Too young: nothing is old enough.
+        assert!(store.orphan_logs(20, 1000).unwrap().is_empty());
+        let found = store.orphan_logs(1_000, 1000).unwrap();
+        assert_eq!(found.len(), 5, "{found:?}");
+        assert!(found
+            .iter()
+            .all(|(_, t, s)| *t == trace && *s == orphan_span));
+        let applied = apply_group(&store, &[Work::PruneLogs { records: found }], 2).unwrap();
+        assert_eq!(applied, vec![Applied::PrunedLogs(5)]);
+        assert!(store.span_logs(&trace, &orphan_span).unwrap().is_empty());
+        // The records of the span that arrived stay (a redelivered span needs them).
+        assert_eq!(
+            store
+                .span_logs(&trace, &hex::encode([2u8; 8]))
+                .unwrap()
+                .len(),
+            5
+        );
+        assert!(store.orphan_logs(1_000, 1000).unwrap().is_empty());
+        // A span arriving between the scan and the prune keeps its records.
+        let late = vec![(Vec::new(), trace.clone(), hex::encode([2u8; 8]))];
+        let applied = apply_group(&store, &[Work::PruneLogs { records: late }], 3).unwrap();
+        assert_eq!(applied, vec![Applied::PrunedLogs(0)]);
     }
 
     #[test]
