@@ -309,7 +309,9 @@ async fn get_continuation(
         } else {
             None
         };
-        let (fields, warnings) = continuation::render(format, &history);
+        let (fields, mut warnings) = continuation::render(format, &history);
+        // What interpretation could only guess (tool spans joined to calls by order) applies too.
+        warnings.extend(history.run.warnings.iter().cloned());
         let unresolved: Vec<_> = history
             .effects
             .iter()

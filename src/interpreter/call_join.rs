@@ -193,6 +193,31 @@ mod tests {
     }
 
     #[test]
+    fn the_run_carries_the_warning_and_both_calls_settle() {
+        let facts = vec![
+            model(
+                "m1",
+                100,
+                &[
+                    ("c1", "add", json!({"a": 1})),
+                    ("c2", "add", json!({"a": 1})),
+                ],
+            ),
+            tool("t1", 120, "add", json!({"a": 1})),
+            tool("t2", 121, "add", json!({"a": 1})),
+        ];
+        let d = crate::interpreter::derive("r", &facts, &Default::default());
+        // Only the first pick is a guess: the second is the one call left.
+        assert_eq!(d.run.warnings.len(), 1, "{:?}", d.run.warnings);
+        let settled: Vec<(&str, Option<&str>)> = d
+            .effects
+            .iter()
+            .map(|e| (e.tool_call_id.as_str(), e.span_id.as_deref()))
+            .collect();
+        assert_eq!(settled, vec![("c1", Some("t1")), ("c2", Some("t2"))]);
+    }
+
+    #[test]
     fn tools_with_ids_are_left_alone() {
         let mut t = tool("t1", 120, "add", json!({}));
         t.tool_call_id = Some("x".into());
