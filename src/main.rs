@@ -41,7 +41,9 @@ fn main() -> ExitCode {
         .with(filter)
         .with(tracing_subscriber::fmt::layer().with_writer(std::io::stderr))
         .init();
-    let config = match Config::load(&cli.config) {
+    let config = match Config::load(&cli.config)
+        .and_then(|config| stepline::exporter::check_tls(&config).map(|()| config))
+    {
         Ok(c) => c,
         Err(e) => {
             eprintln!("stepline: invalid configuration:\n{e}");

@@ -199,6 +199,8 @@ pub(crate) struct RawTls {
     pub(crate) cert_file: Option<Text>,
     /// `key_file`.
     pub(crate) key_file: Option<Text>,
+    /// `server_name_override`: the name the server certificate must carry.
+    pub(crate) server_name_override: Option<Text>,
 }
 
 /// `exporters.<id>.retry_on_failure`.
@@ -227,6 +229,10 @@ pub(crate) struct RawSendingQueue {
     pub(crate) enabled: Option<bool>,
     /// `queue_size_bytes`: cap on this exporter's unsent bytes.
     pub(crate) queue_size_bytes: Option<u64>,
+    /// `num_consumers`: requests in flight at once.
+    pub(crate) num_consumers: Option<u64>,
+    /// `when_full`: `refuse` (default) or `drop_oldest`.
+    pub(crate) when_full: Option<Text>,
 }
 
 /// `service`. Pipelines are kept as YAML so each one is decoded (and reported) on its own.
