@@ -360,12 +360,14 @@ async fn forwards_every_signal_unchanged_over_both_exporter_kinds() {
     let proto_sink = start_downstream().await;
     let json_sink = start_downstream().await;
     let exporters = [
+        // One request in flight at a time: strict arrival order.
         format!(
             "  otlp/grpc:\n{}",
             exporter(
                 "grpc",
                 &format!("http://{}", grpc_sink.grpc),
-                "    compression: zstd\n    headers: { x-tenant: t1 }\n"
+                "    compression: zstd\n    headers: { x-tenant: t1 }\n\
+                 \x20   sending_queue: { num_consumers: 1 }\n"
             )
         ),
         format!(
@@ -402,22 +404,23 @@ async fn forwards_every_signal_unchanged_over_both_exporter_kinds() {
             sink.metrics.lock().unwrap().len() == 3
         })
         .await;
-        // In order, exactly once, decoded requests equal to what the agent sent.
-        assert_eq!(
-            *sink.traces.lock().unwrap(),
-            [traces(1), traces(2), traces(3)],
-            "{name}"
+        // Exactly once, decoded requests equal to what the agent sent; in order with one
+        // consumer (with several, requests may overtake each other, as in the Collector).
+        let mut received = (
+            sink.traces.lock().unwrap().clone(),
+            sink.logs.lock().unwrap().clone(),
+            sink.metrics.lock().unwrap().clone(),
         );
-        assert_eq!(
-            *sink.logs.lock().unwrap(),
-            [logs(1, 8), logs(2, 8), logs(3, 8)],
-            "{name}"
-        );
-        assert_eq!(
-            *sink.metrics.lock().unwrap(),
-            [metrics(1), metrics(2), metrics(3)],
-            "{name}"
-        );
+        if name != "otlp/grpc" {
+            received
+                .0
+                .sort_by_key(|r| r.resource_spans[0].scope_spans[0].spans[0].trace_id.clone());
+            received.1.sort_by_key(|r| format!("{r:?}"));
+            received.2.sort_by_key(|r| format!("{r:?}"));
+        }
+        assert_eq!(received.0, [traces(1), traces(2), traces(3)], "{name}");
+        assert_eq!(received.1, [logs(1, 8), logs(2, 8), logs(3, 8)], "{name}");
+        assert_eq!(received.2, [metrics(1), metrics(2), metrics(3)], "{name}");
         assert_eq!(
             metric(&stepline, "otelcol_exporter_sent_spans_total", name).await,
             9
@@ -743,7 +746,10 @@ async fn slow_backend_fills_the_queue_to_its_cap_and_clients_get_retryable_answe
         "the queued requests",
         Duration::from_secs(10),
         &stepline,
-        || *sink.logs.lock().unwrap() == expected,
+        || {
+            let logs = sink.logs.lock().unwrap();
+            logs.len() == expected.len() && expected.iter().all(|e| logs.contains(e))
+        },
     )
     .await;
     let response = post(&stepline, "/v1/logs", logs(100, 1000).encode_to_vec()).await;
@@ -1025,4 +1031,83 @@ fn unusable_tls_files_are_configuration_errors_with_their_path() {
     ] {
         assert!(stderr.contains(&expected), "{expected}\nnot in:\n{stderr}");
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn drop_oldest_makes_room_at_the_cap_instead_of_refusing() {
+    let sinks = start_downstream().await;
+    let gate = Arc::new(Semaphore::new(0));
+    *sinks.sink.gate.lock().unwrap() = Some(gate.clone());
+    const CAP: u64 = 20_000;
+    let stepline = Stepline::start_with(Options {
+        exporters: Some(format!(
+            "  otlp/lossy:\n{}",
+            exporter(
+                "grpc",
+                &format!("http://{}", sinks.grpc),
+                &format!(
+                    "    timeout: 30s\n    sending_queue: {{ queue_size_bytes: {CAP}, \
+                     when_full: drop_oldest, num_consumers: 1 }}\n"
+                )
+            )
+            .replace("    timeout: 2s\n", "")
+        )),
+        pipeline_exporters: Some("[otlp/lossy]".into()),
+        ..Options::default()
+    })
+    .await;
+    // ~2 KB each: four times the cap, all taken.
+    for n in 1..=40u8 {
+        let response = post(&stepline, "/v1/logs", logs(n, 1000).encode_to_vec()).await;
+        assert_eq!(response.status(), 200, "request {n} refused");
+    }
+    let id = "otlp/lossy";
+    let queued = metric(&stepline, "otelcol_exporter_queue_size", id).await;
+    assert!(queued <= CAP, "{queued} bytes queued over a {CAP}-byte cap");
+    let dropped = metric(
+        &stepline,
+        "stepline_exporter_dropped_oldest_log_records_total",
+        id,
+    )
+    .await;
+    assert!(dropped >= 40, "only {dropped} log records dropped");
+    assert_eq!(
+        metric(
+            &stepline,
+            "otelcol_exporter_enqueue_failed_log_records_total",
+            id
+        )
+        .await,
+        0
+    );
+    assert!(stepline
+        .log_tail()
+        .contains("dropped the oldest unsent entries"));
+
+    // The backend catches up: the request in flight and the newest ones arrive, the dropped
+    // ones never do, and every log record is either delivered or counted as dropped.
+    gate.add_permits(1000);
+    let sink = &sinks.sink;
+    wait_until(
+        "the kept requests",
+        Duration::from_secs(10),
+        &stepline,
+        || sink.logs.lock().unwrap().contains(&logs(40, 1000)),
+    )
+    .await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let received = sink.logs.lock().unwrap().clone();
+    assert!(
+        received.contains(&logs(1, 1000)),
+        "the request in flight was dropped"
+    );
+    assert!(
+        !received.contains(&logs(2, 1000)),
+        "the oldest queued request was not dropped"
+    );
+    assert_eq!(received.len() as u64 * 2 + dropped, 80);
+    assert_eq!(
+        metric(&stepline, "otelcol_exporter_queue_size", id).await,
+        0
+    );
 }

@@ -53,7 +53,7 @@ fn render_exporters(out: &mut String, outbox: &Outbox) {
         return;
     }
     type Pick = fn(&ExporterCounters) -> &SignalCounters;
-    let families: [(&str, &str, Pick); 5] = [
+    let families: [(&str, &str, Pick); 6] = [
         (
             "otelcol_exporter_sent",
             "Items the backend accepted.",
@@ -78,6 +78,11 @@ fn render_exporters(out: &mut String, outbox: &Outbox) {
             "stepline_exporter_possible_duplicates",
             "Items sent again after a restart that may already have reached the backend.",
             |c| &c.possible_duplicates,
+        ),
+        (
+            "stepline_exporter_dropped_oldest",
+            "Unsent items dropped to make room at the cap (sending_queue.when_full: drop_oldest).",
+            |c| &c.dropped_oldest,
         ),
     ];
     for (prefix, help, pick) in families {
