@@ -438,9 +438,30 @@ async fn forwards_every_signal_unchanged_over_both_exporter_kinds() {
             0
         );
     }
-    // The agent spans were interpreted on the way through.
+    // The agent spans were interpreted on the way through, and /metrics shows the store.
     let runs = stepline.get_list("/v1/runs", "runs").await;
     assert_eq!(runs.len(), 3);
+    let text = stepline
+        .client()
+        .get(stepline.api_url("/metrics"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    for gauge in [
+        "stepline_runs ",
+        "stepline_runs_running 0",
+        "stepline_snapshots ",
+        "stepline_tool_effects ",
+        "otelcol_receiver_refused_metric_points_total 0",
+    ] {
+        assert!(
+            text.lines().any(|line| line.starts_with(gauge)),
+            "{gauge} not in {text}"
+        );
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -737,6 +758,21 @@ async fn slow_backend_fills_the_queue_to_its_cap_and_clients_get_retryable_answe
         .await
         .unwrap_err();
     assert_eq!(status.code(), tonic::Code::Unavailable);
+    // Both refused log requests (HTTP and gRPC, two records each) are counted.
+    let text = stepline
+        .client()
+        .get(stepline.api_url("/metrics"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        text.lines()
+            .any(|line| line == "otelcol_receiver_refused_log_records_total 4"),
+        "{text}"
+    );
 
     // The backend catches up: everything acknowledged arrives, and new requests are taken.
     gate.add_permits(1000);

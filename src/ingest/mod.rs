@@ -81,6 +81,10 @@ pub struct IngestCounters {
     pub accepted_log_records: AtomicU64,
     /// Metric data points acknowledged.
     pub accepted_metric_points: AtomicU64,
+    /// Log records refused with a retryable error (queue full, overload, storage).
+    pub refused_log_records: AtomicU64,
+    /// Metric data points refused with a retryable error.
+    pub refused_metric_points: AtomicU64,
 }
 
 /// The ingest service. Cheap to share behind an `Arc`.
@@ -235,13 +239,20 @@ impl Ingest {
         });
         if !events.is_empty() || outbox.is_some() {
             // The events and the outbox entry commit in one batch.
-            self.writer
+            let submitted = self
+                .writer
                 .submit(Work::Received {
                     spans: Vec::new(),
                     logs: events,
                     outbox,
                 })
-                .await?;
+                .await;
+            if let Err(error) = submitted {
+                self.counters
+                    .refused_log_records
+                    .fetch_add(records as u64, Ordering::Relaxed);
+                return Err(error);
+            }
         }
         self.counters
             .accepted_log_records
@@ -269,13 +280,20 @@ impl Ingest {
             })
             .sum();
         if let Some(entry) = self.entry(SignalKind::Metrics, points as u64, &request) {
-            self.writer
+            let submitted = self
+                .writer
                 .submit(Work::Received {
                     spans: Vec::new(),
                     logs: Vec::new(),
                     outbox: Some(entry),
                 })
-                .await?;
+                .await;
+            if let Err(error) = submitted {
+                self.counters
+                    .refused_metric_points
+                    .fetch_add(points as u64, Ordering::Relaxed);
+                return Err(error);
+            }
         }
         self.counters
             .accepted_metric_points
