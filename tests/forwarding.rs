@@ -1147,3 +1147,60 @@ async fn drop_oldest_makes_room_at_the_cap_instead_of_refusing() {
         0
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn own_traces_go_to_the_configured_endpoint_and_are_flushed_on_sigterm() {
+    let backend = start_downstream().await;
+    let telemetry = start_downstream().await;
+    let mut stepline = Stepline::start_with(Options {
+        exporters: Some(format!(
+            "  otlp:\n{}",
+            exporter("grpc", &format!("http://{}", backend.grpc), "")
+        )),
+        pipeline_exporters: Some("[otlp]".into()),
+        service_extra: Some(format!(
+            "  shutdown_timeout: 3s\n  telemetry:\n    traces:\n      processors:\n\
+             \x20       - batch:\n            exporter:\n              otlp: {{ protocol: grpc, endpoint: http://{} }}\n",
+            telemetry.grpc
+        )),
+        ..Options::default()
+    })
+    .await;
+    send_grpc(&stepline, 1).await;
+    let sink = &backend.sink;
+    wait_until(
+        "the forwarded requests",
+        Duration::from_secs(10),
+        &stepline,
+        || every_sent_arrived(sink, &[1]),
+    )
+    .await;
+    let status = stepline
+        .terminate(Duration::from_secs(10))
+        .expect("stepline was running");
+    assert!(status.success(), "{status:?}\n{}", stepline.log_tail());
+    let log = stepline.log_tail();
+    assert!(
+        log.lines()
+            .any(|line| line.contains("sending what is left") && line.contains("3s")),
+        "{log}"
+    );
+    // One `stepline.export` span per forwarded request, from service.name = stepline.
+    let received = telemetry.sink.traces.lock().unwrap().clone();
+    let spans: Vec<_> = received
+        .iter()
+        .flat_map(|r| &r.resource_spans)
+        .filter(|r| {
+            r.resource
+                .as_ref()
+                .is_some_and(|res| res.attributes.contains(&kv("service.name", "stepline")))
+        })
+        .flat_map(|r| &r.scope_spans)
+        .flat_map(|s| &s.spans)
+        .filter(|s| s.name == "stepline.export")
+        .collect();
+    assert_eq!(spans.len(), 3, "{received:?}");
+    assert!(spans
+        .iter()
+        .all(|s| s.attributes.contains(&kv("exporter", "otlp"))));
+}

@@ -41,6 +41,21 @@ pub struct Config {
     pub exporters: Vec<ExporterConfig>,
     /// `service.telemetry.logs.level`, lowercased: `trace`, `debug`, `info`, `warn` or `error`.
     pub log_level: Option<String>,
+    /// `service.telemetry.traces`: stepline's own spans over OTLP; `None` (default) = off.
+    pub self_traces: Option<SelfTracesConfig>,
+    /// `service.shutdown_timeout`: how long the exporters may keep sending what is left in
+    /// the outbox after SIGTERM (default 5 s).
+    pub shutdown_timeout: Duration,
+}
+
+/// Default `service.shutdown_timeout`.
+pub const DEFAULT_SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Where stepline sends its own spans (`service.telemetry.traces`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SelfTracesConfig {
+    /// OTLP/gRPC endpoint, `http://host:port`.
+    pub endpoint: String,
 }
 
 /// `receivers.otlp`: at least one of the two protocols is `Some`.

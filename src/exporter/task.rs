@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::watch;
 use tokio::task::JoinSet;
+use tracing::Instrument;
 
 use super::client::{Client, Delivered};
 use super::error::ExportError;
@@ -112,7 +113,15 @@ impl ExporterTask {
                 })
                 .await;
                 for entry in dispatch {
-                    sends.spawn(this.clone().deliver(entry));
+                    // stepline's own trace of the send (exported with service.telemetry.traces).
+                    let span = tracing::info_span!(
+                        "stepline.export",
+                        exporter = %queue.id,
+                        signal = entry.signal.name(),
+                        items = entry.items,
+                        seq = entry.seq,
+                    );
+                    sends.spawn(this.clone().deliver(entry).instrument(span));
                 }
             }
             this.advance(&mut window).await;
