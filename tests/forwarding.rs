@@ -774,6 +774,17 @@ async fn slow_backend_fills_the_queue_to_its_cap_and_clients_get_retryable_answe
         "{text}"
     );
 
+    // Memory stays bounded while the backend takes nothing (the backlog waits on disk).
+    if let Some(pid) = stepline.pid() {
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+        let peak_kb: u64 = status
+            .lines()
+            .find_map(|line| line.strip_prefix("VmHWM:"))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+            .unwrap_or(0);
+        assert!(peak_kb < 256 * 1024, "peak RSS {peak_kb} kB");
+    }
+
     // The backend catches up: everything acknowledged arrives, and new requests are taken.
     gate.add_permits(1000);
     let sink = &sinks.sink;
