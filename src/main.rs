@@ -4,10 +4,13 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
-use stepline::config::Config;
+use opentelemetry::trace::TracerProvider as _;
+use opentelemetry_otlp::WithExportConfig;
+use opentelemetry_sdk::trace::SdkTracerProvider;
+use stepline::config::{Config, SelfTracesConfig};
 use tracing_subscriber::layer::SubscriberExt;
 use tracing_subscriber::util::SubscriberInitExt;
-use tracing_subscriber::EnvFilter;
+use tracing_subscriber::{EnvFilter, Layer};
 
 /// stepline: durable, resumable run state from the OpenTelemetry traces AI agents emit.
 #[derive(Parser)]
@@ -29,19 +32,29 @@ enum Command {
     Serve,
 }
 
+fn fmt_layer<S>() -> impl Layer<S>
+where
+    S: tracing::Subscriber + for<'a> tracing_subscriber::registry::LookupSpan<'a>,
+{
+    tracing_subscriber::fmt::layer().with_writer(std::io::stderr)
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    // Logging starts before the config loads, so its warnings (e.g. an unset variable) show;
-    // the config's level applies once it is read, unless RUST_LOG says otherwise.
+    // Logging works while the config loads, so its warnings (e.g. an unset variable) show;
+    // the process-wide subscriber (with the config's level, unless RUST_LOG says otherwise,
+    // and stepline's own traces when configured) is installed once it is read.
     let from_env = std::env::var("RUST_LOG").ok();
-    let (filter, level) = tracing_subscriber::reload::Layer::new(EnvFilter::new(
-        from_env.clone().unwrap_or_else(|| "info".into()),
-    ));
-    tracing_subscriber::registry()
-        .with(filter)
-        .with(tracing_subscriber::fmt::layer().with_writer(std::io::stderr))
-        .init();
-    let config = match Config::load(&cli.config) {
+    let loading = tracing_subscriber::registry()
+        .with(EnvFilter::new(
+            from_env.clone().unwrap_or_else(|| "info".into()),
+        ))
+        .with(fmt_layer());
+    let loaded = tracing::subscriber::with_default(loading, || {
+        Config::load(&cli.config)
+            .and_then(|config| stepline::exporter::check_tls(&config).map(|()| config))
+    });
+    let config = match loaded {
         Ok(c) => c,
         Err(e) => {
             eprintln!("stepline: invalid configuration:\n{e}");
@@ -53,9 +66,6 @@ fn main() -> ExitCode {
         return ExitCode::SUCCESS;
     }
     let (Some(Command::Serve) | None) = cli.command;
-    if let (None, Some(configured)) = (from_env, &config.log_level) {
-        let _ = level.modify(|f| *f = EnvFilter::new(configured));
-    }
     let runtime = match tokio::runtime::Runtime::new() {
         Ok(r) => r,
         Err(e) => {
@@ -63,11 +73,65 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    match runtime.block_on(stepline::service::run(config)) {
+    let level = from_env
+        .or_else(|| config.log_level.clone())
+        .unwrap_or_else(|| "info".into());
+    // The OTLP exporter's gRPC channel lives on the runtime.
+    let self_traces = {
+        let _guard = runtime.enter();
+        config.self_traces.as_ref().map(self_tracer).transpose()
+    };
+    let provider = match self_traces {
+        Ok(provider) => provider,
+        Err(e) => {
+            eprintln!("stepline: cannot start its own trace exporter: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    // Only stepline's own spans go out, never those of the libraries exporting them.
+    let otel = provider.as_ref().map(|provider| {
+        tracing_opentelemetry::layer()
+            .with_tracer(provider.tracer("stepline"))
+            .with_filter(
+                tracing_subscriber::filter::Targets::new()
+                    .with_target("stepline", tracing::Level::INFO),
+            )
+    });
+    tracing_subscriber::registry()
+        .with(EnvFilter::new(level))
+        .with(fmt_layer())
+        .with(otel)
+        .init();
+    if let Some(traces) = &config.self_traces {
+        tracing::info!(endpoint = %traces.endpoint, "exporting stepline's own traces");
+    }
+    let outcome = runtime.block_on(stepline::service::run(config));
+    if let Some(provider) = provider {
+        if let Err(e) = provider.shutdown() {
+            eprintln!("stepline: flushing its own traces failed: {e}");
+        }
+    }
+    match outcome {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("stepline: {e:#}");
             ExitCode::FAILURE
         }
     }
+}
+
+/// The tracer provider for `service.telemetry.traces`: OTLP/gRPC, batched.
+fn self_tracer(config: &SelfTracesConfig) -> Result<SdkTracerProvider, String> {
+    let exporter = opentelemetry_otlp::SpanExporter::builder()
+        .with_tonic()
+        .with_endpoint(config.endpoint.clone())
+        .build()
+        .map_err(|e| e.to_string())?;
+    let resource = opentelemetry_sdk::Resource::builder()
+        .with_service_name("stepline")
+        .build();
+    Ok(SdkTracerProvider::builder()
+        .with_batch_exporter(exporter)
+        .with_resource(resource)
+        .build())
 }

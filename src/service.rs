@@ -2,7 +2,7 @@
 //!
 //! Order of shutdown: receivers and the API stop accepting and finish in-flight requests (each
 //! answered only after its commit, so everything acknowledged is on disk, outbox included);
-//! the exporters then get [`EXPORT_DRAIN_DEADLINE`] to send what is left. What they do not
+//! the exporters then get `service.shutdown_timeout` (default 5 s) to send what is left. What they do not
 //! send stays in the outbox and goes out after the next start.
 
 use std::future::Future;
@@ -127,22 +127,17 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
         tracing::warn!("shutdown deadline passed; stopping anyway");
     }
     if !exporters.is_empty() {
-        tracing::info!(deadline = ?EXPORT_DRAIN_DEADLINE, "sending what is left in the outbox");
+        let deadline = config.shutdown_timeout;
+        tracing::info!(?deadline, "sending what is left in the outbox");
         let _ = export_stop_tx.send(true);
         let drained = async { while exporters.join_next().await.is_some() {} };
-        if tokio::time::timeout(EXPORT_DRAIN_DEADLINE, drained)
-            .await
-            .is_err()
-        {
+        if tokio::time::timeout(deadline, drained).await.is_err() {
             tracing::warn!("exporters did not finish in time; the rest stays in the outbox");
             exporters.abort_all();
         }
     }
     outcome
 }
-
-/// How long the exporters may keep sending after the receivers stopped.
-pub const EXPORT_DRAIN_DEADLINE: Duration = Duration::from_secs(5);
 
 async fn bind(endpoint: &str, what: &str) -> anyhow::Result<TcpListener> {
     let listener = TcpListener::bind(endpoint)

@@ -360,12 +360,14 @@ async fn forwards_every_signal_unchanged_over_both_exporter_kinds() {
     let proto_sink = start_downstream().await;
     let json_sink = start_downstream().await;
     let exporters = [
+        // One request in flight at a time: strict arrival order.
         format!(
             "  otlp/grpc:\n{}",
             exporter(
                 "grpc",
                 &format!("http://{}", grpc_sink.grpc),
-                "    compression: zstd\n    headers: { x-tenant: t1 }\n"
+                "    compression: zstd\n    headers: { x-tenant: t1 }\n\
+                 \x20   sending_queue: { num_consumers: 1 }\n"
             )
         ),
         format!(
@@ -402,22 +404,23 @@ async fn forwards_every_signal_unchanged_over_both_exporter_kinds() {
             sink.metrics.lock().unwrap().len() == 3
         })
         .await;
-        // In order, exactly once, decoded requests equal to what the agent sent.
-        assert_eq!(
-            *sink.traces.lock().unwrap(),
-            [traces(1), traces(2), traces(3)],
-            "{name}"
+        // Exactly once, decoded requests equal to what the agent sent; in order with one
+        // consumer (with several, requests may overtake each other, as in the Collector).
+        let mut received = (
+            sink.traces.lock().unwrap().clone(),
+            sink.logs.lock().unwrap().clone(),
+            sink.metrics.lock().unwrap().clone(),
         );
-        assert_eq!(
-            *sink.logs.lock().unwrap(),
-            [logs(1, 8), logs(2, 8), logs(3, 8)],
-            "{name}"
-        );
-        assert_eq!(
-            *sink.metrics.lock().unwrap(),
-            [metrics(1), metrics(2), metrics(3)],
-            "{name}"
-        );
+        if name != "otlp/grpc" {
+            received
+                .0
+                .sort_by_key(|r| r.resource_spans[0].scope_spans[0].spans[0].trace_id.clone());
+            received.1.sort_by_key(|r| format!("{r:?}"));
+            received.2.sort_by_key(|r| format!("{r:?}"));
+        }
+        assert_eq!(received.0, [traces(1), traces(2), traces(3)], "{name}");
+        assert_eq!(received.1, [logs(1, 8), logs(2, 8), logs(3, 8)], "{name}");
+        assert_eq!(received.2, [metrics(1), metrics(2), metrics(3)], "{name}");
         assert_eq!(
             metric(&stepline, "otelcol_exporter_sent_spans_total", name).await,
             9
@@ -435,9 +438,30 @@ async fn forwards_every_signal_unchanged_over_both_exporter_kinds() {
             0
         );
     }
-    // The agent spans were interpreted on the way through.
+    // The agent spans were interpreted on the way through, and /metrics shows the store.
     let runs = stepline.get_list("/v1/runs", "runs").await;
     assert_eq!(runs.len(), 3);
+    let text = stepline
+        .client()
+        .get(stepline.api_url("/metrics"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    for gauge in [
+        "stepline_runs ",
+        "stepline_runs_running 0",
+        "stepline_snapshots ",
+        "stepline_tool_effects ",
+        "otelcol_receiver_refused_metric_points_total 0",
+    ] {
+        assert!(
+            text.lines().any(|line| line.starts_with(gauge)),
+            "{gauge} not in {text}"
+        );
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -734,6 +758,32 @@ async fn slow_backend_fills_the_queue_to_its_cap_and_clients_get_retryable_answe
         .await
         .unwrap_err();
     assert_eq!(status.code(), tonic::Code::Unavailable);
+    // Both refused log requests (HTTP and gRPC, two records each) are counted.
+    let text = stepline
+        .client()
+        .get(stepline.api_url("/metrics"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        text.lines()
+            .any(|line| line == "otelcol_receiver_refused_log_records_total 4"),
+        "{text}"
+    );
+
+    // Memory stays bounded while the backend takes nothing (the backlog waits on disk).
+    if let Some(pid) = stepline.pid() {
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+        let peak_kb: u64 = status
+            .lines()
+            .find_map(|line| line.strip_prefix("VmHWM:"))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+            .unwrap_or(0);
+        assert!(peak_kb < 256 * 1024, "peak RSS {peak_kb} kB");
+    }
 
     // The backend catches up: everything acknowledged arrives, and new requests are taken.
     gate.add_permits(1000);
@@ -743,7 +793,10 @@ async fn slow_backend_fills_the_queue_to_its_cap_and_clients_get_retryable_answe
         "the queued requests",
         Duration::from_secs(10),
         &stepline,
-        || *sink.logs.lock().unwrap() == expected,
+        || {
+            let logs = sink.logs.lock().unwrap();
+            logs.len() == expected.len() && expected.iter().all(|e| logs.contains(e))
+        },
     )
     .await;
     let response = post(&stepline, "/v1/logs", logs(100, 1000).encode_to_vec()).await;
@@ -770,4 +823,395 @@ async fn sigterm_drains_the_outbox_within_the_deadline() {
         .expect("stepline was running");
     assert!(status.success(), "{status:?}\n{}", stepline.log_tail());
     assert!(every_sent_arrived(&sinks.sink, &[1, 2, 3, 4, 5]));
+}
+
+// ---------------------------------------------------------------------------------------------
+// TLS: a CA, certificates and a TLS front for the downstream, all made by the test.
+
+/// A certificate authority made for one test.
+fn test_ca(name: &str) -> rcgen::CertifiedIssuer<'static, rcgen::KeyPair> {
+    let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+    params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+    params
+        .distinguished_name
+        .push(rcgen::DnType::CommonName, name);
+    params.key_usages = vec![
+        rcgen::KeyUsagePurpose::KeyCertSign,
+        rcgen::KeyUsagePurpose::DigitalSignature,
+    ];
+    rcgen::CertifiedIssuer::self_signed(params, rcgen::KeyPair::generate().unwrap()).unwrap()
+}
+
+/// A leaf certificate for `names`, signed by `ca`: (certificate PEM, key PEM).
+fn test_leaf(
+    ca: &rcgen::CertifiedIssuer<'static, rcgen::KeyPair>,
+    names: &[&str],
+    client: bool,
+) -> (String, String) {
+    let mut params =
+        rcgen::CertificateParams::new(names.iter().map(|n| n.to_string()).collect::<Vec<_>>())
+            .unwrap();
+    params.extended_key_usages = vec![if client {
+        rcgen::ExtendedKeyUsagePurpose::ClientAuth
+    } else {
+        rcgen::ExtendedKeyUsagePurpose::ServerAuth
+    }];
+    let key = rcgen::KeyPair::generate().unwrap();
+    let certificate = params.signed_by(&key, ca).unwrap();
+    (certificate.pem(), key.serialize_pem())
+}
+
+/// A TLS front for a plain-text downstream at `backend`: terminates TLS with the given server
+/// certificate (and requires a client certificate from `client_ca` when set), then pipes the
+/// bytes through. Returns its address.
+async fn tls_front(
+    backend: std::net::SocketAddr,
+    (cert, key): &(String, String),
+    client_ca: Option<&str>,
+) -> std::net::SocketAddr {
+    use rustls::pki_types::pem::PemObject;
+    use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let chain = CertificateDer::pem_slice_iter(cert.as_bytes())
+        .collect::<Result<Vec<_>, _>>()
+        .unwrap();
+    let key = PrivateKeyDer::from_pem_slice(key.as_bytes()).unwrap();
+    let builder = rustls::ServerConfig::builder_with_provider(provider.clone())
+        .with_safe_default_protocol_versions()
+        .unwrap();
+    let builder = match client_ca {
+        Some(pem) => {
+            let mut roots = rustls::RootCertStore::empty();
+            for certificate in CertificateDer::pem_slice_iter(pem.as_bytes()) {
+                roots.add(certificate.unwrap()).unwrap();
+            }
+            let verifier = rustls::server::WebPkiClientVerifier::builder_with_provider(
+                Arc::new(roots),
+                provider,
+            )
+            .build()
+            .unwrap();
+            builder.with_client_cert_verifier(verifier)
+        }
+        None => builder.with_no_client_auth(),
+    };
+    let mut config = builder.with_single_cert(chain, key).unwrap();
+    config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+    let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let address = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        while let Ok((tcp, _)) = listener.accept().await {
+            let acceptor = acceptor.clone();
+            tokio::spawn(async move {
+                // A failed handshake is the client's to report.
+                let Ok(mut tls) = acceptor.accept(tcp).await else {
+                    return;
+                };
+                let Ok(mut plain) = tokio::net::TcpStream::connect(backend).await else {
+                    return;
+                };
+                let _ = tokio::io::copy_bidirectional(&mut tls, &mut plain).await;
+            });
+        }
+    });
+    address
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tls_and_mutual_tls_deliver_over_both_exporter_kinds() {
+    let pki = tempfile::tempdir().unwrap();
+    let ca = test_ca("stepline test CA");
+    let ca_file = pki.path().join("ca.pem");
+    std::fs::write(&ca_file, ca.pem()).unwrap();
+    let (client_cert, client_key) = test_leaf(&ca, &["stepline"], true);
+    let (cert_file, key_file) = (pki.path().join("client.pem"), pki.path().join("client.key"));
+    std::fs::write(&cert_file, client_cert).unwrap();
+    std::fs::write(&key_file, client_key).unwrap();
+
+    // gRPC: mutual TLS, certificate for 127.0.0.1. HTTP: a certificate for another name only.
+    let grpc_sinks = start_downstream().await;
+    let http_sinks = start_downstream().await;
+    let grpc_front = tls_front(
+        grpc_sinks.grpc,
+        &test_leaf(&ca, &["127.0.0.1"], false),
+        Some(&ca.pem()),
+    )
+    .await;
+    let http_front = tls_front(
+        http_sinks.http,
+        &test_leaf(&ca, &["sink.test"], false),
+        None,
+    )
+    .await;
+    let exporters = format!(
+        "  otlp/tls:\n{}  otlphttp/tls:\n{}",
+        // Scheme-less: TLS, as in the Collector.
+        exporter(
+            "grpc",
+            &grpc_front.to_string(),
+            &format!(
+                "    tls: {{ ca_file: {}, cert_file: {}, key_file: {} }}\n",
+                ca_file.display(),
+                cert_file.display(),
+                key_file.display()
+            )
+        ),
+        exporter(
+            "http",
+            &format!("https://{http_front}"),
+            &format!(
+                "    tls: {{ ca_file: {}, server_name_override: sink.test }}\n",
+                ca_file.display()
+            )
+        ),
+    );
+    let stepline = Stepline::start_with(Options {
+        exporters: Some(exporters),
+        pipeline_exporters: Some("[otlp/tls, otlphttp/tls]".into()),
+        ..Options::default()
+    })
+    .await;
+    send_grpc(&stepline, 1).await;
+    send_http(&stepline, 2).await;
+    for (id, sinks) in [("otlp/tls", &grpc_sinks), ("otlphttp/tls", &http_sinks)] {
+        let sink = &sinks.sink;
+        wait_until(id, Duration::from_secs(15), &stepline, || {
+            every_sent_arrived(sink, &[1, 2])
+        })
+        .await;
+        assert_eq!(
+            metric(&stepline, "otelcol_exporter_sent_spans_total", id).await,
+            6
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tls_with_an_unknown_ca_or_no_client_certificate_fails_logged_and_counted() {
+    let pki = tempfile::tempdir().unwrap();
+    let (ca, other) = (test_ca("backend CA"), test_ca("some other CA"));
+    let other_file = pki.path().join("other.pem");
+    std::fs::write(&other_file, other.pem()).unwrap();
+    let ca_file = pki.path().join("ca.pem");
+    std::fs::write(&ca_file, ca.pem()).unwrap();
+    let sinks = start_downstream().await;
+    let server = test_leaf(&ca, &["127.0.0.1"], false);
+    let plain_tls = tls_front(sinks.grpc, &server, None).await;
+    let mutual = tls_front(sinks.http, &server, Some(&ca.pem())).await;
+    let exporters = format!(
+        "  otlp/wrong_ca:\n{}  otlphttp/no_client_cert:\n{}",
+        exporter(
+            "grpc",
+            &format!("https://{plain_tls}"),
+            &format!("    tls: {{ ca_file: {} }}\n", other_file.display())
+        ),
+        exporter(
+            "http",
+            &format!("https://{mutual}"),
+            &format!("    tls: {{ ca_file: {} }}\n", ca_file.display())
+        ),
+    );
+    let stepline = Stepline::start_with(Options {
+        exporters: Some(exporters),
+        pipeline_exporters: Some("[otlp/wrong_ca, otlphttp/no_client_cert]".into()),
+        ..Options::default()
+    })
+    .await;
+    send_grpc(&stepline, 1).await;
+    for id in ["otlp/wrong_ca", "otlphttp/no_client_cert"] {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while metric(&stepline, "stepline_exporter_retries_total", id).await == 0 {
+            assert!(Instant::now() < deadline, "{id}: no failed attempt counted");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        assert!(metric(&stepline, "otelcol_exporter_queue_size", id).await > 0);
+    }
+    let log = stepline.log_tail();
+    assert!(
+        log.contains("otlp/wrong_ca") && log.contains("UnknownIssuer"),
+        "the certificate error is not logged:\n{log}"
+    );
+    assert!(
+        log.contains("otlphttp/no_client_cert"),
+        "the handshake failure is not logged:\n{log}"
+    );
+    assert!(sinks.sink.traces.lock().unwrap().is_empty());
+}
+
+#[test]
+fn unusable_tls_files_are_configuration_errors_with_their_path() {
+    let dir = tempfile::tempdir().unwrap();
+    let not_pem = dir.path().join("not.pem");
+    std::fs::write(&not_pem, "hello").unwrap();
+    let config = dir.path().join("collector.yaml");
+    std::fs::write(
+        &config,
+        format!(
+            "exporters:\n  otlp/a:\n    endpoint: https://127.0.0.1:1\n    tls: {{ ca_file: {dir}/missing.pem }}\n\
+             \x20 otlphttp/b:\n    endpoint: https://127.0.0.1:2\n    tls: {{ cert_file: {pem}, key_file: {pem} }}\n\
+             service:\n  pipelines:\n    traces: {{ receivers: [otlp], exporters: [otlp/a, otlphttp/b] }}\n\
+             receivers:\n  otlp:\n    protocols: {{ grpc: {{}} }}\n",
+            dir = dir.path().display(),
+            pem = not_pem.display()
+        ),
+    )
+    .unwrap();
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_stepline"))
+        .arg("--config")
+        .arg(&config)
+        .arg("--validate-config")
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    let file = config.display();
+    for expected in [
+        format!(
+            "{file}: exporters.otlp/a.tls.ca_file: cannot read {}/missing.pem",
+            dir.path().display()
+        ),
+        format!(
+            "{file}: exporters.otlphttp/b.tls.cert_file: no PEM certificate in {}",
+            not_pem.display()
+        ),
+    ] {
+        assert!(stderr.contains(&expected), "{expected}\nnot in:\n{stderr}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn drop_oldest_makes_room_at_the_cap_instead_of_refusing() {
+    let sinks = start_downstream().await;
+    let gate = Arc::new(Semaphore::new(0));
+    *sinks.sink.gate.lock().unwrap() = Some(gate.clone());
+    const CAP: u64 = 20_000;
+    let stepline = Stepline::start_with(Options {
+        exporters: Some(format!(
+            "  otlp/lossy:\n{}",
+            exporter(
+                "grpc",
+                &format!("http://{}", sinks.grpc),
+                &format!(
+                    "    timeout: 30s\n    sending_queue: {{ queue_size_bytes: {CAP}, \
+                     when_full: drop_oldest, num_consumers: 1 }}\n"
+                )
+            )
+            .replace("    timeout: 2s\n", "")
+        )),
+        pipeline_exporters: Some("[otlp/lossy]".into()),
+        ..Options::default()
+    })
+    .await;
+    // ~2 KB each: four times the cap, all taken.
+    for n in 1..=40u8 {
+        let response = post(&stepline, "/v1/logs", logs(n, 1000).encode_to_vec()).await;
+        assert_eq!(response.status(), 200, "request {n} refused");
+    }
+    let id = "otlp/lossy";
+    let queued = metric(&stepline, "otelcol_exporter_queue_size", id).await;
+    assert!(queued <= CAP, "{queued} bytes queued over a {CAP}-byte cap");
+    let dropped = metric(
+        &stepline,
+        "stepline_exporter_dropped_oldest_log_records_total",
+        id,
+    )
+    .await;
+    assert!(dropped >= 40, "only {dropped} log records dropped");
+    assert_eq!(
+        metric(
+            &stepline,
+            "otelcol_exporter_enqueue_failed_log_records_total",
+            id
+        )
+        .await,
+        0
+    );
+    assert!(stepline
+        .log_tail()
+        .contains("dropped the oldest unsent entries"));
+
+    // The backend catches up: the request in flight and the newest ones arrive, the dropped
+    // ones never do, and every log record is either delivered or counted as dropped.
+    gate.add_permits(1000);
+    let sink = &sinks.sink;
+    wait_until(
+        "the kept requests",
+        Duration::from_secs(10),
+        &stepline,
+        || sink.logs.lock().unwrap().contains(&logs(40, 1000)),
+    )
+    .await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let received = sink.logs.lock().unwrap().clone();
+    assert!(
+        received.contains(&logs(1, 1000)),
+        "the request in flight was dropped"
+    );
+    assert!(
+        !received.contains(&logs(2, 1000)),
+        "the oldest queued request was not dropped"
+    );
+    assert_eq!(received.len() as u64 * 2 + dropped, 80);
+    assert_eq!(
+        metric(&stepline, "otelcol_exporter_queue_size", id).await,
+        0
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn own_traces_go_to_the_configured_endpoint_and_are_flushed_on_sigterm() {
+    let backend = start_downstream().await;
+    let telemetry = start_downstream().await;
+    let mut stepline = Stepline::start_with(Options {
+        exporters: Some(format!(
+            "  otlp:\n{}",
+            exporter("grpc", &format!("http://{}", backend.grpc), "")
+        )),
+        pipeline_exporters: Some("[otlp]".into()),
+        service_extra: Some(format!(
+            "  shutdown_timeout: 3s\n  telemetry:\n    traces:\n      processors:\n\
+             \x20       - batch:\n            exporter:\n              otlp: {{ protocol: grpc, endpoint: http://{} }}\n",
+            telemetry.grpc
+        )),
+        ..Options::default()
+    })
+    .await;
+    send_grpc(&stepline, 1).await;
+    let sink = &backend.sink;
+    wait_until(
+        "the forwarded requests",
+        Duration::from_secs(10),
+        &stepline,
+        || every_sent_arrived(sink, &[1]),
+    )
+    .await;
+    let status = stepline
+        .terminate(Duration::from_secs(10))
+        .expect("stepline was running");
+    assert!(status.success(), "{status:?}\n{}", stepline.log_tail());
+    let log = stepline.log_tail();
+    assert!(
+        log.lines()
+            .any(|line| line.contains("sending what is left") && line.contains("3s")),
+        "{log}"
+    );
+    // One `stepline.export` span per forwarded request, from service.name = stepline.
+    let received = telemetry.sink.traces.lock().unwrap().clone();
+    let spans: Vec<_> = received
+        .iter()
+        .flat_map(|r| &r.resource_spans)
+        .filter(|r| {
+            r.resource
+                .as_ref()
+                .is_some_and(|res| res.attributes.contains(&kv("service.name", "stepline")))
+        })
+        .flat_map(|r| &r.scope_spans)
+        .flat_map(|s| &s.spans)
+        .filter(|s| s.name == "stepline.export")
+        .collect();
+    assert_eq!(spans.len(), 3, "{received:?}");
+    assert!(spans
+        .iter()
+        .all(|s| s.attributes.contains(&kv("exporter", "otlp"))));
 }

@@ -6,11 +6,47 @@ use std::sync::atomic::Ordering;
 use crate::config::SignalKind;
 use crate::exporter::{item_name, ExporterCounters, ExporterQueue, Outbox, SignalCounters};
 use crate::ingest::IngestCounters;
+use crate::store::keys::cf;
+use crate::store::Store;
 
-/// Renders the counters: the receiver's, then each exporter's (label `exporter="<id>"`).
-pub fn render(c: &IngestCounters, outbox: &Outbox) -> String {
+/// What the store holds, read for each scrape: cheap estimates from RocksDB, plus the exact
+/// number of running runs (an index prefix; running runs are few).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct StoreGauges {
+    /// Runs of any status (estimate).
+    pub runs: u64,
+    /// Runs with status `running`.
+    pub running_runs: u64,
+    /// Step events (estimate).
+    pub events: u64,
+    /// Snapshots (estimate).
+    pub snapshots: u64,
+    /// Tool effects (estimate).
+    pub effects: u64,
+    /// Outbox entries not yet deleted (estimate).
+    pub outbox_entries: u64,
+}
+
+impl StoreGauges {
+    /// Reads the gauges; `None` when the store cannot answer (the scrape still renders the
+    /// counters).
+    pub fn read(store: &Store) -> Option<Self> {
+        Some(Self {
+            runs: store.estimated_keys(cf::RUNS).ok()?,
+            running_runs: store.running_run_ids().ok()?.len() as u64,
+            events: store.estimated_keys(cf::EVENTS).ok()?,
+            snapshots: store.estimated_keys(cf::SNAPSHOTS).ok()?,
+            effects: store.estimated_keys(cf::EFFECTS).ok()?,
+            outbox_entries: store.estimated_keys(cf::OUTBOX).ok()?,
+        })
+    }
+}
+
+/// Renders the counters: the receiver's, the store's gauges (when read), then each
+/// exporter's (label `exporter="<id>"`).
+pub fn render(c: &IngestCounters, outbox: &Outbox, store: Option<StoreGauges>) -> String {
     let mut out = String::new();
-    let rows: [(&str, &str, u64); 5] = [
+    let rows: [(&str, &str, u64); 7] = [
         (
             "otelcol_receiver_accepted_spans",
             "Spans acknowledged after a durable commit.",
@@ -27,9 +63,19 @@ pub fn render(c: &IngestCounters, outbox: &Outbox) -> String {
             c.accepted_log_records.load(Ordering::Relaxed),
         ),
         (
+            "otelcol_receiver_refused_log_records",
+            "Log records refused with a retryable error (queue full, overload).",
+            c.refused_log_records.load(Ordering::Relaxed),
+        ),
+        (
             "otelcol_receiver_accepted_metric_points",
             "Metric data points acknowledged.",
             c.accepted_metric_points.load(Ordering::Relaxed),
+        ),
+        (
+            "otelcol_receiver_refused_metric_points",
+            "Metric data points refused with a retryable error (queue full, overload).",
+            c.refused_metric_points.load(Ordering::Relaxed),
         ),
         (
             "stepline_interpreted_spans",
@@ -43,6 +89,46 @@ pub fn render(c: &IngestCounters, outbox: &Outbox) -> String {
             "# HELP {name} {help}\n# TYPE {name} counter\n{name}_total {value}"
         );
     }
+    if let Some(g) = store {
+        let gauges = [
+            (
+                "stepline_runs",
+                "Runs stored, any status (RocksDB estimate).",
+                g.runs,
+            ),
+            (
+                "stepline_runs_running",
+                "Runs with status running.",
+                g.running_runs,
+            ),
+            (
+                "stepline_step_events",
+                "Step events stored (RocksDB estimate).",
+                g.events,
+            ),
+            (
+                "stepline_snapshots",
+                "Snapshots stored (RocksDB estimate).",
+                g.snapshots,
+            ),
+            (
+                "stepline_tool_effects",
+                "Tool effects stored (RocksDB estimate).",
+                g.effects,
+            ),
+            (
+                "stepline_outbox_entries",
+                "Outbox entries not yet deleted (RocksDB estimate).",
+                g.outbox_entries,
+            ),
+        ];
+        for (name, help, value) in gauges {
+            let _ = writeln!(
+                out,
+                "# HELP {name} {help}\n# TYPE {name} gauge\n{name} {value}"
+            );
+        }
+    }
     render_exporters(&mut out, outbox);
     out
 }
@@ -53,7 +139,7 @@ fn render_exporters(out: &mut String, outbox: &Outbox) {
         return;
     }
     type Pick = fn(&ExporterCounters) -> &SignalCounters;
-    let families: [(&str, &str, Pick); 5] = [
+    let families: [(&str, &str, Pick); 6] = [
         (
             "otelcol_exporter_sent",
             "Items the backend accepted.",
@@ -78,6 +164,11 @@ fn render_exporters(out: &mut String, outbox: &Outbox) {
             "stepline_exporter_possible_duplicates",
             "Items sent again after a restart that may already have reached the backend.",
             |c| &c.possible_duplicates,
+        ),
+        (
+            "stepline_exporter_dropped_oldest",
+            "Unsent items dropped to make room at the cap (sending_queue.when_full: drop_oldest).",
+            |c| &c.dropped_oldest,
         ),
     ];
     for (prefix, help, pick) in families {

@@ -66,9 +66,13 @@ async fn require_token(State(state): State<ApiState>, request: Request, next: Ne
 }
 
 async fn metrics(State(state): State<ApiState>) -> impl IntoResponse {
+    let gauges = blocking(&state, |store| Ok(super::metrics::StoreGauges::read(store)))
+        .await
+        .ok()
+        .flatten();
     (
         [(http::header::CONTENT_TYPE, "text/plain; version=0.0.4")],
-        super::metrics::render(state.ingest.counters(), state.ingest.outbox()),
+        super::metrics::render(state.ingest.counters(), state.ingest.outbox(), gauges),
     )
 }
 

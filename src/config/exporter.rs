@@ -4,9 +4,11 @@ use std::time::Duration;
 
 use super::duration::parse_duration;
 use super::error::ConfigProblem;
+use std::path::PathBuf;
+
 use super::model::{
-    Compression, ExporterConfig, ExporterProtocol, RetryConfig, DEFAULT_EXPORT_TIMEOUT,
-    DEFAULT_QUEUE_SIZE_BYTES,
+    Compression, ExporterConfig, ExporterProtocol, RetryConfig, TlsConfig, WhenFull,
+    DEFAULT_EXPORT_TIMEOUT, DEFAULT_NUM_CONSUMERS, DEFAULT_QUEUE_SIZE_BYTES,
 };
 use super::raw::{RawOtlpExporter, RawRetry, RawTls, Text};
 
@@ -14,9 +16,6 @@ use super::raw::{RawOtlpExporter, RawRetry, RawTls, Text};
 pub(crate) const OTLP_EXPORTER: &str = "otlp";
 /// The HTTP exporter type.
 pub(crate) const OTLPHTTP_EXPORTER: &str = "otlphttp";
-
-const NO_TLS: &str = "TLS is not available in this build of stepline; use a plain-text endpoint \
-                      (http://…, or tls.insecure: true)";
 
 /// Validates one exporter's settings at `path` (`exporters.<id>`). The returned config has no
 /// `signals` yet: the pipelines fill them in.
@@ -52,7 +51,8 @@ pub(crate) fn validate_exporter(
         }
     };
 
-    let insecure = tls_insecure(raw.tls.as_ref(), &mut problem);
+    let raw_tls = raw.tls.unwrap_or_default();
+    let insecure = raw_tls.insecure.unwrap_or(false);
     let endpoint = match raw.endpoint {
         None => {
             problem(
@@ -68,6 +68,10 @@ pub(crate) fn validate_exporter(
                 None
             }
         },
+    };
+    let tls = match &endpoint {
+        Some(url) => tls(raw_tls, url.starts_with("https://"), &mut problem),
+        None => None,
     };
 
     let mut headers = Vec::new();
@@ -137,6 +141,28 @@ pub(crate) fn validate_exporter(
         }
         Some(bytes) => Some(bytes),
     };
+    let when_full = match queue.when_full.as_ref().map(|t| t.0.trim()) {
+        None | Some("" | "refuse") => Some(WhenFull::Refuse),
+        Some("drop_oldest") => Some(WhenFull::DropOldest),
+        Some(other) => {
+            problem(
+                "sending_queue.when_full",
+                format!("unknown value \"{other}\" (expected refuse or drop_oldest)"),
+            );
+            None
+        }
+    };
+    let num_consumers = match queue.num_consumers {
+        None => Some(DEFAULT_NUM_CONSUMERS),
+        Some(n @ 1..=1000) => usize::try_from(n).ok(),
+        Some(n) => {
+            problem(
+                "sending_queue.num_consumers",
+                format!("must be between 1 and 1000, got {n}"),
+            );
+            None
+        }
+    };
 
     let enrich_run_id = raw.enrich_run_id.unwrap_or(false);
     match (
@@ -145,7 +171,7 @@ pub(crate) fn validate_exporter(
         compression,
         timeout,
         retry,
-        queue_size_bytes,
+        (queue_size_bytes, when_full, num_consumers),
     ) {
         (
             Some(protocol),
@@ -153,16 +179,19 @@ pub(crate) fn validate_exporter(
             Some(compression),
             Some(timeout),
             Some(retry),
-            Some(queue_size_bytes),
+            (Some(queue_size_bytes), Some(when_full), Some(num_consumers)),
         ) if problems.is_empty() => Ok(ExporterConfig {
             id: id.to_owned(),
             protocol,
             endpoint,
+            tls,
             headers,
             compression,
             timeout,
             retry,
             queue_size_bytes,
+            when_full,
+            num_consumers,
             enrich_run_id,
             signals: Vec::new(),
         }),
@@ -170,50 +199,86 @@ pub(crate) fn validate_exporter(
     }
 }
 
-/// `tls.insecure`, reporting the TLS settings this build cannot honour.
-fn tls_insecure(tls: Option<&RawTls>, problem: &mut impl FnMut(&str, String)) -> bool {
-    let Some(tls) = tls else {
-        return false;
+/// The TLS settings of an endpoint that uses TLS (`tls_on`); on a plain-text endpoint, the
+/// settings that would have no effect are reported.
+fn tls(raw: RawTls, tls_on: bool, problem: &mut impl FnMut(&str, String)) -> Option<TlsConfig> {
+    let path = |value: Option<Text>| {
+        value
+            .map(|Text(text)| text.trim().to_owned())
+            .filter(|text| !text.is_empty())
     };
-    for (key, value) in [
-        ("ca_file", &tls.ca_file),
-        ("cert_file", &tls.cert_file),
-        ("key_file", &tls.key_file),
-    ] {
-        if value.as_ref().is_some_and(|Text(text)| !text.is_empty()) {
-            problem(&format!("tls.{key}"), NO_TLS.into());
+    let config = TlsConfig {
+        ca_file: path(raw.ca_file).map(PathBuf::from),
+        cert_file: path(raw.cert_file).map(PathBuf::from),
+        key_file: path(raw.key_file).map(PathBuf::from),
+        insecure_skip_verify: raw.insecure_skip_verify.unwrap_or(false),
+        server_name_override: path(raw.server_name_override),
+    };
+    if !tls_on {
+        let unused = [
+            ("ca_file", config.ca_file.is_some()),
+            ("cert_file", config.cert_file.is_some()),
+            ("key_file", config.key_file.is_some()),
+            ("insecure_skip_verify", config.insecure_skip_verify),
+            (
+                "server_name_override",
+                config.server_name_override.is_some(),
+            ),
+        ];
+        for (key, set) in unused {
+            if set {
+                problem(
+                    &format!("tls.{key}"),
+                    "has no effect on a plain-text endpoint; use an https:// endpoint".into(),
+                );
+            }
+        }
+        return None;
+    }
+    if raw.insecure == Some(true) {
+        problem(
+            "tls.insecure",
+            "true asks for plain text, but the endpoint is https://".into(),
+        );
+    }
+    match (&config.cert_file, &config.key_file) {
+        (Some(_), None) => problem("tls.key_file", "missing: cert_file needs its key".into()),
+        (None, Some(_)) => problem(
+            "tls.cert_file",
+            "missing: key_file needs its certificate".into(),
+        ),
+        _ => {}
+    }
+    if let Some(name) = &config.server_name_override {
+        if rustls::pki_types::ServerName::try_from(name.as_str()).is_err() {
+            problem(
+                "tls.server_name_override",
+                format!("\"{name}\" is not a DNS name or IP address"),
+            );
         }
     }
-    if tls.insecure_skip_verify == Some(true) {
-        problem("tls.insecure_skip_verify", NO_TLS.into());
-    }
-    tls.insecure.unwrap_or(false)
+    Some(config)
 }
 
-/// The endpoint as an `http://` URL without a trailing `/`.
+/// The endpoint as an `http://` or `https://` URL without a trailing `/`.
 fn endpoint_url(text: &str, grpc: bool, insecure: bool) -> Result<String, String> {
     if text.is_empty() {
         return Err("must not be empty".into());
     }
-    let url = if let Some(rest) = text.strip_prefix("http://") {
-        format!("http://{rest}")
-    } else if text.starts_with("https://") {
-        return Err(NO_TLS.into());
+    let url = if text.starts_with("http://") || text.starts_with("https://") {
+        text.to_owned()
     } else if text.contains("://") {
         return Err(format!(
-            "unsupported scheme in \"{text}\" (expected http://host:port)"
+            "unsupported scheme in \"{text}\" (expected http://host:port or https://host:port)"
         ));
     } else if grpc && insecure {
         format!("http://{text}")
     } else if grpc {
-        // The Collector uses TLS for a scheme-less gRPC endpoint unless tls.insecure is set.
-        return Err(format!(
-            "\"{text}\" would use TLS, which is not available in this build; write \
-             http://{text} or set tls.insecure: true"
-        ));
+        // As in the Collector: a scheme-less gRPC endpoint uses TLS unless tls.insecure is set.
+        format!("https://{text}")
     } else {
         return Err(format!(
-            "must be a URL such as http://{text} (the signal path /v1/traces, … is appended)"
+            "must be a URL such as https://{text} (the signal path /v1/traces, … is appended)"
         ));
     };
     let trimmed = url.trim_end_matches('/').to_owned();
@@ -347,15 +412,17 @@ mod tests {
             "otlp",
             raw(
                 "endpoint: backend:4317\ncompression: lz5\ntimeout: 0s\nencoding: json\n\
-                 tls: {ca_file: /ca.pem}\nsending_queue: {queue_size_bytes: 0}\n\
+                 tls: {ca_file: /ca.pem, server_name_override: \"a b\"}\n\
+                 sending_queue: {queue_size_bytes: 0, when_full: later, num_consumers: 0}\n\
                  retry_on_failure: {multiplier: 0.5}",
             ),
             "exporters.otlp",
         ));
         for expected in [
             "exporters.otlp.encoding: only the otlphttp exporter",
-            "exporters.otlp.tls.ca_file: TLS is not available",
-            "exporters.otlp.endpoint: \"backend:4317\" would use TLS",
+            "exporters.otlp.tls.server_name_override: \"a b\" is not a DNS name",
+            "exporters.otlp.sending_queue.when_full: unknown value \"later\"",
+            "exporters.otlp.sending_queue.num_consumers: must be between 1 and 1000",
             "exporters.otlp.compression: unknown compression \"lz5\"",
             "exporters.otlp.timeout: must be greater than 0",
             "exporters.otlp.retry_on_failure.multiplier: must be at least 1",
@@ -375,6 +442,72 @@ mod tests {
         assert_eq!(
             lines,
             ["exporters.otlphttp.endpoint: missing: the backend's address, e.g. http://127.0.0.1:4317"]
+        );
+    }
+
+    #[test]
+    fn tls_follows_the_scheme() {
+        let config = validate_exporter(
+            "otlp",
+            "otlp",
+            raw("endpoint: backend:4317\ntls: {ca_file: ca.pem, server_name_override: b.example}"),
+            "e",
+        )
+        .unwrap();
+        assert_eq!(config.endpoint, "https://backend:4317");
+        let tls = config.tls.unwrap();
+        assert_eq!(tls.ca_file, Some(PathBuf::from("ca.pem")));
+        assert_eq!(tls.server_name_override.as_deref(), Some("b.example"));
+        assert_eq!(config.num_consumers, DEFAULT_NUM_CONSUMERS);
+        assert_eq!(config.when_full, WhenFull::Refuse);
+        let config = validate_exporter(
+            "otlphttp",
+            "otlphttp",
+            raw(
+                "endpoint: https://h/\ntls: {cert_file: c.pem, key_file: k.pem}\n\
+                 sending_queue: {when_full: drop_oldest, num_consumers: 1}",
+            ),
+            "e",
+        )
+        .unwrap();
+        assert_eq!(config.endpoint, "https://h");
+        assert_eq!(config.tls.unwrap().key_file, Some(PathBuf::from("k.pem")));
+        assert_eq!(config.when_full, WhenFull::DropOldest);
+        assert_eq!(config.num_consumers, 1);
+        let plain = validate_exporter(
+            "otlp",
+            "otlp",
+            raw("endpoint: http://h:1\ntls: {insecure: true}"),
+            "e",
+        )
+        .unwrap();
+        assert_eq!(plain.tls, None);
+
+        let lines = messages(validate_exporter(
+            "otlp",
+            "otlp",
+            raw("endpoint: http://h:1\ntls: {ca_file: ca.pem, insecure_skip_verify: true}"),
+            "x",
+        ));
+        assert_eq!(
+            lines,
+            [
+                "x.tls.ca_file: has no effect on a plain-text endpoint; use an https:// endpoint",
+                "x.tls.insecure_skip_verify: has no effect on a plain-text endpoint; use an https:// endpoint",
+            ]
+        );
+        let lines = messages(validate_exporter(
+            "otlp",
+            "otlp",
+            raw("endpoint: https://h:1\ntls: {insecure: true, cert_file: c.pem}"),
+            "x",
+        ));
+        assert_eq!(
+            lines,
+            [
+                "x.tls.insecure: true asks for plain text, but the endpoint is https://",
+                "x.tls.key_file: missing: cert_file needs its key",
+            ]
         );
     }
 }

@@ -25,14 +25,16 @@ mod exporter;
 mod load;
 mod model;
 mod raw;
+mod telemetry;
 mod validate;
 
 pub use error::{ConfigError, ConfigProblem};
 pub use model::{
     ApiConfig, Compression, Config, ExporterConfig, ExporterProtocol, GrpcReceiverConfig,
     HealthCheckConfig, HttpReceiverConfig, InterpreterConfig, OtlpReceiverConfig, RetryConfig,
-    SignalKind, StorageConfig, DEFAULT_API_ENDPOINT, DEFAULT_EXPORT_TIMEOUT, DEFAULT_GRPC_ENDPOINT,
-    DEFAULT_GRPC_MAX_RECV_MSG_SIZE, DEFAULT_GRPC_MAX_RECV_MSG_SIZE_MIB, DEFAULT_HTTP_ENDPOINT,
-    DEFAULT_HTTP_MAX_REQUEST_BODY_SIZE, DEFAULT_INACTIVITY_TIMEOUT, DEFAULT_QUEUE_SIZE_BYTES,
+    SelfTracesConfig, SignalKind, StorageConfig, TlsConfig, WhenFull, DEFAULT_API_ENDPOINT,
+    DEFAULT_EXPORT_TIMEOUT, DEFAULT_GRPC_ENDPOINT, DEFAULT_GRPC_MAX_RECV_MSG_SIZE,
+    DEFAULT_GRPC_MAX_RECV_MSG_SIZE_MIB, DEFAULT_HTTP_ENDPOINT, DEFAULT_HTTP_MAX_REQUEST_BODY_SIZE,
+    DEFAULT_INACTIVITY_TIMEOUT, DEFAULT_NUM_CONSUMERS, DEFAULT_QUEUE_SIZE_BYTES,
     DEFAULT_STORAGE_DIRECTORY,
 };

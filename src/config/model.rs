@@ -41,6 +41,21 @@ pub struct Config {
     pub exporters: Vec<ExporterConfig>,
     /// `service.telemetry.logs.level`, lowercased: `trace`, `debug`, `info`, `warn` or `error`.
     pub log_level: Option<String>,
+    /// `service.telemetry.traces`: stepline's own spans over OTLP; `None` (default) = off.
+    pub self_traces: Option<SelfTracesConfig>,
+    /// `service.shutdown_timeout`: how long the exporters may keep sending what is left in
+    /// the outbox after SIGTERM (default 5 s).
+    pub shutdown_timeout: Duration,
+}
+
+/// Default `service.shutdown_timeout`.
+pub const DEFAULT_SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Where stepline sends its own spans (`service.telemetry.traces`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SelfTracesConfig {
+    /// OTLP/gRPC endpoint, `http://host:port`.
+    pub endpoint: String,
 }
 
 /// `receivers.otlp`: at least one of the two protocols is `Some`.
@@ -162,6 +177,8 @@ pub struct HealthCheckConfig {
 pub const DEFAULT_EXPORT_TIMEOUT: Duration = Duration::from_secs(5);
 /// Default cap on one exporter's unsent bytes in the outbox (256 MiB).
 pub const DEFAULT_QUEUE_SIZE_BYTES: u64 = 256 * 1024 * 1024;
+/// Default number of requests an exporter keeps in flight (`sending_queue.num_consumers`).
+pub const DEFAULT_NUM_CONSUMERS: usize = 10;
 
 /// An OTLP signal, as named by pipeline types.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -245,6 +262,35 @@ impl Default for RetryConfig {
     }
 }
 
+/// `exporters.<id>.tls` when the endpoint uses TLS (`https://`, or a scheme-less gRPC
+/// endpoint without `tls.insecure: true`). Paths are as written (relative to the working
+/// directory); the files are read when the exporter is built.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct TlsConfig {
+    /// PEM file of the CA certificates the server's certificate must chain to; `None` uses
+    /// the Mozilla root set (webpki-roots).
+    pub ca_file: Option<PathBuf>,
+    /// PEM client certificate chain (mutual TLS); set together with `key_file`.
+    pub cert_file: Option<PathBuf>,
+    /// PEM private key of `cert_file`.
+    pub key_file: Option<PathBuf>,
+    /// Accept any server certificate (testing only).
+    pub insecure_skip_verify: bool,
+    /// The name the server certificate must be valid for (and the SNI sent), instead of the
+    /// endpoint's host.
+    pub server_name_override: Option<String>,
+}
+
+/// What an exporter's queue does at its byte cap (`sending_queue.when_full`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum WhenFull {
+    /// Refuse new requests with a retryable error (503 / UNAVAILABLE): nothing is lost.
+    #[default]
+    Refuse,
+    /// Drop this exporter's oldest unsent entries (counted and logged) to make room.
+    DropOldest,
+}
+
 /// `exporters.otlp[/name]` or `exporters.otlphttp[/name]`, as used by the pipelines.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ExporterConfig {
@@ -252,9 +298,11 @@ pub struct ExporterConfig {
     pub id: String,
     /// gRPC or HTTP (protobuf or JSON).
     pub protocol: ExporterProtocol,
-    /// `http://host:port` (gRPC) or the base URL the signal path is appended to (HTTP),
+    /// `http(s)://host:port` (gRPC) or the base URL the signal path is appended to (HTTP),
     /// without a trailing `/`.
     pub endpoint: String,
+    /// TLS settings; `Some` exactly when `endpoint` starts with `https://`.
+    pub tls: Option<TlsConfig>,
     /// Extra headers (lowercase names), sent with every request.
     pub headers: Vec<(String, String)>,
     /// Request compression.
@@ -265,6 +313,10 @@ pub struct ExporterConfig {
     pub retry: RetryConfig,
     /// Cap on this exporter's unsent bytes; at the cap receivers answer with a retryable error.
     pub queue_size_bytes: u64,
+    /// What happens at the cap.
+    pub when_full: WhenFull,
+    /// Requests in flight at once (at least 1).
+    pub num_consumers: usize,
     /// Add `stepline.run_id` to agent spans before sending.
     pub enrich_run_id: bool,
     /// The signals whose pipelines list this exporter. Never empty.

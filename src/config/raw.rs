@@ -199,6 +199,8 @@ pub(crate) struct RawTls {
     pub(crate) cert_file: Option<Text>,
     /// `key_file`.
     pub(crate) key_file: Option<Text>,
+    /// `server_name_override`: the name the server certificate must carry.
+    pub(crate) server_name_override: Option<Text>,
 }
 
 /// `exporters.<id>.retry_on_failure`.
@@ -227,6 +229,10 @@ pub(crate) struct RawSendingQueue {
     pub(crate) enabled: Option<bool>,
     /// `queue_size_bytes`: cap on this exporter's unsent bytes.
     pub(crate) queue_size_bytes: Option<u64>,
+    /// `num_consumers`: requests in flight at once.
+    pub(crate) num_consumers: Option<u64>,
+    /// `when_full`: `refuse` (default) or `drop_oldest`.
+    pub(crate) when_full: Option<Text>,
 }
 
 /// `service`. Pipelines are kept as YAML so each one is decoded (and reported) on its own.
@@ -237,8 +243,10 @@ pub(crate) struct RawService {
     pub(crate) extensions: Option<Vec<String>>,
     /// `pipelines`: pipeline id → [`RawPipeline`].
     pub(crate) pipelines: Option<serde_yaml_ng::Mapping>,
-    /// `telemetry`: stepline's own logs.
+    /// `telemetry`: stepline's own logs and traces.
     pub(crate) telemetry: Option<RawTelemetry>,
+    /// `shutdown_timeout`: how long the exporters may keep sending after SIGTERM.
+    pub(crate) shutdown_timeout: Option<Text>,
 }
 
 /// `service.pipelines.<id>`.
@@ -259,6 +267,50 @@ pub(crate) struct RawPipeline {
 pub(crate) struct RawTelemetry {
     /// `logs`.
     pub(crate) logs: Option<RawTelemetryLogs>,
+    /// `traces`: stepline's own spans, exported over OTLP.
+    pub(crate) traces: Option<RawTelemetryTraces>,
+}
+
+/// `service.telemetry.traces`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawTelemetryTraces {
+    /// `processors`: one `batch` processor with its exporter.
+    pub(crate) processors: Option<Vec<RawTelemetryProcessor>>,
+}
+
+/// `service.telemetry.traces.processors[]`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawTelemetryProcessor {
+    /// `batch`.
+    pub(crate) batch: Option<RawTelemetryBatch>,
+}
+
+/// `…processors[].batch`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawTelemetryBatch {
+    /// `exporter`.
+    pub(crate) exporter: Option<RawTelemetryExporter>,
+}
+
+/// `…batch.exporter`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawTelemetryExporter {
+    /// `otlp`.
+    pub(crate) otlp: Option<RawTelemetryOtlp>,
+}
+
+/// `…exporter.otlp`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawTelemetryOtlp {
+    /// `protocol`: `grpc`.
+    pub(crate) protocol: Option<Text>,
+    /// `endpoint`: `http://host:port`.
+    pub(crate) endpoint: Option<Text>,
 }
 
 /// `service.telemetry.logs`.

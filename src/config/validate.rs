@@ -14,6 +14,7 @@
 //!   health check, when none is configured).
 
 use std::path::Path;
+use std::time::Duration;
 
 use serde::de::DeserializeOwned;
 use serde_yaml_ng::{Mapping, Value};
@@ -23,6 +24,7 @@ use super::endpoint::parse_endpoint;
 use super::error::ConfigProblem;
 use super::expand::key_label;
 use super::exporter::{validate_exporter, OTLPHTTP_EXPORTER, OTLP_EXPORTER};
+use super::model::SelfTracesConfig;
 use super::model::{
     ApiConfig, Config, ExporterConfig, GrpcReceiverConfig, HealthCheckConfig, HttpReceiverConfig,
     InterpreterConfig, OtlpReceiverConfig, SignalKind, StorageConfig, DEFAULT_API_ENDPOINT,
@@ -34,6 +36,7 @@ use super::raw::{
     RawOtlpExporter, RawOtlpReceiver, RawPipeline, RawService, RawSteplineProcessor,
     RawStorageExtension, Section, Text,
 };
+use super::telemetry::{validate_shutdown_timeout, validate_traces};
 
 const TOP_LEVEL_KEYS: [&str; 5] = [
     "receivers",
@@ -152,6 +155,8 @@ struct ServiceRefs {
     /// Which signals' pipelines list which exporter.
     exporter_signals: Vec<(String, SignalKind)>,
     log_level: Option<String>,
+    self_traces: Option<SelfTracesConfig>,
+    shutdown_timeout: Duration,
 }
 
 /// Which configured instance of a type is used.
@@ -319,6 +324,8 @@ impl Validator {
             api: api?,
             health_check: health_check?,
             log_level: refs.log_level,
+            self_traces: refs.self_traces,
+            shutdown_timeout: refs.shutdown_timeout,
         })
     }
 
@@ -682,10 +689,12 @@ impl Validator {
         refs.receivers = dedup(&refs.receivers);
         refs.processors = dedup(&refs.processors);
 
-        let level = raw
-            .telemetry
-            .and_then(|telemetry| telemetry.logs)
-            .and_then(|logs| logs.level);
+        refs.shutdown_timeout = validate_shutdown_timeout(raw.shutdown_timeout, &mut self.problems);
+        let telemetry = raw.telemetry.unwrap_or_default();
+        if let Some(traces) = telemetry.traces {
+            refs.self_traces = validate_traces(traces, &mut self.problems);
+        }
+        let level = telemetry.logs.and_then(|logs| logs.level);
         if let Some(Text(level)) = level {
             let normalized = level.trim().to_ascii_lowercase();
             if LOG_LEVELS.contains(&normalized.as_str()) {

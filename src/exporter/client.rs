@@ -28,6 +28,7 @@ use tonic::transport::{Channel, Endpoint};
 use super::enrich::add_run_ids;
 use super::error::ExportError;
 use super::retry::{grpc_is_retryable, http_is_retryable};
+use super::tls::{client_config, TlsConnector, ALPN_GRPC, ALPN_HTTP};
 use crate::config::{Compression, ExporterConfig, ExporterProtocol, SignalKind};
 use crate::receiver::rpc_status::RpcStatus;
 use crate::store::OutboxEntry;
@@ -125,7 +126,8 @@ fn decode<M: Message + Default>(payload: &[u8]) -> Result<M, ExportError> {
 }
 
 impl Client {
-    /// Builds the client. The connection is opened lazily, on the first send.
+    /// Builds the client, reading the TLS files. The connection is opened lazily, on the
+    /// first send (so this needs a Tokio runtime for gRPC).
     pub fn new(config: &ExporterConfig) -> Result<Self, ExportError> {
         let transport = match config.protocol {
             ExporterProtocol::Grpc => {
@@ -133,6 +135,14 @@ impl Client {
                     .map_err(|e| ExportError::Transport(format!("{}: {e}", config.endpoint)))?
                     .timeout(config.timeout)
                     .connect_timeout(config.timeout);
+                let channel = match &config.tls {
+                    // tonic is built without TLS: the connector does the handshake.
+                    Some(tls) => endpoint.connect_with_connector_lazy(TlsConnector::new(
+                        client_config(tls, ALPN_GRPC)?,
+                        tls.server_name_override.as_deref(),
+                    )),
+                    None => endpoint.connect_lazy(),
+                };
                 let mut metadata = MetadataMap::new();
                 for (name, value) in &config.headers {
                     if let (Ok(key), Ok(value)) = (
@@ -143,7 +153,7 @@ impl Client {
                     }
                 }
                 Transport::Grpc {
-                    channel: endpoint.connect_lazy(),
+                    channel,
                     metadata,
                     compression: match config.compression {
                         Compression::None => None,
@@ -154,9 +164,13 @@ impl Client {
                 }
             }
             ExporterProtocol::HttpProtobuf | ExporterProtocol::HttpJson => {
-                let client = reqwest::Client::builder()
+                let mut builder = reqwest::Client::builder()
                     .timeout(config.timeout)
-                    .connect_timeout(config.timeout)
+                    .connect_timeout(config.timeout);
+                if let Some(tls) = &config.tls {
+                    builder = builder.use_preconfigured_tls(client_config(tls, ALPN_HTTP)?);
+                }
+                let client = builder
                     .build()
                     .map_err(|e| ExportError::Transport(e.to_string()))?;
                 let mut headers = HeaderMap::new();
@@ -272,9 +286,21 @@ fn grpc_error(status: tonic::Status) -> ExportError {
     let retry_after = RpcStatus::decode(status.details())
         .ok()
         .and_then(|details| details.retry_delay());
+    // Connection failures (refused, TLS handshake) carry their cause as the source.
+    let mut message = status.message().to_owned();
+    if let Some(source) = std::error::Error::source(&status) {
+        let cause = error_chain(source);
+        if !message.contains(&cause) {
+            message = if message.is_empty() {
+                cause
+            } else {
+                format!("{message}: {cause}")
+            };
+        }
+    }
     ExportError::Refused {
         status: format!("gRPC {:?}", status.code()),
-        message: status.message().to_owned(),
+        message,
         retryable: grpc_is_retryable(status.code(), retry_after.is_some()),
         retry_after,
     }

@@ -26,6 +26,9 @@ pub enum ExportError {
     /// The stored request could not be decoded or re-encoded (not retryable).
     #[error("the outbox entry cannot be sent: {0}")]
     Payload(String),
+    /// The exporter's TLS settings cannot be used (a file is missing or not PEM, …).
+    #[error("{0}")]
+    Tls(#[from] super::tls::TlsError),
     /// The outbox could not be read or its cursor written.
     #[error("outbox: {0}")]
     Store(#[from] StoreError),
@@ -37,7 +40,7 @@ impl ExportError {
         match self {
             Self::Refused { retryable, .. } => *retryable,
             Self::Transport(_) | Self::Store(_) => true,
-            Self::Payload(_) => false,
+            Self::Payload(_) | Self::Tls(_) => false,
         }
     }
 

@@ -9,6 +9,7 @@ mod error;
 mod queue;
 mod retry;
 mod task;
+mod tls;
 
 pub use client::{Client, Delivered};
 pub use enrich::{add_run_ids, RUN_ID_ATTRIBUTE};
@@ -16,3 +17,36 @@ pub use error::ExportError;
 pub use queue::{ExporterCounters, ExporterQueue, Outbox, QueueFull, SignalCounters};
 pub use retry::{grpc_is_retryable, http_is_retryable, Backoff};
 pub use task::{item_name, ExporterTask};
+pub use tls::{client_config, TlsConnector, TlsError, ALPN_GRPC, ALPN_HTTP};
+
+use crate::config::{Config, ConfigError, ConfigProblem};
+
+/// Reads every exporter's TLS files, reporting the unusable ones like configuration problems
+/// (`exporters.<id>.tls.ca_file: cannot read …`). Run at start and by `--validate-config`.
+pub fn check_tls(config: &Config) -> Result<(), ConfigError> {
+    let problems: Vec<ConfigProblem> = config
+        .exporters
+        .iter()
+        .filter_map(|exporter| {
+            let tls = exporter.tls.as_ref()?;
+            let alpn = match exporter.protocol {
+                crate::config::ExporterProtocol::Grpc => ALPN_GRPC,
+                _ => ALPN_HTTP,
+            };
+            client_config(tls, alpn).err().map(|error| {
+                ConfigProblem::new(
+                    format!("exporters.{}.{}", exporter.id, error.key),
+                    error.message,
+                )
+            })
+        })
+        .collect();
+    if problems.is_empty() {
+        Ok(())
+    } else {
+        Err(ConfigError::Invalid {
+            file: config.source.clone(),
+            problems,
+        })
+    }
+}

@@ -3,11 +3,11 @@
 //! RocksDB (`store::outbox`); nothing here holds payloads.
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use tokio::sync::Notify;
 
-use crate::config::{ExporterConfig, SignalKind};
+use crate::config::{ExporterConfig, SignalKind, WhenFull};
 use crate::store::{Store, StoreError};
 
 /// Per-signal counters, indexed by [`signal_index`].
@@ -47,6 +47,8 @@ pub struct ExporterCounters {
     pub partially_rejected: SignalCounters,
     /// Items sent again after a restart that may already have reached the backend.
     pub possible_duplicates: SignalCounters,
+    /// Unsent items dropped to make room at the cap (`when_full: drop_oldest`).
+    pub dropped_oldest: SignalCounters,
     /// Retried attempts.
     pub retries: AtomicU64,
 }
@@ -59,7 +61,12 @@ pub struct ExporterQueue {
     signals: Vec<SignalKind>,
     /// Cap on unsent bytes.
     pub capacity: u64,
+    /// What happens at the cap.
+    pub when_full: WhenFull,
+    /// Requests in flight at once.
+    pub num_consumers: usize,
     pending_bytes: AtomicU64,
+    claims: Mutex<Claims>,
     done: AtomicU64,
     /// The in-flight seq found at start (entries up to it may be duplicates).
     pub recovered_in_flight: u64,
@@ -87,13 +94,81 @@ impl ExporterQueue {
 
     /// Marks everything up to `seq` finished; `size` bytes of it leave this queue.
     pub fn finish(&self, seq: u64, size: u64) {
+        self.set_done(seq);
+        self.release(size);
+    }
+
+    /// Marks everything up to `seq` finished.
+    pub fn set_done(&self, seq: u64) {
         self.done.fetch_max(seq, Ordering::AcqRel);
+    }
+
+    /// `size` bytes leave this queue (an entry was sent or given up).
+    pub fn release(&self, size: u64) {
         let _ = self
             .pending_bytes
             .fetch_update(Ordering::AcqRel, Ordering::Acquire, |pending| {
                 Some(pending.saturating_sub(size))
             });
     }
+
+    /// The exporter takes entry `seq` for sending; false when it was dropped to make room
+    /// (its bytes already left the queue). Entries are claimed in increasing order.
+    pub fn claim(&self, seq: u64) -> bool {
+        let mut claims = self.claims.lock().unwrap_or_else(|e| e.into_inner());
+        if seq <= claims.dropped_through {
+            return false;
+        }
+        claims.claimed = claims.claimed.max(seq);
+        true
+    }
+
+    /// Drops the oldest entries of this queue that the exporter has not claimed, until at
+    /// least `needed` bytes are freed or none is left; returns the bytes freed. Runs on the
+    /// writer thread (reads the outbox's entry headers).
+    fn drop_oldest(&self, store: &Store, needed: u64) -> Result<u64, StoreError> {
+        let mut claims = self.claims.lock().unwrap_or_else(|e| e.into_inner());
+        let after = claims.claimed.max(claims.dropped_through).max(self.done());
+        let (mut freed, mut through) = (0u64, after);
+        let mut dropped = [0u64; 3];
+        store.outbox_headers_after(after, |seq, signal, items, size| {
+            through = seq;
+            if self.takes(signal) {
+                freed += size;
+                dropped[signal_index(signal)] += items;
+            }
+            freed < needed
+        })?;
+        claims.dropped_through = through;
+        drop(claims);
+        if freed > 0 {
+            self.release(freed);
+            for signal in SignalKind::ALL {
+                self.counters
+                    .dropped_oldest
+                    .add(signal, dropped[signal_index(signal)]);
+            }
+            tracing::warn!(
+                exporter = %self.id,
+                bytes = freed,
+                spans = dropped[0],
+                log_records = dropped[1],
+                metric_points = dropped[2],
+                through_seq = through,
+                "queue full: dropped the oldest unsent entries (sending_queue.when_full: drop_oldest)"
+            );
+        }
+        Ok(freed)
+    }
+}
+
+/// What the exporter took for sending, and what the writer dropped at the cap.
+#[derive(Debug, Default)]
+struct Claims {
+    /// Highest seq the exporter took for sending.
+    claimed: u64,
+    /// Entries up to this seq were dropped (never claimed afterwards).
+    dropped_through: u64,
 }
 
 /// The outbox's shared state. Only the writer thread reserves space and assigns seqs.
@@ -136,7 +211,10 @@ impl Outbox {
                 id: exporter.id.clone(),
                 signals: exporter.signals.clone(),
                 capacity: exporter.queue_size_bytes,
+                when_full: exporter.when_full,
+                num_consumers: exporter.num_consumers,
                 pending_bytes: AtomicU64::new(0),
+                claims: Mutex::new(Claims::default()),
                 done: AtomicU64::new(cursor.done),
                 recovered_in_flight: cursor.in_flight.max(cursor.done),
                 notify: Notify::new(),
@@ -173,13 +251,40 @@ impl Outbox {
 
     /// Reserves `size` bytes in every queue taking `signal` and returns the entry's seq, or
     /// the first full queue (counting `items` as refused there). A queue holding nothing takes
-    /// an entry of any size, so an entry larger than a cap is not refused forever.
-    pub fn reserve(&self, signal: SignalKind, items: u64, size: u64) -> Result<u64, QueueFull> {
+    /// an entry of any size, so an entry larger than a cap is not refused forever. A full
+    /// `drop_oldest` queue first drops its oldest unclaimed entries from `store`; it refuses
+    /// only when what is left is all in flight.
+    pub fn reserve(
+        &self,
+        store: &Store,
+        signal: SignalKind,
+        items: u64,
+        size: u64,
+    ) -> Result<u64, QueueFull> {
         let takers = || self.queues.iter().filter(|queue| queue.takes(signal));
-        if let Some(full) = takers().find(|queue| {
+        let over = |queue: &ExporterQueue| {
             let pending = queue.pending_bytes();
-            pending > 0 && pending.saturating_add(size) > queue.capacity
-        }) {
+            (pending > 0 && pending.saturating_add(size) > queue.capacity)
+                .then(|| pending.saturating_add(size) - queue.capacity)
+        };
+        // Refusing queues first, so nothing is dropped for a request refused anyway.
+        let mut full =
+            takers().find(|queue| queue.when_full == WhenFull::Refuse && over(queue).is_some());
+        if full.is_none() {
+            for queue in takers().filter(|queue| queue.when_full == WhenFull::DropOldest) {
+                let Some(needed) = over(queue) else {
+                    continue;
+                };
+                if let Err(e) = queue.drop_oldest(store, needed) {
+                    tracing::error!(exporter = %queue.id, error = %e, "cannot read the outbox to drop its oldest entries");
+                }
+                if over(queue).is_some() {
+                    full = Some(queue);
+                    break;
+                }
+            }
+        }
+        if let Some(full) = full {
             full.counters.enqueue_failed.add(signal, items);
             return Err(QueueFull {
                 exporter: full.id.clone(),
@@ -232,11 +337,14 @@ mod tests {
             id: id.into(),
             protocol: ExporterProtocol::Grpc,
             endpoint: "http://127.0.0.1:1".into(),
+            tls: None,
             headers: Vec::new(),
             compression: Compression::None,
             timeout: Duration::from_secs(1),
             retry: RetryConfig::default(),
             queue_size_bytes: cap,
+            when_full: crate::config::WhenFull::Refuse,
+            num_consumers: 1,
             enrich_run_id: false,
             signals,
         }
@@ -253,8 +361,10 @@ mod tests {
         let outbox = Outbox::open(&store, &exporters).unwrap();
         assert!(outbox.wants(SignalKind::Logs) && !outbox.wants(SignalKind::Metrics));
         // An empty queue takes an entry larger than its cap.
-        let first = outbox.reserve(SignalKind::Traces, 3, 150).unwrap();
-        let full = outbox.reserve(SignalKind::Traces, 2, 10).unwrap_err();
+        let first = outbox.reserve(&store, SignalKind::Traces, 3, 150).unwrap();
+        let full = outbox
+            .reserve(&store, SignalKind::Traces, 2, 10)
+            .unwrap_err();
         assert_eq!(full.exporter, "otlp/a");
         assert_eq!(
             outbox.queues()[0]
@@ -263,7 +373,7 @@ mod tests {
                 .get(SignalKind::Traces),
             2
         );
-        let second = outbox.reserve(SignalKind::Logs, 1, 20).unwrap();
+        let second = outbox.reserve(&store, SignalKind::Logs, 1, 20).unwrap();
         assert_eq!((first, second), (1, 2));
         let mut batch = store.batch();
         batch.put_outbox(first, SignalKind::Traces, 3, &[0; 141]);
@@ -288,7 +398,7 @@ mod tests {
         let outbox = Outbox::open(&store, &exporters).unwrap();
         assert_eq!(outbox.queues()[0].pending_bytes(), 0);
         assert_eq!(outbox.queues()[1].pending_bytes(), 170);
-        assert_eq!(outbox.reserve(SignalKind::Metrics, 1, 1), Ok(3));
+        assert_eq!(outbox.reserve(&store, SignalKind::Metrics, 1, 1), Ok(3));
         outbox.queues()[1].finish(2, 170);
         assert_eq!(outbox.deletable(), Some(1));
     }

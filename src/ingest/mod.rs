@@ -45,6 +45,9 @@ pub enum IngestError {
     /// Too many requests are waiting for the writer; the client should retry later.
     #[error("stepline is busy: {0} requests are waiting to be written; retry later")]
     Overloaded(usize),
+    /// The requests being interpreted and written add up to the byte cap; retry later.
+    #[error("stepline is busy: {0} bytes of requests are being written; retry later")]
+    OverBytes(u64),
     /// An exporter's queue is at its byte cap: the backend is slower than the agents.
     #[error("the forwarding queue of exporter {exporter} is full ({capacity} bytes); retry later")]
     OutboxFull {
@@ -81,6 +84,10 @@ pub struct IngestCounters {
     pub accepted_log_records: AtomicU64,
     /// Metric data points acknowledged.
     pub accepted_metric_points: AtomicU64,
+    /// Log records refused with a retryable error (queue full, overload, storage).
+    pub refused_log_records: AtomicU64,
+    /// Metric data points refused with a retryable error.
+    pub refused_metric_points: AtomicU64,
 }
 
 /// The ingest service. Cheap to share behind an `Arc`.
@@ -88,10 +95,28 @@ pub struct Ingest {
     writer: Writer,
     outbox: Arc<Outbox>,
     counters: Arc<IngestCounters>,
+    /// Encoded bytes of the requests being interpreted or waiting for the writer.
+    admitted_bytes: AtomicU64,
 }
 
 /// Requests that may wait for the writer before new ones are refused with a retryable error.
 const WRITER_QUEUE: usize = 1024;
+/// Encoded bytes of requests that may be in the ingest service at once (interpreting, waiting
+/// for or in the writer) before new ones are refused with a retryable error. One request of
+/// any size is taken when nothing else is in.
+pub const ADMITTED_BYTES: u64 = 256 * 1024 * 1024;
+
+/// Bytes counted in [`Ingest`] until dropped.
+struct Admitted<'a> {
+    total: &'a AtomicU64,
+    bytes: u64,
+}
+
+impl Drop for Admitted<'_> {
+    fn drop(&mut self) {
+        self.total.fetch_sub(self.bytes, Ordering::AcqRel);
+    }
+}
 
 impl Ingest {
     /// Starts the writer thread over `store`; accepted requests of the signals some exporter
@@ -101,6 +126,24 @@ impl Ingest {
             writer: Writer::start(store, outbox.clone(), WRITER_QUEUE),
             outbox,
             counters: Arc::new(IngestCounters::default()),
+            admitted_bytes: AtomicU64::new(0),
+        }
+    }
+
+    /// Counts `bytes` in, or refuses them when the service already holds [`ADMITTED_BYTES`].
+    fn admit(&self, bytes: u64) -> Result<Admitted<'_>, IngestError> {
+        let admitted =
+            self.admitted_bytes
+                .fetch_update(Ordering::AcqRel, Ordering::Acquire, |held| {
+                    (held == 0 || held.saturating_add(bytes) <= ADMITTED_BYTES)
+                        .then(|| held.saturating_add(bytes))
+                });
+        match admitted {
+            Ok(_) => Ok(Admitted {
+                total: &self.admitted_bytes,
+                bytes,
+            }),
+            Err(held) => Err(IngestError::OverBytes(held)),
         }
     }
 
@@ -134,6 +177,21 @@ impl Ingest {
         &self,
         request: ExportTraceServiceRequest,
     ) -> Result<ExportOutcome, IngestError> {
+        let _admitted = match self.admit(request.encoded_len() as u64) {
+            Ok(admitted) => admitted,
+            Err(error) => {
+                let spans: usize = request
+                    .resource_spans
+                    .iter()
+                    .flat_map(|r| &r.scope_spans)
+                    .map(|s| s.spans.len())
+                    .sum();
+                self.counters
+                    .refused_spans
+                    .fetch_add(spans as u64, Ordering::Relaxed);
+                return Err(error);
+            }
+        };
         let forward = self.outbox.wants(SignalKind::Traces);
         let (interpreted, total, invalid, payload) = tokio::task::spawn_blocking(move || {
             let mut out = Vec::new();
@@ -213,6 +271,11 @@ impl Ingest {
             .flat_map(|r| &r.scope_logs)
             .map(|s| s.log_records.len())
             .sum();
+        let _admitted = self.admit(request.encoded_len() as u64).inspect_err(|_| {
+            self.counters
+                .refused_log_records
+                .fetch_add(records as u64, Ordering::Relaxed);
+        })?;
         // Encoding for the outbox and interpreting are CPU work: both on the blocking pool.
         let forward = self.outbox.wants(SignalKind::Logs);
         let (events, payload) = tokio::task::spawn_blocking(move || {
@@ -235,13 +298,20 @@ impl Ingest {
         });
         if !events.is_empty() || outbox.is_some() {
             // The events and the outbox entry commit in one batch.
-            self.writer
+            let submitted = self
+                .writer
                 .submit(Work::Received {
                     spans: Vec::new(),
                     logs: events,
                     outbox,
                 })
-                .await?;
+                .await;
+            if let Err(error) = submitted {
+                self.counters
+                    .refused_log_records
+                    .fetch_add(records as u64, Ordering::Relaxed);
+                return Err(error);
+            }
         }
         self.counters
             .accepted_log_records
@@ -268,14 +338,26 @@ impl Ingest {
                 None => 0,
             })
             .sum();
+        let _admitted = self.admit(request.encoded_len() as u64).inspect_err(|_| {
+            self.counters
+                .refused_metric_points
+                .fetch_add(points as u64, Ordering::Relaxed);
+        })?;
         if let Some(entry) = self.entry(SignalKind::Metrics, points as u64, &request) {
-            self.writer
+            let submitted = self
+                .writer
                 .submit(Work::Received {
                     spans: Vec::new(),
                     logs: Vec::new(),
                     outbox: Some(entry),
                 })
-                .await?;
+                .await;
+            if let Err(error) = submitted {
+                self.counters
+                    .refused_metric_points
+                    .fetch_add(points as u64, Ordering::Relaxed);
+                return Err(error);
+            }
         }
         self.counters
             .accepted_metric_points
@@ -360,4 +442,24 @@ pub fn now_ns() -> u64 {
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_nanos() as u64)
         .unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn admission_is_bounded_by_bytes_but_takes_one_request_of_any_size() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Arc::new(Store::open(dir.path(), false).unwrap());
+        let ingest = Ingest::new(store, Arc::new(Outbox::disabled()));
+        let huge = ingest.admit(ADMITTED_BYTES * 2).unwrap();
+        assert!(matches!(ingest.admit(1), Err(IngestError::OverBytes(_))));
+        drop(huge);
+        let half = ingest.admit(ADMITTED_BYTES / 2).unwrap();
+        let other = ingest.admit(ADMITTED_BYTES / 2).unwrap();
+        assert!(ingest.admit(1).is_err());
+        drop((half, other));
+        assert_eq!(ingest.admitted_bytes.load(Ordering::Acquire), 0);
+    }
 }

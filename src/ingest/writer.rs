@@ -86,7 +86,7 @@ fn run(store: Arc<Store>, outbox: Arc<Outbox>, mut rx: mpsc::Receiver<Job>) {
                 ..
             } = &mut work
             {
-                match outbox.reserve(entry.signal, entry.items, entry.size()) {
+                match outbox.reserve(&store, entry.signal, entry.items, entry.size()) {
                     Ok(seq) => {
                         entry.seq = seq;
                         reserved.push((entry.signal, entry.size()));

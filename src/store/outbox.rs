@@ -150,6 +150,29 @@ impl Store {
         Ok(())
     }
 
+    /// Visits `(seq, signal, items, size)` of the entries after `after`, in order, while
+    /// `visit` returns true (to pick the oldest entries to drop at a full queue).
+    pub fn outbox_headers_after(
+        &self,
+        after: u64,
+        mut visit: impl FnMut(u64, SignalKind, u64, u64) -> bool,
+    ) -> Result<(), StoreError> {
+        let handle = self.handle(cf::OUTBOX)?;
+        let start = after.saturating_add(1).to_be_bytes();
+        for item in self
+            .db
+            .iterator_cf(handle, IteratorMode::From(&start, Direction::Forward))
+        {
+            let (key, value) = item?;
+            let entry = decode_entry(&key, &value[..HEADER.min(value.len())])?;
+            if entry.seq > after && !visit(entry.seq, entry.signal, entry.items, value.len() as u64)
+            {
+                break;
+            }
+        }
+        Ok(())
+    }
+
     /// The stored cursor of `exporter`, if it ever wrote one.
     pub fn outbox_cursor(&self, exporter: &str) -> Result<Option<OutboxCursor>, StoreError> {
         let handle = self.handle(cf::OUTBOX_CURSORS)?;

@@ -415,6 +415,15 @@ impl Store {
         Ok(total)
     }
 
+    /// RocksDB's estimate of the number of keys in a column family (cheap; for `/metrics`).
+    pub fn estimated_keys(&self, cf_name: &'static str) -> Result<u64, StoreError> {
+        let handle = self.handle(cf_name)?;
+        Ok(self
+            .db
+            .property_int_value_cf(handle, "rocksdb.estimate-num-keys")?
+            .unwrap_or(0))
+    }
+
     /// Flushes the memtables to data files (for reporting disk use).
     pub fn flush(&self) -> Result<(), StoreError> {
         for name in cf::ALL {

@@ -59,6 +59,8 @@ pub struct Options {
     pub exporters: Option<String>,
     /// The exporter ids every pipeline lists (e.g. `[otlp/a, otlphttp/b]`); `[]` when unset.
     pub pipeline_exporters: Option<String>,
+    /// More keys under `service:` (YAML, indented by two spaces), e.g. `telemetry:`.
+    pub service_extra: Option<String>,
 }
 
 impl Default for Options {
@@ -68,6 +70,7 @@ impl Default for Options {
             max_request_body_size: None,
             exporters: None,
             pipeline_exporters: None,
+            service_extra: None,
         }
     }
 }
@@ -196,11 +199,12 @@ impl Stepline {
             None => String::new(),
         };
         let used = self.options.pipeline_exporters.as_deref().unwrap_or("[]");
+        let service_extra = self.options.service_extra.as_deref().unwrap_or("");
         format!(
             "{exporters}receivers:\n  otlp:\n    protocols:\n      grpc: {{ endpoint: {grpc} }}\n      http: {{ endpoint: {http}{http_limit} }}\n\
              processors:\n  stepline: {{ inactivity_timeout: {timeout} }}\n\
              extensions:\n  stepline_storage: {{ directory: {dir}, sync: true }}\n  stepline_api: {{ endpoint: {api} }}\n\
-             service:\n  extensions: [stepline_storage, stepline_api]\n  pipelines:\n\
+             service:\n{service_extra}  extensions: [stepline_storage, stepline_api]\n  pipelines:\n\
              \x20   traces: {{ receivers: [otlp], processors: [stepline], exporters: {used} }}\n\
              \x20   logs: {{ receivers: [otlp], processors: [stepline], exporters: {used} }}\n\
              \x20   metrics: {{ receivers: [otlp], processors: [stepline], exporters: {used} }}\n",
