@@ -24,6 +24,7 @@ use writer::Writer;
 use crate::config::SignalKind;
 use crate::exporter::Outbox;
 use crate::interpreter::{interpret_log, interpret_span};
+use crate::media::{Media, MediaError};
 use crate::service_error::{ServiceError, ServiceErrorCode};
 use crate::store::Store;
 
@@ -56,6 +57,9 @@ pub enum IngestError {
     /// The service is shutting down and takes no new requests.
     #[error("stepline is shutting down")]
     ShuttingDown,
+    /// Large binary parts could not be written to the media store; nothing was stored.
+    #[error(transparent)]
+    Media(#[from] MediaError),
 }
 
 impl ServiceError for IngestError {
@@ -88,6 +92,7 @@ pub struct Ingest {
     writer: Writer,
     outbox: Arc<Outbox>,
     counters: Arc<IngestCounters>,
+    media: Option<Arc<Media>>,
 }
 
 /// Requests that may wait for the writer before new ones are refused with a retryable error.
@@ -101,7 +106,15 @@ impl Ingest {
             writer: Writer::start(store, outbox.clone(), WRITER_QUEUE),
             outbox,
             counters: Arc::new(IngestCounters::default()),
+            media: None,
         }
+    }
+
+    /// Moves large binary message parts to `media` before they are stored (without it, every
+    /// part stays inline).
+    pub fn with_media(mut self, media: Arc<Media>) -> Self {
+        self.media = Some(media);
+        self
     }
 
     /// The outbox the accepted requests go to.
@@ -135,29 +148,41 @@ impl Ingest {
         request: ExportTraceServiceRequest,
     ) -> Result<ExportOutcome, IngestError> {
         let forward = self.outbox.wants(SignalKind::Traces);
-        let (interpreted, total, invalid, payload) = tokio::task::spawn_blocking(move || {
-            let mut out = Vec::new();
-            let (mut total, mut invalid) = (0u64, 0u64);
-            for span in request
-                .resource_spans
-                .iter()
-                .flat_map(|r| &r.scope_spans)
-                .flat_map(|s| &s.spans)
-            {
-                total += 1;
-                if span.trace_id.len() != 16 || span.span_id.len() != 8 {
-                    invalid += 1;
-                    continue;
+        let media = self.media.clone();
+        let (interpreted, blobs, total, invalid, payload) =
+            tokio::task::spawn_blocking(move || {
+                let mut out = Vec::new();
+                let (mut total, mut invalid) = (0u64, 0u64);
+                for span in request
+                    .resource_spans
+                    .iter()
+                    .flat_map(|r| &r.scope_spans)
+                    .flat_map(|s| &s.spans)
+                {
+                    total += 1;
+                    if span.trace_id.len() != 16 || span.span_id.len() != 8 {
+                        invalid += 1;
+                        continue;
+                    }
+                    if let Some(i) = interpret_span(span) {
+                        out.push(i);
+                    }
                 }
-                if let Some(i) = interpret_span(span) {
-                    out.push(i);
-                }
+                let payload = forward.then(|| request.encode_to_vec());
+                let blobs = media.map(|m| m.offload(&mut out)).unwrap_or_default();
+                (out, blobs, total, invalid, payload)
+            })
+            .await
+            .map_err(|e| IngestError::Storage(format!("interpreter task failed: {e}")))?;
+        // The blobs the messages now refer to are durable before the messages are committed.
+        if let (Some(media), false) = (&self.media, blobs.is_empty()) {
+            if let Err(error) = media.save(blobs).await {
+                self.counters
+                    .refused_spans
+                    .fetch_add(total, Ordering::Relaxed);
+                return Err(error.into());
             }
-            let payload = forward.then(|| request.encode_to_vec());
-            (out, total, invalid, payload)
-        })
-        .await
-        .map_err(|e| IngestError::Storage(format!("interpreter task failed: {e}")))?;
+        }
 
         let interpreted_count = interpreted.len() as u64;
         let outbox = payload.map(|payload| NewOutboxEntry {

@@ -59,6 +59,8 @@ pub struct Options {
     pub exporters: Option<String>,
     /// The exporter ids every pipeline lists (e.g. `[otlp/a, otlphttp/b]`); `[]` when unset.
     pub pipeline_exporters: Option<String>,
+    /// `extensions.stepline_storage.media` as a YAML flow mapping (e.g. `{url: memory://}`), when set.
+    pub media: Option<String>,
 }
 
 impl Default for Options {
@@ -68,6 +70,7 @@ impl Default for Options {
             max_request_body_size: None,
             exporters: None,
             pipeline_exporters: None,
+            media: None,
         }
     }
 }
@@ -196,10 +199,14 @@ impl Stepline {
             None => String::new(),
         };
         let used = self.options.pipeline_exporters.as_deref().unwrap_or("[]");
+        let media = match &self.options.media {
+            Some(flow) => format!(", media: {flow}"),
+            None => String::new(),
+        };
         format!(
             "{exporters}receivers:\n  otlp:\n    protocols:\n      grpc: {{ endpoint: {grpc} }}\n      http: {{ endpoint: {http}{http_limit} }}\n\
              processors:\n  stepline: {{ inactivity_timeout: {timeout} }}\n\
-             extensions:\n  stepline_storage: {{ directory: {dir}, sync: true }}\n  stepline_api: {{ endpoint: {api} }}\n\
+             extensions:\n  stepline_storage: {{ directory: {dir}, sync: true{media} }}\n  stepline_api: {{ endpoint: {api} }}\n\
              service:\n  extensions: [stepline_storage, stepline_api]\n  pipelines:\n\
              \x20   traces: {{ receivers: [otlp], processors: [stepline], exporters: {used} }}\n\
              \x20   logs: {{ receivers: [otlp], processors: [stepline], exporters: {used} }}\n\
