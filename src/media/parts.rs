@@ -58,7 +58,7 @@ fn carries_inline_data(part: &Map<String, Value>) -> bool {
 /// The decoded length of standard, padded base64 text, without decoding it; `None` when the
 /// length cannot be that of such text.
 fn decoded_len(text: &str) -> Option<usize> {
-    if text.len() % 4 != 0 {
+    if !text.len().is_multiple_of(4) {
         return None;
     }
     let padding = text.bytes().rev().take_while(|&b| b == b'=').count();
