@@ -438,3 +438,70 @@ async fn media_round_trip_s3_compatible_server() {
     .unwrap();
     time_one_mib_upload(&s3, "moto (S3 over local HTTP)").await;
 }
+
+/// An OTLP/JSON request with one model-request span whose input holds a `size`-byte blob.
+fn model_request_with_blob(size: usize) -> (String, String) {
+    let data = base64::engine::general_purpose::STANDARD.encode(vec![7u8; size]);
+    let input = serde_json::json!([{"role": "user", "parts": [
+        {"type": "text", "content": "look"},
+        {"type": "blob", "modality": "image", "mime_type": "image/png", "content": data},
+    ]}]);
+    let body = serde_json::json!({"resourceSpans": [{"scopeSpans": [{"spans": [{
+        "traceId": "5b8efff798038103d269b633813fc60c",
+        "spanId": "eee19b7ec3c1b174",
+        "name": "chat m",
+        "kind": 3,
+        "startTimeUnixNano": "1763800000000000000",
+        "endTimeUnixNano": "1763800001000000000",
+        "attributes": [
+            {"key": "gen_ai.operation.name", "value": {"stringValue": "chat"}},
+            {"key": "gen_ai.input.messages", "value": {"stringValue": input.to_string()}},
+        ],
+    }]}]}]});
+    (body.to_string(), data)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn media_store_failure_is_a_retryable_refusal() {
+    let stepline = Stepline::start().await;
+    // The media directory becomes a file: no blob can be written under it.
+    let media_dir = stepline.data_dir().join("media");
+    std::fs::remove_dir_all(&media_dir).unwrap();
+    std::fs::write(&media_dir, b"not a directory").unwrap();
+
+    let (body, data) = model_request_with_blob(70 * 1024);
+    let url = format!("{}/v1/traces", stepline.otlp_http_url());
+    let send = || {
+        stepline
+            .client()
+            .post(&url)
+            .header("content-type", "application/json")
+            .body(body.clone())
+            .send()
+    };
+    let refused = send().await.unwrap();
+    assert_eq!(refused.status(), 503, "a failed blob write is retryable");
+    assert!(refused.headers().contains_key("retry-after"));
+    let status = refused.text().await.unwrap();
+    assert!(
+        status.contains("the media store file://") && status.contains("retry later"),
+        "{status}"
+    );
+    let runs = stepline.get_list("/v1/runs", "runs").await;
+    assert!(runs.is_empty(), "nothing is stored when the blob is not: {runs:?}");
+
+    // The store is back: the client's retry is accepted and the history is whole.
+    std::fs::remove_file(&media_dir).unwrap();
+    std::fs::create_dir(&media_dir).unwrap();
+    let accepted = send().await.unwrap();
+    assert_eq!(accepted.status(), 200, "{}", accepted.text().await.unwrap());
+    let runs = stepline.get_list("/v1/runs", "runs").await;
+    assert_eq!(runs.len(), 1, "{runs:?}");
+    let run_id = runs[0]["run_id"].as_str().unwrap();
+    let history = stepline
+        .get_ok(&format!(
+            "/v1/runs/{run_id}/continuation?include_interrupted=true"
+        ))
+        .await;
+    assert_eq!(history["messages"][0]["parts"][1]["content"], data.as_str());
+}
