@@ -18,11 +18,12 @@ use object_store::ObjectStoreExt;
 use serde_json::Value;
 use stepline::config::{MediaConfig, MediaLocation};
 use stepline::media::{Blob, Media, MediaRef};
-use support::{python, run_script, Options, Stepline};
+use support::{history_differences, python, run_script, Options, Stepline};
 
 /// What `media_scenario.py` prints.
 struct MediaRun {
     run_id: String,
+    all_messages: Vec<Value>,
     image_base64: String,
     image: Vec<u8>,
     reference: MediaRef,
@@ -63,6 +64,7 @@ async fn run_media_scenario(stepline: &Stepline) -> MediaRun {
         .await;
     MediaRun {
         run_id,
+        all_messages: out["all_messages"].as_array().unwrap().clone(),
         image_base64,
         image,
         reference,
@@ -262,6 +264,21 @@ async fn media_round_trip_local_directory() {
         "the blob in the directory is the image"
     );
     check_continuations(&stepline, &run, true).await;
+
+    // Pydantic AI loads the continuation and continues from it; it is the history the agent had,
+    // image bytes included (apart from the fields the telemetry never carries).
+    let report = run_script(
+        "continue_run.py",
+        &["--api", &stepline.api_url(""), "--run-id", &run.run_id],
+        Duration::from_secs(120),
+    )
+    .await
+    .json_line();
+    assert_eq!(report["validated"], true, "{report}");
+    assert_eq!(report["history_matches"], true, "{report}");
+    let loaded = report["canonical_messages"].as_array().unwrap();
+    let differences = history_differences(&run.all_messages, loaded);
+    assert!(differences.is_empty(), "{}", differences.join("\n"));
 
     stepline.terminate(Duration::from_secs(20));
     check_rocksdb_holds_references(&stepline.data_dir(), &run);
@@ -488,7 +505,10 @@ async fn media_store_failure_is_a_retryable_refusal() {
         "{status}"
     );
     let runs = stepline.get_list("/v1/runs", "runs").await;
-    assert!(runs.is_empty(), "nothing is stored when the blob is not: {runs:?}");
+    assert!(
+        runs.is_empty(),
+        "nothing is stored when the blob is not: {runs:?}"
+    );
 
     // The store is back: the client's retry is accepted and the history is whole.
     std::fs::remove_file(&media_dir).unwrap();
