@@ -53,10 +53,7 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
         };
         exporters.spawn(task.run(export_stop_rx.clone()));
     }
-    let media = Arc::new(
-        Media::open(&config.storage.media, config.storage.sync)
-            .context("cannot open the media store")?,
-    );
+    let media = Arc::new(Media::open(&config.storage.media, config.storage.sync)?);
     tracing::info!(
         location = %media.location(),
         threshold = ?config.storage.media.threshold,

@@ -531,6 +531,12 @@ mod tests {
             ),
             (
                 "GET",
+                "/v1/runs/outer-call/continuation?media=base64",
+                400,
+                "media must be inline or reference, not \"base64\"",
+            ),
+            (
+                "GET",
                 "/v1/runs/outer-call/continuation?at=99",
                 404,
                 "no snapshot 99",

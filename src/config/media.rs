@@ -61,7 +61,11 @@ pub(crate) fn validate_media(
         },
     };
     let mut options = BTreeMap::new();
-    for (key, Text(value)) in raw.options.unwrap_or_default() {
+    for (key, value) in raw.options.unwrap_or_default() {
+        // Empty (e.g. an unset environment variable): not given.
+        let Some(Text(value)) = value.filter(|Text(v)| !v.is_empty()) else {
+            continue;
+        };
         if let Some(location) = &location {
             if let Err(message) = check_option(location, &key) {
                 problem(&format!("options.{key}"), message);
@@ -217,6 +221,9 @@ mod tests {
         );
         assert_eq!(config.threshold, Some(1 << 20));
         assert_eq!(config.options["allow_http"], "true");
+        let unset =
+            validate("url: s3://b\noptions: {endpoint: '', token: ~, region: eu-west-1}").unwrap();
+        assert_eq!(unset.options.len(), 1, "an empty value is not given");
         assert_eq!(config.location.to_string(), "s3://bucket/some/prefix");
         assert_eq!(
             validate("url: memory://").unwrap().location,

@@ -155,8 +155,9 @@ pub(crate) struct RawMedia {
     pub(crate) threshold: Option<Text>,
     /// `url`: the object store (`file://`, `s3://`, `gs://`, `az://`, `memory://`).
     pub(crate) url: Option<Text>,
-    /// `options`: object store options (endpoint, region, allow_http, credentials, ...).
-    pub(crate) options: Option<std::collections::BTreeMap<String, Text>>,
+    /// `options`: object store options (endpoint, region, allow_http, credentials, ...); an
+    /// empty value means "not given".
+    pub(crate) options: Option<std::collections::BTreeMap<String, Option<Text>>>,
 }
 
 /// `extensions.stepline_api`.
