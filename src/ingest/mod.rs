@@ -23,7 +23,7 @@ use writer::Writer;
 
 use crate::config::SignalKind;
 use crate::exporter::Outbox;
-use crate::interpreter::{interpret_log, interpret_span};
+use crate::interpreter::{interpret_log, interpret_span, Interpreted};
 use crate::media::{Media, MediaError};
 use crate::service_error::{ServiceError, ServiceErrorCode};
 use crate::store::Store;
@@ -148,41 +148,38 @@ impl Ingest {
         request: ExportTraceServiceRequest,
     ) -> Result<ExportOutcome, IngestError> {
         let forward = self.outbox.wants(SignalKind::Traces);
-        let media = self.media.clone();
-        let (interpreted, blobs, total, invalid, payload) =
-            tokio::task::spawn_blocking(move || {
-                let mut out = Vec::new();
-                let (mut total, mut invalid) = (0u64, 0u64);
-                for span in request
-                    .resource_spans
-                    .iter()
-                    .flat_map(|r| &r.scope_spans)
-                    .flat_map(|s| &s.spans)
-                {
-                    total += 1;
-                    if span.trace_id.len() != 16 || span.span_id.len() != 8 {
-                        invalid += 1;
-                        continue;
-                    }
-                    if let Some(i) = interpret_span(span) {
-                        out.push(i);
-                    }
+        let (interpreted, total, invalid, payload) = tokio::task::spawn_blocking(move || {
+            let mut out = Vec::new();
+            let (mut total, mut invalid) = (0u64, 0u64);
+            for span in request
+                .resource_spans
+                .iter()
+                .flat_map(|r| &r.scope_spans)
+                .flat_map(|s| &s.spans)
+            {
+                total += 1;
+                if span.trace_id.len() != 16 || span.span_id.len() != 8 {
+                    invalid += 1;
+                    continue;
                 }
-                let payload = forward.then(|| request.encode_to_vec());
-                let blobs = media.map(|m| m.offload(&mut out)).unwrap_or_default();
-                (out, blobs, total, invalid, payload)
-            })
-            .await
-            .map_err(|e| IngestError::Storage(format!("interpreter task failed: {e}")))?;
-        // The blobs the messages now refer to are durable before the messages are committed.
-        if let (Some(media), false) = (&self.media, blobs.is_empty()) {
-            if let Err(error) = media.save(blobs).await {
+                if let Some(i) = interpret_span(span) {
+                    out.push(i);
+                }
+            }
+            let payload = forward.then(|| request.encode_to_vec());
+            (out, total, invalid, payload)
+        })
+        .await
+        .map_err(|e| IngestError::Storage(format!("interpreter task failed: {e}")))?;
+        let interpreted = match self.store_media(interpreted).await {
+            Ok(interpreted) => interpreted,
+            Err(error) => {
                 self.counters
                     .refused_spans
                     .fetch_add(total, Ordering::Relaxed);
-                return Err(error.into());
+                return Err(error);
             }
-        }
+        };
 
         let interpreted_count = interpreted.len() as u64;
         let outbox = payload.map(|payload| NewOutboxEntry {
@@ -224,6 +221,29 @@ impl Ingest {
         } else {
             ExportOutcome::default()
         })
+    }
+
+    /// Moves the large blobs of the interpreted spans to the media store, leaving references in
+    /// their messages. When this returns, the blobs those references name are durably stored,
+    /// so the messages may be committed.
+    async fn store_media(
+        &self,
+        mut interpreted: Vec<Interpreted>,
+    ) -> Result<Vec<Interpreted>, IngestError> {
+        let Some(media) = self.media.clone().filter(|_| !interpreted.is_empty()) else {
+            return Ok(interpreted);
+        };
+        let offload = media.clone();
+        let (interpreted, blobs) = tokio::task::spawn_blocking(move || {
+            let blobs = offload.offload(&mut interpreted);
+            (interpreted, blobs)
+        })
+        .await
+        .map_err(|e| IngestError::Storage(format!("media task failed: {e}")))?;
+        if !blobs.is_empty() {
+            media.save(blobs).await?;
+        }
+        Ok(interpreted)
     }
 
     /// Accepts a logs export request: legacy GenAI events correlated to a span (trace and span
