@@ -2,8 +2,9 @@
 //! resumable run state.
 //!
 //! A span travels [`receiver`] → [`ingest`] → [`interpreter`] → [`store`], and comes back out
-//! through the query [`api`] and its [`continuation`] export. [`service`] wires them together
-//! from the [`config`].
+//! through the query [`api`] and its [`continuation`] export; large binary message parts go to
+//! an object store on the way in and come back on the way out ([`media`]). [`service`] wires
+//! them together from the [`config`].
 
 pub mod api;
 pub mod config;
@@ -12,6 +13,7 @@ pub mod domain;
 pub mod exporter;
 pub mod ingest;
 pub mod interpreter;
+pub mod media;
 pub mod receiver;
 pub mod service;
 pub mod service_error;

@@ -41,6 +41,10 @@ where
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    // One TLS crypto provider for the whole process: the exporters name ring explicitly, and
+    // this keeps any other rustls user (e.g. the media store's HTTP client) on the same one,
+    // whatever rustls features other crates switch on. An error means one is already set.
+    let _ = rustls::crypto::ring::default_provider().install_default();
     // Logging works while the config loads, so its warnings (e.g. an unset variable) show;
     // the process-wide subscriber (with the config's level, unless RUST_LOG says otherwise,
     // and stepline's own traces when configured) is installed once it is read.

@@ -17,6 +17,7 @@ use crate::api::{self, ApiState};
 use crate::config::Config;
 use crate::exporter::{Client, ExporterTask, Outbox};
 use crate::ingest::Ingest;
+use crate::media::Media;
 use crate::receiver::{self, ReceiverLimits};
 use crate::store::Store;
 
@@ -52,7 +53,13 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
         };
         exporters.spawn(task.run(export_stop_rx.clone()));
     }
-    let ingest = Arc::new(Ingest::new(store.clone(), outbox.clone()));
+    let media = Arc::new(Media::open(&config.storage.media, config.storage.sync)?);
+    tracing::info!(
+        location = %media.location(),
+        threshold = ?config.storage.media.threshold,
+        "media store configured"
+    );
+    let ingest = Arc::new(Ingest::new(store.clone(), outbox.clone()).with_media(media.clone()));
     let (stop_tx, stop_rx) = watch::channel(false);
     let stopped = move || {
         let mut rx = stop_rx.clone();
@@ -94,6 +101,7 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
         store: store.clone(),
         ingest: ingest.clone(),
         bearer_token: config.api.bearer_token.clone(),
+        media,
     });
     let stop = stopped();
     tasks.spawn(async move {

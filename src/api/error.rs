@@ -5,6 +5,7 @@ use axum::Json;
 
 use crate::continuation::ContinuationError;
 use crate::ingest::IngestError;
+use crate::media::MediaError;
 use crate::service_error::{ServiceError, ServiceErrorCode};
 use crate::store::StoreError;
 
@@ -32,6 +33,9 @@ pub enum ApiError {
     /// The writer could not take the request.
     #[error(transparent)]
     Ingest(#[from] IngestError),
+    /// Media parts could not be restored from the media store.
+    #[error(transparent)]
+    Media(#[from] MediaError),
     /// A blocking task failed.
     #[error("internal error: {0}")]
     Internal(String),
@@ -47,6 +51,7 @@ impl ServiceError for ApiError {
             Self::Store(e) => e.error_code(),
             Self::Continuation(e) => e.error_code(),
             Self::Ingest(e) => e.error_code(),
+            Self::Media(e) => e.error_code(),
             Self::Internal(_) => ServiceErrorCode::Internal,
         }
     }
@@ -54,6 +59,7 @@ impl ServiceError for ApiError {
     fn retry_after(&self) -> Option<std::time::Duration> {
         match self {
             Self::Ingest(e) => e.retry_after(),
+            Self::Media(e) => e.retry_after(),
             _ => None,
         }
     }

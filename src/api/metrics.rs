@@ -6,6 +6,7 @@ use std::sync::atomic::Ordering;
 use crate::config::SignalKind;
 use crate::exporter::{item_name, ExporterCounters, ExporterQueue, Outbox, SignalCounters};
 use crate::ingest::IngestCounters;
+use crate::media::MediaCounters;
 use crate::store::keys::cf;
 use crate::store::Store;
 
@@ -208,5 +209,47 @@ fn render_exporters(out: &mut String, outbox: &Outbox) {
     for queue in queues {
         let value = queue.counters.retries.load(Ordering::Relaxed);
         let _ = writeln!(out, "{name}_total{{exporter=\"{}\"}} {value}", queue.id);
+    }
+}
+
+/// Appends the media store's counters.
+pub fn render_media(out: &mut String, c: &MediaCounters) {
+    let rows: [(&str, &str, u64); 6] = [
+        (
+            "stepline_media_stored",
+            "Blobs written to the media store.",
+            c.stored.load(Ordering::Relaxed),
+        ),
+        (
+            "stepline_media_stored_bytes",
+            "Bytes written to the media store.",
+            c.stored_bytes.load(Ordering::Relaxed),
+        ),
+        (
+            "stepline_media_reused",
+            "Blobs taken out of messages that the media store already held.",
+            c.reused.load(Ordering::Relaxed),
+        ),
+        (
+            "stepline_media_restored",
+            "Blobs read back from the media store for continuations.",
+            c.restored.load(Ordering::Relaxed),
+        ),
+        (
+            "stepline_media_restored_bytes",
+            "Bytes read back from the media store for continuations.",
+            c.restored_bytes.load(Ordering::Relaxed),
+        ),
+        (
+            "stepline_media_failures",
+            "Media store reads and writes that failed (or found a blob missing or damaged).",
+            c.failures.load(Ordering::Relaxed),
+        ),
+    ];
+    for (name, help, value) in rows {
+        let _ = writeln!(
+            out,
+            "# HELP {name} {help}\n# TYPE {name} counter\n{name}_total {value}"
+        );
     }
 }

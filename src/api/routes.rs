@@ -14,6 +14,7 @@ use super::error::ApiError;
 use crate::continuation::{self, Format, Selector};
 use crate::domain::{EffectStatus, Run, SnapshotMeta, SnapshotState};
 use crate::ingest::{Applied, Ingest};
+use crate::media::{self, Media};
 use crate::store::{RunFilter, Store};
 
 /// What the handlers share.
@@ -25,6 +26,8 @@ pub struct ApiState {
     pub ingest: Arc<Ingest>,
     /// Bearer token required on `/v1/*`, when configured.
     pub bearer_token: Option<String>,
+    /// The media store, for restoring large binary parts in continuations.
+    pub media: Arc<Media>,
 }
 
 /// Page size of `GET /v1/runs` when `limit` is not given, and its maximum.
@@ -70,9 +73,11 @@ async fn metrics(State(state): State<ApiState>) -> impl IntoResponse {
         .await
         .ok()
         .flatten();
+    let mut text = super::metrics::render(state.ingest.counters(), state.ingest.outbox(), gauges);
+    super::metrics::render_media(&mut text, state.media.counters());
     (
         [(http::header::CONTENT_TYPE, "text/plain; version=0.0.4")],
-        super::metrics::render(state.ingest.counters(), state.ingest.outbox(), gauges),
+        text,
     )
 }
 
@@ -280,12 +285,34 @@ async fn get_recovery(
     .await
 }
 
+/// How a continuation gives media parts whose data is in the media store.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum MediaMode {
+    /// The original base64 data, as the framework sent it (default).
+    Inline,
+    /// `media+sha256://` references, as `uri` parts.
+    Reference,
+}
+
+fn parse_media(params: &HashMap<String, String>) -> Result<MediaMode, ApiError> {
+    match params.get("media").map(String::as_str) {
+        None | Some("inline") => Ok(MediaMode::Inline),
+        Some("reference") => Ok(MediaMode::Reference),
+        Some(other) => Err(ApiError::BadRequest(format!(
+            "media must be inline or reference, not {other:?}"
+        ))),
+    }
+}
+
 async fn get_continuation(
     State(state): State<ApiState>,
     Path(run_id): Path<String>,
     Query(params): Query<HashMap<String, String>>,
 ) -> Result<Json<Value>, ApiError> {
-    check_params(&params, &["format", "include_interrupted", "at", "repair"])?;
+    check_params(
+        &params,
+        &["format", "include_interrupted", "at", "repair", "media"],
+    )?;
     let format_name = params.get("format").map(String::as_str).unwrap_or("otel");
     let format = Format::parse(format_name).ok_or_else(|| {
         ApiError::BadRequest(format!(
@@ -305,9 +332,20 @@ async fn get_continuation(
         include_interrupted: parse_bool(&params, "include_interrupted")?,
         repair: parse_bool(&params, "repair")?,
     };
-    blocking(&state, move |s| {
+    let media_mode = parse_media(&params)?;
+    let mut history = blocking(&state, move |s| {
         let run = find_run(s, &run_id)?;
-        let mut history = continuation::load(s, run, selector)?;
+        Ok(continuation::load(s, run, selector)?)
+    })
+    .await?;
+    match media_mode {
+        MediaMode::Inline => {
+            let run_id = history.run.run_id.clone();
+            state.media.restore(&run_id, &mut history.messages).await?;
+        }
+        MediaMode::Reference => media::show_references(&mut history.messages),
+    }
+    tokio::task::spawn_blocking(move || {
         let repaired = if selector.repair {
             Some(history.repair())
         } else {
@@ -343,9 +381,10 @@ async fn get_continuation(
             body.insert("repaired".into(), json!(repaired));
         }
         body.extend(fields);
-        Ok(Json(Value::Object(body)))
+        Json(Value::Object(body))
     })
     .await
+    .map_err(|e| ApiError::Internal(e.to_string()))
 }
 
 async fn abandon(
@@ -392,6 +431,7 @@ mod tests_support {
             store,
             ingest,
             bearer_token: token.map(str::to_string),
+            media: Arc::new(Media::in_memory(Some(64 * 1024))),
         };
         (router(state), dir)
     }
@@ -494,6 +534,12 @@ mod tests {
                 "/v1/runs/outer-call/continuation?at=x",
                 400,
                 "at must be",
+            ),
+            (
+                "GET",
+                "/v1/runs/outer-call/continuation?media=base64",
+                400,
+                "media must be inline or reference, not \"base64\"",
             ),
             (
                 "GET",

@@ -59,8 +59,8 @@ mod tests {
 
     use super::*;
     use crate::config::{
-        ApiConfig, GrpcReceiverConfig, HttpReceiverConfig, InterpreterConfig, OtlpReceiverConfig,
-        StorageConfig,
+        ApiConfig, GrpcReceiverConfig, HttpReceiverConfig, InterpreterConfig, MediaConfig,
+        MediaLocation, OtlpReceiverConfig, StorageConfig,
     };
 
     const MINIMAL: &str = "
@@ -215,7 +215,11 @@ service:
             config.storage,
             StorageConfig {
                 directory: "/var/lib/stepline".into(),
-                sync: false
+                sync: false,
+                media: MediaConfig {
+                    location: MediaLocation::Directory("/var/lib/stepline/media".into()),
+                    ..MediaConfig::default()
+                }
             }
         );
         assert_eq!(

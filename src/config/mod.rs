@@ -12,7 +12,8 @@
 //!   `timeout`, `send_batch_size`, `send_batch_max_size` so Collector configs load, but it has
 //!   no effect: stepline commits every request durably before acknowledging it, and batching
 //!   for the backend belongs to the exporters);
-//! - extensions `stepline_storage`, `stepline_api` and `health_check`;
+//! - extensions `stepline_storage` (with `media`, the object store for large binary parts),
+//!   `stepline_api` and `health_check`;
 //! - exporters `otlp` (gRPC) and `otlphttp` (protobuf or JSON), see [`ExporterConfig`].
 //!
 //! Unknown keys and unknown component types stop the start.
@@ -23,6 +24,7 @@ mod error;
 mod expand;
 mod exporter;
 mod load;
+mod media;
 mod model;
 mod raw;
 mod telemetry;
@@ -31,10 +33,10 @@ mod validate;
 pub use error::{ConfigError, ConfigProblem};
 pub use model::{
     ApiConfig, Compression, Config, ExporterConfig, ExporterProtocol, GrpcReceiverConfig,
-    HealthCheckConfig, HttpReceiverConfig, InterpreterConfig, OtlpReceiverConfig, RetryConfig,
-    SelfTracesConfig, SignalKind, StorageConfig, TlsConfig, WhenFull, DEFAULT_API_ENDPOINT,
-    DEFAULT_EXPORT_TIMEOUT, DEFAULT_GRPC_ENDPOINT, DEFAULT_GRPC_MAX_RECV_MSG_SIZE,
-    DEFAULT_GRPC_MAX_RECV_MSG_SIZE_MIB, DEFAULT_HTTP_ENDPOINT, DEFAULT_HTTP_MAX_REQUEST_BODY_SIZE,
-    DEFAULT_INACTIVITY_TIMEOUT, DEFAULT_NUM_CONSUMERS, DEFAULT_QUEUE_SIZE_BYTES,
-    DEFAULT_STORAGE_DIRECTORY,
+    HealthCheckConfig, HttpReceiverConfig, InterpreterConfig, MediaConfig, MediaLocation,
+    OtlpReceiverConfig, RetryConfig, SelfTracesConfig, SignalKind, StorageConfig, TlsConfig,
+    WhenFull, DEFAULT_API_ENDPOINT, DEFAULT_EXPORT_TIMEOUT, DEFAULT_GRPC_ENDPOINT,
+    DEFAULT_GRPC_MAX_RECV_MSG_SIZE, DEFAULT_GRPC_MAX_RECV_MSG_SIZE_MIB, DEFAULT_HTTP_ENDPOINT,
+    DEFAULT_HTTP_MAX_REQUEST_BODY_SIZE, DEFAULT_INACTIVITY_TIMEOUT, DEFAULT_MEDIA_THRESHOLD,
+    DEFAULT_NUM_CONSUMERS, DEFAULT_QUEUE_SIZE_BYTES, DEFAULT_STORAGE_DIRECTORY,
 };

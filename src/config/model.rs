@@ -21,6 +21,8 @@ pub const DEFAULT_HTTP_MAX_REQUEST_BODY_SIZE: usize = 64 * 1024 * 1024;
 pub const DEFAULT_INACTIVITY_TIMEOUT: Duration = Duration::from_secs(600);
 /// Default storage directory (relative to the working directory).
 pub const DEFAULT_STORAGE_DIRECTORY: &str = "./data";
+/// Default size (decoded bytes) from which a `blob` part moves to the media store (64 KiB).
+pub const DEFAULT_MEDIA_THRESHOLD: u64 = 64 * 1024;
 
 /// A loaded, validated `collector.yaml`.
 #[derive(Debug, Clone)]
@@ -137,6 +139,8 @@ pub struct StorageConfig {
     pub directory: PathBuf,
     /// Whether every acknowledged write fsyncs the WAL first.
     pub sync: bool,
+    /// Where large binary message parts are kept (`media`).
+    pub media: MediaConfig,
 }
 
 impl Default for StorageConfig {
@@ -144,6 +148,104 @@ impl Default for StorageConfig {
         Self {
             directory: PathBuf::from(DEFAULT_STORAGE_DIRECTORY),
             sync: true,
+            media: MediaConfig::default(),
+        }
+    }
+}
+
+/// `extensions.stepline_storage.media`: the object store for large `blob` parts.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MediaConfig {
+    /// Blobs of at least this many decoded bytes are moved to the store. `None`: every blob
+    /// stays inline (`enabled: false`); references already stored are still restored.
+    pub threshold: Option<u64>,
+    /// The object store.
+    pub location: MediaLocation,
+    /// Store options (`endpoint`, `region`, `allow_http`, credentials, ...), keys checked against
+    /// the store's own option names. Settings not given here come from the environment
+    /// (`AWS_*`, `GOOGLE_*`, `AZURE_*`).
+    pub options: std::collections::BTreeMap<String, String>,
+}
+
+impl Default for MediaConfig {
+    fn default() -> Self {
+        Self {
+            threshold: Some(DEFAULT_MEDIA_THRESHOLD),
+            location: MediaLocation::Directory(
+                PathBuf::from(DEFAULT_STORAGE_DIRECTORY).join("media"),
+            ),
+            options: Default::default(),
+        }
+    }
+}
+
+/// Where the media object store is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum MediaLocation {
+    /// A local directory (`file://<dir>`; by default `<storage directory>/media`).
+    Directory(PathBuf),
+    /// Amazon S3 or an S3-compatible server (`s3://<bucket>[/<prefix>]`).
+    S3 {
+        /// Bucket name.
+        bucket: String,
+        /// Key prefix, without leading or trailing `/` (may be empty).
+        prefix: String,
+    },
+    /// Google Cloud Storage (`gs://<bucket>[/<prefix>]`).
+    Gcs {
+        /// Bucket name.
+        bucket: String,
+        /// Key prefix (may be empty).
+        prefix: String,
+    },
+    /// Azure Blob Storage (`az://<container>[/<prefix>]`; the account comes from the options
+    /// or `AZURE_STORAGE_ACCOUNT_NAME`).
+    Azure {
+        /// Container name.
+        container: String,
+        /// Key prefix (may be empty).
+        prefix: String,
+    },
+    /// In memory (`memory://`): lost at exit; for tests.
+    Memory,
+}
+
+impl MediaLocation {
+    /// The URL scheme, for messages (`file://`, `s3://`, ...).
+    pub fn scheme(&self) -> &'static str {
+        match self {
+            Self::Directory(_) => "file://",
+            Self::S3 { .. } => "s3://",
+            Self::Gcs { .. } => "gs://",
+            Self::Azure { .. } => "az://",
+            Self::Memory => "memory://",
+        }
+    }
+
+    /// The key prefix inside the bucket or container (empty for directories and memory).
+    pub fn prefix(&self) -> &str {
+        match self {
+            Self::S3 { prefix, .. } | Self::Gcs { prefix, .. } | Self::Azure { prefix, .. } => {
+                prefix
+            }
+            Self::Directory(_) | Self::Memory => "",
+        }
+    }
+}
+
+impl std::fmt::Display for MediaLocation {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let (scheme, name, prefix) = match self {
+            Self::Directory(dir) => return write!(f, "file://{}", dir.display()),
+            Self::Memory => return f.write_str("memory://"),
+            Self::S3 { bucket, prefix } => ("s3", bucket, prefix),
+            Self::Gcs { bucket, prefix } => ("gs", bucket, prefix),
+            Self::Azure { container, prefix } => ("az", container, prefix),
+        };
+        if prefix.is_empty() {
+            write!(f, "{scheme}://{name}")
+        } else {
+            write!(f, "{scheme}://{name}/{prefix}")
         }
     }
 }

@@ -141,6 +141,23 @@ pub(crate) struct RawStorageExtension {
     pub(crate) directory: Option<Text>,
     /// `sync`: fsync the WAL on every acknowledged write.
     pub(crate) sync: Option<bool>,
+    /// `media`: the object store for large binary message parts.
+    pub(crate) media: Option<RawMedia>,
+}
+
+/// `extensions.stepline_storage.media`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawMedia {
+    /// `enabled`: move large blobs out of stored messages (default true).
+    pub(crate) enabled: Option<bool>,
+    /// `threshold`: decoded size from which a blob moves (`64KiB`, `1MiB`, bytes).
+    pub(crate) threshold: Option<Text>,
+    /// `url`: the object store (`file://`, `s3://`, `gs://`, `az://`, `memory://`).
+    pub(crate) url: Option<Text>,
+    /// `options`: object store options (endpoint, region, allow_http, credentials, ...); an
+    /// empty value means "not given".
+    pub(crate) options: Option<std::collections::BTreeMap<String, Option<Text>>>,
 }
 
 /// `extensions.stepline_api`.

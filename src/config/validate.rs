@@ -24,6 +24,7 @@ use super::endpoint::parse_endpoint;
 use super::error::ConfigProblem;
 use super::expand::key_label;
 use super::exporter::{validate_exporter, OTLPHTTP_EXPORTER, OTLP_EXPORTER};
+use super::media::validate_media;
 use super::model::SelfTracesConfig;
 use super::model::{
     ApiConfig, Config, ExporterConfig, GrpcReceiverConfig, HealthCheckConfig, HttpReceiverConfig,
@@ -592,9 +593,14 @@ impl Validator {
                     }
                     Some(Text(directory)) => directory,
                 };
+                let directory = std::path::PathBuf::from(directory);
+                let media = validate_media(raw.media, &directory, &mut |key, message| {
+                    self.problem(format!("{path}.media.{key}"), message)
+                })?;
                 Some(ExtensionSettings::Storage(StorageConfig {
-                    directory: directory.into(),
+                    directory,
                     sync: raw.sync.unwrap_or(true),
+                    media,
                 }))
             }
             STEPLINE_API => {

@@ -23,7 +23,8 @@ use writer::Writer;
 
 use crate::config::SignalKind;
 use crate::exporter::Outbox;
-use crate::interpreter::{interpret_log, interpret_span};
+use crate::interpreter::{interpret_log, interpret_span, Interpreted};
+use crate::media::{Media, MediaError};
 use crate::service_error::{ServiceError, ServiceErrorCode};
 use crate::store::Store;
 
@@ -59,6 +60,9 @@ pub enum IngestError {
     /// The service is shutting down and takes no new requests.
     #[error("stepline is shutting down")]
     ShuttingDown,
+    /// Large binary parts could not be written to the media store; nothing was stored.
+    #[error(transparent)]
+    Media(#[from] MediaError),
 }
 
 impl ServiceError for IngestError {
@@ -97,6 +101,7 @@ pub struct Ingest {
     counters: Arc<IngestCounters>,
     /// Encoded bytes of the requests being interpreted or waiting for the writer.
     admitted_bytes: AtomicU64,
+    media: Option<Arc<Media>>,
 }
 
 /// Requests that may wait for the writer before new ones are refused with a retryable error.
@@ -127,6 +132,7 @@ impl Ingest {
             outbox,
             counters: Arc::new(IngestCounters::default()),
             admitted_bytes: AtomicU64::new(0),
+            media: None,
         }
     }
 
@@ -145,6 +151,13 @@ impl Ingest {
             }),
             Err(held) => Err(IngestError::OverBytes(held)),
         }
+    }
+
+    /// Moves large binary message parts to `media` before they are stored (without it, every
+    /// part stays inline).
+    pub fn with_media(mut self, media: Arc<Media>) -> Self {
+        self.media = Some(media);
+        self
     }
 
     /// The outbox the accepted requests go to.
@@ -216,6 +229,15 @@ impl Ingest {
         })
         .await
         .map_err(|e| IngestError::Storage(format!("interpreter task failed: {e}")))?;
+        let interpreted = match self.store_media(interpreted).await {
+            Ok(interpreted) => interpreted,
+            Err(error) => {
+                self.counters
+                    .refused_spans
+                    .fetch_add(total, Ordering::Relaxed);
+                return Err(error);
+            }
+        };
 
         let interpreted_count = interpreted.len() as u64;
         let outbox = payload.map(|payload| NewOutboxEntry {
@@ -257,6 +279,29 @@ impl Ingest {
         } else {
             ExportOutcome::default()
         })
+    }
+
+    /// Moves the large blobs of the interpreted spans to the media store, leaving references in
+    /// their messages. When this returns, the blobs those references name are durably stored,
+    /// so the messages may be committed.
+    async fn store_media(
+        &self,
+        mut interpreted: Vec<Interpreted>,
+    ) -> Result<Vec<Interpreted>, IngestError> {
+        let Some(media) = self.media.clone().filter(|_| !interpreted.is_empty()) else {
+            return Ok(interpreted);
+        };
+        let offload = media.clone();
+        let (interpreted, blobs) = tokio::task::spawn_blocking(move || {
+            let blobs = offload.offload(&mut interpreted);
+            (interpreted, blobs)
+        })
+        .await
+        .map_err(|e| IngestError::Storage(format!("media task failed: {e}")))?;
+        if !blobs.is_empty() {
+            media.save(blobs).await?;
+        }
+        Ok(interpreted)
     }
 
     /// Accepts a logs export request: legacy GenAI events correlated to a span (trace and span

@@ -61,6 +61,8 @@ pub struct Options {
     pub pipeline_exporters: Option<String>,
     /// More keys under `service:` (YAML, indented by two spaces), e.g. `telemetry:`.
     pub service_extra: Option<String>,
+    /// `extensions.stepline_storage.media` as a YAML flow mapping (e.g. `{url: memory://}`), when set.
+    pub media: Option<String>,
 }
 
 impl Default for Options {
@@ -71,6 +73,7 @@ impl Default for Options {
             exporters: None,
             pipeline_exporters: None,
             service_extra: None,
+            media: None,
         }
     }
 }
@@ -200,10 +203,14 @@ impl Stepline {
         };
         let used = self.options.pipeline_exporters.as_deref().unwrap_or("[]");
         let service_extra = self.options.service_extra.as_deref().unwrap_or("");
+        let media = match &self.options.media {
+            Some(flow) => format!(", media: {flow}"),
+            None => String::new(),
+        };
         format!(
             "{exporters}receivers:\n  otlp:\n    protocols:\n      grpc: {{ endpoint: {grpc} }}\n      http: {{ endpoint: {http}{http_limit} }}\n\
              processors:\n  stepline: {{ inactivity_timeout: {timeout} }}\n\
-             extensions:\n  stepline_storage: {{ directory: {dir}, sync: true }}\n  stepline_api: {{ endpoint: {api} }}\n\
+             extensions:\n  stepline_storage: {{ directory: {dir}, sync: true{media} }}\n  stepline_api: {{ endpoint: {api} }}\n\
              service:\n{service_extra}  extensions: [stepline_storage, stepline_api]\n  pipelines:\n\
              \x20   traces: {{ receivers: [otlp], processors: [stepline], exporters: {used} }}\n\
              \x20   logs: {{ receivers: [otlp], processors: [stepline], exporters: {used} }}\n\

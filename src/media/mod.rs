@@ -1,0 +1,537 @@
+//! Media: large binary message parts kept in an object store instead of in stored messages.
+//!
+//! On ingest, [`Media::offload`] takes every inline `blob` part of at least the configured size
+//! out of the interpreted messages (replacing its base64 data by a content address,
+//! `media+sha256://<hex>`), and [`Media::save`] writes the blobs to the object store before the
+//! request is handed to the writer: a message in RocksDB never refers to a blob that is not
+//! durably stored. On export, [`Media::restore`] puts the original bytes back (checking their
+//! hash), or [`show_references`] shows the references as `uri` parts.
+
+mod parts;
+mod reference;
+mod store;
+
+use std::collections::{BTreeSet, HashMap};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use base64::Engine;
+use object_store::{ObjectStore, ObjectStoreExt, PutPayload};
+use serde_json::Value;
+
+pub use parts::Blob;
+pub use reference::MediaRef;
+
+use crate::config::MediaConfig;
+use crate::domain::MessageHash;
+use crate::interpreter::Interpreted;
+use crate::service_error::{ServiceError, ServiceErrorCode};
+
+/// Why media could not be stored or restored.
+#[derive(Debug, thiserror::Error)]
+pub enum MediaError {
+    /// The object store could not be built from the configuration.
+    #[error("cannot open the media store {location}: {detail}")]
+    Open {
+        /// The configured store.
+        location: String,
+        /// What failed.
+        detail: String,
+    },
+    /// The store failed or could not be reached; trying again later may work.
+    #[error(
+        "the media store {location} is unavailable ({operation} {path}: {detail}); retry later"
+    )]
+    Unavailable {
+        /// The configured store.
+        location: String,
+        /// `read`, `check` or `write`.
+        operation: &'static str,
+        /// The object's path in the store.
+        path: String,
+        /// The store's error.
+        detail: String,
+    },
+    /// A blob a stored message refers to is not in the store.
+    #[error(
+        "{reference} for run {run_id} is missing from the object store ({location}: {path} not \
+         found); the history cannot be given with its original bytes (media=reference gives it \
+         with references)"
+    )]
+    Missing {
+        /// The reference.
+        reference: MediaRef,
+        /// The run whose history refers to it.
+        run_id: String,
+        /// The configured store.
+        location: String,
+        /// The object's path in the store.
+        path: String,
+    },
+    /// The store holds bytes that do not hash to the reference.
+    #[error(
+        "{reference} for run {run_id} is damaged in the object store ({location}: {path} holds \
+         {size} bytes whose SHA-256 differs)"
+    )]
+    Corrupt {
+        /// The reference.
+        reference: MediaRef,
+        /// The run whose history refers to it.
+        run_id: String,
+        /// The configured store.
+        location: String,
+        /// The object's path in the store.
+        path: String,
+        /// Size of what the store returned.
+        size: usize,
+    },
+}
+
+impl ServiceError for MediaError {
+    fn error_code(&self) -> ServiceErrorCode {
+        match self {
+            Self::Unavailable { .. } => ServiceErrorCode::Unavailable,
+            Self::Open { .. } | Self::Missing { .. } | Self::Corrupt { .. } => {
+                ServiceErrorCode::Internal
+            }
+        }
+    }
+
+    fn retry_after(&self) -> Option<std::time::Duration> {
+        matches!(self, Self::Unavailable { .. }).then(|| std::time::Duration::from_secs(1))
+    }
+}
+
+/// Counters for `/metrics`.
+#[derive(Debug, Default)]
+pub struct MediaCounters {
+    /// Blobs written to the store.
+    pub stored: AtomicU64,
+    /// Bytes written to the store.
+    pub stored_bytes: AtomicU64,
+    /// Blobs offloaded that the store already held (content addressing: no second write).
+    pub reused: AtomicU64,
+    /// Blobs read back for `media=inline` continuations.
+    pub restored: AtomicU64,
+    /// Bytes read back.
+    pub restored_bytes: AtomicU64,
+    /// Writes or reads that failed.
+    pub failures: AtomicU64,
+}
+
+/// The media store: an object store plus the size from which blobs move into it.
+pub struct Media {
+    store: Arc<dyn ObjectStore>,
+    location: String,
+    threshold: Option<u64>,
+    counters: MediaCounters,
+}
+
+impl Media {
+    /// Opens the store `config` names; `sync` (the storage setting) makes a local directory
+    /// fsync each blob before it counts as written.
+    pub fn open(config: &MediaConfig, sync: bool) -> Result<Self, MediaError> {
+        let location = config.location.to_string();
+        let store = store::open(config, sync).map_err(|detail| MediaError::Open {
+            location: location.clone(),
+            detail,
+        })?;
+        Ok(Self::with_store(store, location, config.threshold))
+    }
+
+    /// A media store over any object store (`threshold` `None`: nothing is offloaded).
+    pub fn with_store(
+        store: Arc<dyn ObjectStore>,
+        location: impl Into<String>,
+        threshold: Option<u64>,
+    ) -> Self {
+        Self {
+            store,
+            location: location.into(),
+            threshold,
+            counters: MediaCounters::default(),
+        }
+    }
+
+    /// An in-memory store, for tests.
+    pub fn in_memory(threshold: Option<u64>) -> Self {
+        Self::with_store(
+            Arc::new(object_store::memory::InMemory::new()),
+            "memory://",
+            threshold,
+        )
+    }
+
+    /// The store's URL, for messages.
+    pub fn location(&self) -> &str {
+        &self.location
+    }
+
+    /// The counters.
+    pub fn counters(&self) -> &MediaCounters {
+        &self.counters
+    }
+
+    /// Takes the blobs at or above the threshold out of the interpreted messages (rewriting the
+    /// message hashes the facts refer to) and returns them, one per reference. Plain CPU work.
+    pub fn offload(&self, interpreted: &mut [Interpreted]) -> Vec<Blob> {
+        let Some(threshold) = self.threshold else {
+            return Vec::new();
+        };
+        let mut blobs = Vec::new();
+        for item in interpreted {
+            let mut renamed: HashMap<MessageHash, MessageHash> = HashMap::new();
+            for (hash, body) in &mut item.messages {
+                if parts::offload(body, threshold, &mut blobs) {
+                    let new = MessageHash::of(body);
+                    renamed.insert(std::mem::replace(hash, new.clone()), new);
+                }
+            }
+            if renamed.is_empty() {
+                continue;
+            }
+            let fact = &mut item.fact;
+            for list in [&mut fact.input, &mut fact.output, &mut fact.all_messages]
+                .into_iter()
+                .flatten()
+            {
+                for r in list.iter_mut() {
+                    if let Some(new) = renamed.get(&r.hash) {
+                        r.hash = new.clone();
+                    }
+                }
+            }
+        }
+        blobs.sort_by(|a, b| a.reference.cmp(&b.reference));
+        blobs.dedup_by(|a, b| a.reference == b.reference);
+        blobs
+    }
+
+    /// Writes the blobs to the store, concurrently; a blob already there (same address and
+    /// size) is not written again. Returns when every blob is durably stored.
+    pub async fn save(&self, blobs: Vec<Blob>) -> Result<(), MediaError> {
+        let mut tasks = tokio::task::JoinSet::new();
+        for blob in blobs {
+            let store = self.store.clone();
+            tasks.spawn(async move { save_one(store.as_ref(), blob).await });
+        }
+        let mut first_error = None;
+        while let Some(joined) = tasks.join_next().await {
+            let outcome = joined.unwrap_or_else(|e| {
+                Err(("write", String::new(), format!("upload task failed: {e}")))
+            });
+            let c = &self.counters;
+            match outcome {
+                Ok(Saved::Written(bytes)) => {
+                    c.stored.fetch_add(1, Ordering::Relaxed);
+                    c.stored_bytes.fetch_add(bytes, Ordering::Relaxed);
+                }
+                Ok(Saved::AlreadyThere) => {
+                    c.reused.fetch_add(1, Ordering::Relaxed);
+                }
+                Err((operation, path, detail)) => {
+                    c.failures.fetch_add(1, Ordering::Relaxed);
+                    first_error.get_or_insert(MediaError::Unavailable {
+                        location: self.location.clone(),
+                        operation,
+                        path,
+                        detail,
+                    });
+                }
+            }
+        }
+        first_error.map_or(Ok(()), Err)
+    }
+
+    /// Puts the original base64 data of every reference in `messages` (the history of `run_id`)
+    /// back, reading the blobs concurrently and checking each against its hash.
+    pub async fn restore(&self, run_id: &str, messages: &mut [Value]) -> Result<(), MediaError> {
+        let wanted: BTreeSet<MediaRef> = messages.iter().flat_map(parts::references).collect();
+        if wanted.is_empty() {
+            return Ok(());
+        }
+        let mut tasks = tokio::task::JoinSet::new();
+        for reference in wanted {
+            let store = self.store.clone();
+            tasks.spawn(async move {
+                let outcome = load_one(store.as_ref(), &reference).await;
+                (reference, outcome)
+            });
+        }
+        let mut data = HashMap::new();
+        let mut first_error = None;
+        while let Some(joined) = tasks.join_next().await {
+            let Ok((reference, outcome)) = joined else {
+                first_error.get_or_insert(MediaError::Unavailable {
+                    location: self.location.clone(),
+                    operation: "read",
+                    path: String::new(),
+                    detail: "download task failed".into(),
+                });
+                continue;
+            };
+            let path = reference.object_path().to_string();
+            match outcome {
+                Ok((size, text)) => {
+                    self.counters.restored.fetch_add(1, Ordering::Relaxed);
+                    self.counters
+                        .restored_bytes
+                        .fetch_add(size as u64, Ordering::Relaxed);
+                    data.insert(reference, text);
+                }
+                Err(failure) => {
+                    self.counters.failures.fetch_add(1, Ordering::Relaxed);
+                    let location = self.location.clone();
+                    let run_id = run_id.to_owned();
+                    first_error.get_or_insert(match failure {
+                        LoadFailure::NotFound => MediaError::Missing {
+                            reference,
+                            run_id,
+                            location,
+                            path,
+                        },
+                        LoadFailure::WrongBytes(size) => MediaError::Corrupt {
+                            reference,
+                            run_id,
+                            location,
+                            path,
+                            size,
+                        },
+                        LoadFailure::Store(detail) => MediaError::Unavailable {
+                            location,
+                            operation: "read",
+                            path,
+                            detail,
+                        },
+                    });
+                }
+            }
+        }
+        if let Some(error) = first_error {
+            return Err(error);
+        }
+        for message in messages {
+            parts::inline(message, &data);
+        }
+        Ok(())
+    }
+}
+
+/// Shows the media references in `messages` as `uri` parts (`media=reference`).
+pub fn show_references(messages: &mut [Value]) {
+    for message in messages {
+        parts::as_uri(message);
+    }
+}
+
+enum Saved {
+    Written(u64),
+    AlreadyThere,
+}
+
+async fn save_one(
+    store: &dyn ObjectStore,
+    blob: Blob,
+) -> Result<Saved, (&'static str, String, String)> {
+    let path = blob.reference.object_path();
+    let size = blob.bytes.len() as u64;
+    match store.head(&path).await {
+        Ok(meta) if meta.size == size => return Ok(Saved::AlreadyThere),
+        // A different size cannot be this blob: written again below.
+        Ok(_) | Err(object_store::Error::NotFound { .. }) => {}
+        Err(e) => return Err(("check", path.to_string(), e.to_string())),
+    }
+    store
+        .put(&path, PutPayload::from(blob.bytes))
+        .await
+        .map_err(|e| ("write", path.to_string(), e.to_string()))?;
+    Ok(Saved::Written(size))
+}
+
+enum LoadFailure {
+    NotFound,
+    WrongBytes(usize),
+    Store(String),
+}
+
+/// Reads one blob and returns its size and base64 text.
+async fn load_one(
+    store: &dyn ObjectStore,
+    reference: &MediaRef,
+) -> Result<(usize, String), LoadFailure> {
+    let path = reference.object_path();
+    let bytes = match store.get(&path).await {
+        Ok(result) => result.bytes().await,
+        Err(e) => Err(e),
+    }
+    .map_err(|e| match e {
+        object_store::Error::NotFound { .. } => LoadFailure::NotFound,
+        other => LoadFailure::Store(other.to_string()),
+    })?;
+    if !reference.matches(&bytes) {
+        return Err(LoadFailure::WrongBytes(bytes.len()));
+    }
+    Ok((
+        bytes.len(),
+        base64::engine::general_purpose::STANDARD.encode(&bytes),
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::domain::MessageRef;
+    use crate::interpreter::{FactKind, SpanFact};
+    use serde_json::json;
+
+    fn picture(seed: u8, len: usize) -> (Vec<u8>, String) {
+        let bytes: Vec<u8> = (0..len).map(|i| (i as u8).wrapping_mul(seed)).collect();
+        let text = base64::engine::general_purpose::STANDARD.encode(&bytes);
+        (bytes, text)
+    }
+
+    fn model_request(messages: Vec<Value>) -> Interpreted {
+        let mut fact = SpanFact::new(
+            FactKind::ModelRequest,
+            "t".repeat(32),
+            "s".repeat(16),
+            "chat".into(),
+        );
+        fact.input = Some(messages.iter().map(MessageRef::of).collect());
+        Interpreted {
+            run_span_id: "r".repeat(16),
+            fact,
+            messages: messages
+                .into_iter()
+                .map(|m| (MessageHash::of(&m), m))
+                .collect(),
+        }
+    }
+
+    fn user(parts: Value) -> Value {
+        json!({"role": "user", "parts": parts})
+    }
+
+    #[tokio::test]
+    async fn threshold_dedupe_restore_and_missing_blob() {
+        let media = Media::in_memory(Some(64 * 1024));
+        let (big, big_text) = picture(3, 64 * 1024);
+        let (_, small_text) = picture(5, 64 * 1024 - 1);
+        let first = user(json!([
+            {"type": "text", "content": "look"},
+            {"type": "blob", "mime_type": "image/png", "modality": "image", "content": big_text},
+            {"type": "blob", "mime_type": "image/png", "content": small_text},
+        ]));
+        let second = user(json!([{"type": "blob", "mime_type": "image/png", "content": big_text}]));
+        let originals = vec![first.clone(), second.clone()];
+        let mut interpreted = vec![model_request(originals.clone())];
+        let blobs = media.offload(&mut interpreted);
+        assert_eq!(blobs.len(), 1, "the same image twice is one blob");
+        let reference = blobs[0].reference.clone();
+        assert_eq!(reference, MediaRef::of(&big));
+
+        // The messages now hold the reference; the facts refer to the new bodies.
+        let item = &interpreted[0];
+        let stored: Vec<Value> = item.messages.iter().map(|(_, m)| m.clone()).collect();
+        assert_eq!(
+            stored[0]["parts"][1]["content"],
+            json!(reference.to_string())
+        );
+        assert_eq!(
+            stored[0]["parts"][2], first["parts"][2],
+            "below the threshold"
+        );
+        assert!(!serde_json::to_string(&stored)
+            .unwrap()
+            .contains(&big_text[..100]));
+        for ((hash, body), r) in item.messages.iter().zip(item.fact.input.as_ref().unwrap()) {
+            assert_eq!(hash, &MessageHash::of(body));
+            assert_eq!(&r.hash, hash);
+        }
+
+        media.save(blobs.clone()).await.unwrap();
+        media.save(blobs).await.unwrap();
+        let c = media.counters();
+        assert_eq!(c.stored.load(Ordering::Relaxed), 1);
+        assert_eq!(c.stored_bytes.load(Ordering::Relaxed), big.len() as u64);
+        assert_eq!(
+            c.reused.load(Ordering::Relaxed),
+            1,
+            "a second save writes nothing"
+        );
+
+        let mut restored = stored.clone();
+        media.restore("run-1", &mut restored).await.unwrap();
+        assert_eq!(restored, originals);
+
+        let mut shown = stored.clone();
+        show_references(&mut shown);
+        assert_eq!(shown[1]["parts"][0]["uri"], json!(reference.to_string()));
+        assert_eq!(shown[1]["parts"][0]["type"], "uri");
+
+        media.store.delete(&reference.object_path()).await.unwrap();
+        let mut again = stored.clone();
+        let error = media.restore("run-1", &mut again).await.unwrap_err();
+        assert!(matches!(error, MediaError::Missing { .. }), "{error:?}");
+        assert_eq!(error.error_code(), ServiceErrorCode::Internal);
+        let text = error.to_string();
+        assert!(
+            text.starts_with(&format!(
+                "{reference} for run run-1 is missing from the object store (memory://"
+            )),
+            "{text}"
+        );
+        assert_eq!(again, stored, "nothing half-restored on error");
+    }
+
+    #[tokio::test]
+    async fn wrong_bytes_are_refused_and_disabled_offloads_nothing() {
+        let media = Media::in_memory(Some(10));
+        let (_, text) = picture(7, 100);
+        let mut interpreted = vec![model_request(vec![user(
+            json!([{"type": "blob", "content": text}]),
+        )])];
+        let blobs = media.offload(&mut interpreted);
+        let path = blobs[0].reference.object_path();
+        media
+            .store
+            .put(&path, PutPayload::from(vec![0u8; 100]))
+            .await
+            .unwrap();
+        media.save(blobs).await.unwrap();
+        let mut messages = vec![interpreted[0].messages[0].1.clone()];
+        let error = media.restore("r", &mut messages).await.unwrap_err();
+        assert!(
+            error.to_string().contains("is damaged in the object store"),
+            "{error}"
+        );
+
+        let off = Media::in_memory(None);
+        let mut interpreted = vec![model_request(vec![user(
+            json!([{"type": "blob", "content": text}]),
+        )])];
+        let before = interpreted.clone();
+        assert!(off.offload(&mut interpreted).is_empty());
+        assert_eq!(interpreted, before);
+    }
+
+    #[tokio::test]
+    async fn a_local_directory_store_writes_content_addressed_files() {
+        let dir = tempfile::tempdir().unwrap();
+        let config = MediaConfig {
+            threshold: Some(8),
+            location: crate::config::MediaLocation::Directory(dir.path().join("media")),
+            options: Default::default(),
+        };
+        let media = Media::open(&config, true).unwrap();
+        let (bytes, text) = picture(11, 4096);
+        let mut interpreted = vec![model_request(vec![user(
+            json!([{"type": "blob", "content": text}]),
+        )])];
+        let blobs = media.offload(&mut interpreted);
+        let hex = blobs[0].reference.hex().to_string();
+        media.save(blobs).await.unwrap();
+        let file = dir.path().join("media/sha256").join(&hex[..2]).join(&hex);
+        assert_eq!(std::fs::read(file).unwrap(), bytes);
+    }
+}
