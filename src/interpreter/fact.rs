@@ -160,3 +160,46 @@ impl SpanFact {
         }
     }
 }
+
+impl SpanFact {
+    /// A fact of `kind` for a finished `span`: its ids (hex), parent, times and `error` filled in,
+    /// the rest left for the convention module. `None` when the span's ids have the wrong length.
+    pub fn of_finished_span(
+        kind: FactKind,
+        span: &opentelemetry_proto::tonic::trace::v1::Span,
+        error: Option<String>,
+    ) -> Option<Self> {
+        if span.trace_id.len() != 16 || span.span_id.len() != 8 {
+            return None;
+        }
+        let mut fact = Self::new(
+            kind,
+            hex::encode(&span.trace_id),
+            hex::encode(&span.span_id),
+            span.name.clone(),
+        );
+        fact.parent_span_id =
+            (span.parent_span_id.len() == 8).then(|| hex::encode(&span.parent_span_id));
+        fact.start_ns = span.start_time_unix_nano;
+        fact.end_ns = span.end_time_unix_nano.max(span.start_time_unix_nano);
+        fact.error = error;
+        Some(fact)
+    }
+}
+
+impl Interpreted {
+    /// Keys `fact` to its run: an agent-run span is its own run key; any other span is keyed by
+    /// its parent (apply resolves grouping spans in between), so a run's id is the same whether
+    /// or not its agent-run span ever arrives.
+    pub fn keyed(fact: SpanFact, messages: Vec<(MessageHash, Value)>) -> Self {
+        let run_span_id = match (fact.kind, &fact.parent_span_id) {
+            (FactKind::AgentRun, _) | (_, None) => fact.span_id.clone(),
+            (_, Some(parent)) => parent.clone(),
+        };
+        Self {
+            run_span_id,
+            fact,
+            messages,
+        }
+    }
+}

@@ -151,17 +151,8 @@ pub fn interpret_span(span: &Span) -> Option<Interpreted> {
         }
     }
 
-    // Model requests and tool calls are children of the agent-run span; a run is keyed by that
-    // span, so its id is the same whether or not the run span ever arrives.
-    let run_span_id = match kind {
-        FactKind::AgentRun => span_id,
-        _ => parent_span_id.unwrap_or(span_id),
-    };
-    Some(Interpreted {
-        run_span_id,
-        fact,
-        messages,
-    })
+    // Model requests and tool calls are children of the agent-run span.
+    Some(Interpreted::keyed(fact, messages))
 }
 
 /// Fills a fact's content from legacy GenAI span events (Strands' default mode, older

@@ -36,23 +36,11 @@ pub fn interpret_span(span: &Span) -> Option<Interpreted> {
         "TOOL" => FactKind::ToolCall,
         _ => return None,
     };
-    let trace_id = hex::encode(&span.trace_id);
-    let span_id = hex::encode(&span.span_id);
-    if trace_id.len() != 32 || span_id.len() != 16 {
-        return None;
-    }
-    let parent_span_id =
-        (span.parent_span_id.len() == 8).then(|| hex::encode(&span.parent_span_id));
+    let mut fact = SpanFact::of_finished_span(kind, span, error_text(span, &attrs))?;
     // A root CHAIN has nothing above it to group its children under.
-    if kind == FactKind::Group && parent_span_id.is_none() {
+    if kind == FactKind::Group && fact.parent_span_id.is_none() {
         return None;
     }
-
-    let mut fact = SpanFact::new(kind, trace_id, span_id.clone(), span.name.clone());
-    fact.parent_span_id = parent_span_id.clone();
-    fact.start_ns = span.start_time_unix_nano;
-    fact.end_ns = span.end_time_unix_nano.max(span.start_time_unix_nano);
-    fact.error = error_text(span, &attrs);
     fact.conversation_id = attrs.str(&["session.id", "gen_ai.conversation.id"]);
     if kind == FactKind::AgentRun {
         fact.agent_name = agent_name;
@@ -105,15 +93,7 @@ pub fn interpret_span(span: &Span) -> Option<Interpreted> {
         }
     }
 
-    let run_span_id = match kind {
-        FactKind::AgentRun => span_id,
-        _ => parent_span_id.unwrap_or(span_id),
-    };
-    Some(Interpreted {
-        run_span_id,
-        fact,
-        messages,
-    })
+    Some(Interpreted::keyed(fact, messages))
 }
 
 /// The request history: `input.value` when it is JSON, else the flattened input messages.
