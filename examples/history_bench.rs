@@ -9,8 +9,10 @@
 //! so far in `gen_ai.input.messages`, one tool call out) and the `execute_tool` span answering it.
 //! Reported:
 //! - storage: the sum of the distinct messages' bytes (canonical JSON) against the uncompressed
-//!   key + value bytes of every column family, and the SST bytes on disk after a flush (compressed);
-//! - ingest: the time of each step's export (interpret + derive + durable commit), early vs late;
+//!   key + value bytes of every column family, and the SST bytes on disk after a flush and a full
+//!   compaction (compressed);
+//! - ingest: the time and the bytes committed of each step's export (interpret + apply + commit),
+//!   early vs late, and the time of interpreting the same spans alone;
 //! - continuation: load + render + serialise of the latest snapshot, p50/p99 per format.
 
 use std::collections::HashMap;
@@ -26,6 +28,7 @@ use stepline::continuation::{self, Format, Selector};
 use stepline::domain::MessageHash;
 use stepline::exporter::Outbox;
 use stepline::ingest::Ingest;
+use stepline::interpreter::interpret_span;
 use stepline::store::{keys::cf, Store};
 
 const TRACE: [u8; 16] = [9; 16];
@@ -126,6 +129,8 @@ async fn main() -> anyhow::Result<()> {
         {"type": "text", "content": format!("Start the long task. {filler}")}
     ]})];
     let mut step_times: Vec<Duration> = Vec::with_capacity(args.steps);
+    let mut step_bytes: Vec<u64> = Vec::with_capacity(args.steps);
+    let mut interpret_times: Vec<Duration> = Vec::with_capacity(args.steps);
 
     for step in 1..=args.steps {
         let t = base_ns + step as u64 * 1_000_000;
@@ -165,12 +170,22 @@ async fn main() -> anyhow::Result<()> {
                 kv("gen_ai.tool.call.result", result.clone()),
             ],
         );
+        // The interpretation alone (parse and hash the history the span carries): the part of
+        // a step that grows with the history whatever the store does.
+        let started = Instant::now();
+        let interpreted = [&chat, &tool].map(|s| interpret_span(s).is_some());
+        interpret_times.push(started.elapsed());
+        if interpreted != [true, true] {
+            return Err(anyhow!("step {step}: a span was not interpreted"));
+        }
+        let bytes_before = store.committed_bytes();
         let started = Instant::now();
         ingest
             .export_traces(request(vec![chat, tool]))
             .await
             .map_err(|e| anyhow!("step {step}: {e}"))?;
         step_times.push(started.elapsed());
+        step_bytes.push(store.committed_bytes() - bytes_before);
 
         let assistant = output[0].clone();
         let answer = json!({"role": "user", "parts": [
@@ -182,17 +197,36 @@ async fn main() -> anyhow::Result<()> {
             eprintln!("step {step}: {:.2} ms", ms(step_times[step - 1]));
         }
         if args.checkpoints.contains(&step) || step == args.steps {
-            report(&store, &history, &step_times, args.iterations).await?;
+            let steps = Steps {
+                times: &step_times,
+                bytes: &step_bytes,
+                interpret: &interpret_times,
+            };
+            report(&store, &history, &steps, args.iterations).await?;
         }
     }
     Ok(())
 }
 
+/// What each step cost so far.
+struct Steps<'a> {
+    /// Export request to durable acknowledgement.
+    times: &'a [Duration],
+    /// Bytes committed to the store.
+    bytes: &'a [u64],
+    /// Interpretation of the step's spans alone.
+    interpret: &'a [Duration],
+}
+
+/// Column families that hold histories: message bodies, history chains, snapshot records and
+/// the span facts that refer to them.
+const HISTORY_CFS: [&str; 4] = [cf::MESSAGES, cf::HISTORY, cf::SNAPSHOTS, cf::FACTS];
+
 /// Prints storage, ingest and continuation figures for the run as it stands.
 async fn report(
     store: &Store,
     history: &[Value],
-    step_times: &[Duration],
+    steps: &Steps<'_>,
     iterations: usize,
 ) -> anyhow::Result<()> {
     let mut distinct: HashMap<MessageHash, usize> = HashMap::new();
@@ -202,51 +236,87 @@ async fn report(
             .or_insert_with(|| serde_json::to_vec(m).map(|v| v.len()).unwrap_or(0));
     }
     let message_bytes: usize = distinct.values().sum();
+    let ratio = |b: u64| b as f64 / message_bytes as f64;
 
     // Storage.
     store.flush()?;
+    store.compact()?;
     let mut logical_total = 0u64;
+    let mut logical_history = 0u64;
+    let mut sst_history = 0u64;
     let mut per_cf = Vec::new();
     for name in cf::ALL {
         let b = store.logical_bytes(name)?;
+        let sst = store.cf_live_bytes(name);
         logical_total += b;
-        per_cf.push((*name, b));
+        if HISTORY_CFS.contains(name) {
+            logical_history += b;
+            sst_history += sst;
+        }
+        per_cf.push((*name, b, sst));
     }
     println!(
         "run: {} steps, {} messages ({} distinct), {} bytes of distinct messages",
-        step_times.len(),
+        steps.times.len(),
         history.len(),
         distinct.len(),
         message_bytes
     );
-    println!("storage before compression (keys + values):");
-    for (name, b) in &per_cf {
-        println!("  {name:<16} {b:>12} bytes");
-    }
     println!(
-        "  total            {logical_total:>12} bytes = {:.2}x the distinct message bytes",
-        logical_total as f64 / message_bytes as f64
+        "storage: logical (keys + values, before compression) and SST (after flush + compaction):"
+    );
+    for (name, b, sst) in &per_cf {
+        println!("  {name:<16} {b:>12} bytes {sst:>12} bytes on disk");
+    }
+    let sst_total = store.live_bytes();
+    println!(
+        "  history CFs      {logical_history:>12} bytes = {:.2}x the distinct message bytes; on disk {sst_history} bytes = {:.2}x",
+        ratio(logical_history),
+        ratio(sst_history)
     );
     println!(
-        "on disk after flush (SST files, lz4/zstd): {} bytes",
-        store.live_bytes()
+        "  all CFs          {logical_total:>12} bytes = {:.2}x the distinct message bytes; on disk {sst_total} bytes = {:.2}x",
+        ratio(logical_total),
+        ratio(sst_total)
     );
 
     // Ingest cost.
-    let window = |from: usize, to: usize| -> f64 {
-        let slice = &step_times[from.saturating_sub(1)..to.min(step_times.len())];
+    let n = steps.times.len();
+    let mean_ms = |d: &[Duration], from: usize, to: usize| -> f64 {
+        let slice = &d[from.saturating_sub(1)..to.min(d.len())];
         slice.iter().map(|d| ms(*d)).sum::<f64>() / slice.len().max(1) as f64
     };
-    let n = step_times.len();
-    let early = window(6, 15.min(n));
-    let late = window(n.saturating_sub(9), n);
+    let mean_bytes = |from: usize, to: usize| -> f64 {
+        let slice = &steps.bytes[from.saturating_sub(1)..to.min(steps.bytes.len())];
+        slice.iter().sum::<u64>() as f64 / slice.len().max(1) as f64
+    };
+    let (early_to, late_from) = (15.min(n), n.saturating_sub(9).max(1));
+    let early = mean_ms(steps.times, 6, early_to);
+    let late = mean_ms(steps.times, late_from, n);
+    let early_i = mean_ms(steps.interpret, 6, early_to);
+    let late_i = mean_ms(steps.interpret, late_from, n);
+    let (early_b, late_b) = (mean_bytes(6, early_to), mean_bytes(late_from, n));
     println!(
-        "ingest: steps 6-{} {early:.3} ms/step, steps {}-{n} {late:.3} ms/step (step {n} {:.3} ms, step 10 {:.3} ms): {:.1}x",
-        15.min(n),
-        n.saturating_sub(9),
-        ms(step_times[n - 1]),
-        ms(step_times[9.min(n - 1)]),
+        "ingest per step, steps 6-{early_to} vs {late_from}-{n} (means; step 10 {:.3} ms, step {n} {:.3} ms):",
+        ms(steps.times[9.min(n - 1)]),
+        ms(steps.times[n - 1]),
+    );
+    println!(
+        "  export to durable ack  {early:>8.3} ms vs {late:>8.3} ms: {:.1}x",
         late / early
+    );
+    println!(
+        "  of which interpreting  {early_i:>8.3} ms vs {late_i:>8.3} ms (the span carries the whole history)"
+    );
+    println!(
+        "  the rest (apply+commit){:>8.3} ms vs {:>8.3} ms: {:.1}x",
+        early - early_i,
+        late - late_i,
+        (late - late_i) / (early - early_i)
+    );
+    println!(
+        "  bytes committed        {early_b:>8.0} B  vs {late_b:>8.0} B: {:.2}x",
+        late_b / early_b
     );
 
     // Continuation latency.

@@ -1,11 +1,11 @@
 //! Loading the history of a snapshot, with what the renderers need to know about it.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 use serde_json::Value;
 
-use crate::domain::{MessageHash, Run, SnapshotRecord, SnapshotState, ToolEffect};
-use crate::interpreter::{FactKind, SpanFact};
+use crate::domain::{MessageHash, NodeId, Run, SnapshotRecord, SnapshotState, ToolEffect};
+use crate::interpreter::{FactKind, SpanFact, StoredFact};
 use crate::service_error::{ServiceError, ServiceErrorCode};
 use crate::store::{Store, StoreError};
 
@@ -73,13 +73,10 @@ impl History {
         self.sent_at.get(hash).copied()
     }
 
-    /// Indexes the model requests (in start order) by the messages they sent and produced, so
-    /// the lookups above cost O(1) instead of a scan of every request's history.
+    /// Indexes the model requests (in start order) by the messages they produced, so the lookup
+    /// above costs O(1) instead of a scan of every request's output.
     fn index_models(&mut self) {
         for (i, m) in self.models.iter().enumerate() {
-            for r in m.input.iter().flatten() {
-                self.sent_at.entry(r.hash.clone()).or_insert(m.start_ns);
-            }
             for r in m.output.iter().flatten() {
                 self.produced_by.entry(r.hash.clone()).or_insert(i);
             }
@@ -125,44 +122,42 @@ pub fn load(store: &Store, run: Run, selector: Selector) -> Result<History, Cont
     }
     .clone();
 
-    // Each record is a delta on the one before it.
-    let mut hashes: Vec<MessageHash> = Vec::new();
-    for r in records.iter().take_while(|r| r.meta.seq <= chosen.meta.seq) {
-        match r.base {
-            None => hashes.clear(),
-            Some(b) if b + 1 == r.meta.seq => hashes.truncate(r.keep as usize),
-            Some(b) => {
-                return Err(StoreError::Corrupt {
-                    cf: "snapshots",
-                    reason: format!(
-                        "snapshot {} is based on {b}, not its predecessor",
-                        r.meta.seq
-                    ),
-                }
-                .into())
-            }
-        }
-        hashes.extend(r.append.iter().cloned());
-    }
+    let nodes = store.run_nodes(&run.run_id)?;
+    let hashes = nodes.resolve(&chosen.history)?;
     let messages = store.messages(&run.run_id, &hashes)?;
+    let system_instructions = match &chosen.instructions {
+        Some(hash) => store
+            .messages(&run.run_id, std::slice::from_ref(hash))?
+            .pop(),
+        None => None,
+    };
 
-    let mut models: Vec<SpanFact> = Vec::new();
-    let mut agent_instructions = None;
-    for f in store.facts(&run.run_id)? {
-        match f.kind {
-            FactKind::ModelRequest => models.push(f),
-            FactKind::AgentRun => agent_instructions = f.system_instructions.clone(),
-            FactKind::ToolCall | FactKind::Group => {}
+    let mut stored: Vec<StoredFact> = store
+        .stored_facts(&run.run_id)?
+        .into_iter()
+        .filter(|f| f.fact.kind == FactKind::ModelRequest)
+        .collect();
+    stored.sort_by(|a, b| {
+        (a.fact.start_ns, &a.fact.span_id).cmp(&(b.fact.start_ns, &b.fact.span_id))
+    });
+    // The first request that sent each message: walk each request's input chain back until a
+    // node an earlier request already covered (its ancestors are covered too).
+    let mut sent_at: HashMap<MessageHash, u64> = HashMap::new();
+    let mut seen: HashSet<NodeId> = HashSet::new();
+    for s in &stored {
+        let mut at = s.input_chain.as_ref().and_then(|c| c.tip.as_ref());
+        while let Some(id) = at {
+            if !seen.insert(id.clone()) {
+                break;
+            }
+            let Some(node) = nodes.get(id) else { break };
+            sent_at
+                .entry(node.message.clone())
+                .or_insert(s.fact.start_ns);
+            at = node.parent.as_ref();
         }
     }
-    models.sort_by_key(|m| (m.start_ns, m.span_id.clone()));
-    let step = chosen.meta.step_index as usize;
-    let system_instructions = models
-        .iter()
-        .take(step.max(1))
-        .rev()
-        .find_map(|m| m.system_instructions.clone())
-        .or(agent_instructions);
+    let models: Vec<SpanFact> = stored.into_iter().map(|s| s.fact).collect();
     let effects = store.effects(&run.run_id)?;
     let mut history = History {
         run,
@@ -172,7 +167,7 @@ pub fn load(store: &Store, run: Run, selector: Selector) -> Result<History, Cont
         system_instructions,
         models,
         effects,
-        sent_at: HashMap::new(),
+        sent_at,
         produced_by: HashMap::new(),
     };
     history.index_models();

@@ -112,7 +112,7 @@ mod tests {
         let snapshot: SnapshotRecord = serde_json::from_value(json!({
             "meta": {"seq": 0, "step_index": 1, "state": "complete", "source": "observed",
                      "message_count": messages.len(), "timestamp": ""},
-            "base": null, "keep": 0, "append": [],
+            "history": {"len": messages.len()},
         }))
         .unwrap();
         History {

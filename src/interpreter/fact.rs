@@ -3,7 +3,7 @@
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::domain::{MessageHash, MessageRef};
+use crate::domain::{ChainRef, MessageHash, MessageRef};
 
 /// The role a span plays in a run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -100,6 +100,35 @@ pub struct SpanFact {
     /// The content was rebuilt from the span's log records (legacy GenAI events as OTLP logs).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub content_from_logs: bool,
+}
+
+/// A fact as stored: its long histories (a model request's input, the run's final history) by
+/// reference to the run's history chains, so a fact's size does not grow with the run.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StoredFact {
+    /// The fact, without `input` and `all_messages`.
+    #[serde(flatten)]
+    pub fact: SpanFact,
+    /// The input history.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub input_chain: Option<ChainRef>,
+    /// The final history.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub all_messages_chain: Option<ChainRef>,
+}
+
+impl StoredFact {
+    /// The stored form of a fact.
+    pub fn of(fact: &SpanFact) -> StoredFact {
+        let mut stored = fact.clone();
+        let input_chain = stored.input.take().map(|m| ChainRef::of(&m));
+        let all_messages_chain = stored.all_messages.take().map(|m| ChainRef::of(&m));
+        StoredFact {
+            fact: stored,
+            input_chain,
+            all_messages_chain,
+        }
+    }
 }
 
 /// A tool call a model response asked for.

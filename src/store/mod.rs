@@ -2,11 +2,13 @@
 //! and the forwarding outbox.
 
 mod error;
+mod history;
 pub mod keys;
 mod outbox;
 mod rocks;
 
 pub use error::StoreError;
+pub use history::RunNodes;
 pub use keys::RunFilter;
 pub use outbox::{OutboxCursor, OutboxEntry};
 pub use rocks::{Store, WriteBatch};
