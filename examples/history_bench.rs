@@ -330,22 +330,30 @@ async fn report(
     for name in Format::NAMES {
         let format = Format::parse(name).ok_or_else(|| anyhow!("format {name}"))?;
         let mut times = Vec::with_capacity(iterations);
+        let mut loads = Vec::with_capacity(iterations);
         let mut size = 0;
         for _ in 0..iterations {
             let started = Instant::now();
             let run = store
                 .run(&run_id)?
                 .ok_or_else(|| anyhow!("run {run_id} missing"))?;
-            let history = continuation::load(store, run, Selector::default())?;
+            let selector = Selector {
+                provenance: format.needs_provenance(),
+                ..Selector::default()
+            };
+            let history = continuation::load(store, run, selector)?;
+            loads.push(started.elapsed());
             let (fields, _warnings) = continuation::render(format, &history);
             size = serde_json::to_vec(&fields)?.len();
             times.push(started.elapsed());
         }
         times.sort();
+        loads.sort();
         println!(
-            "  {name:<17} p50 {:>7.3} ms  p99 {:>7.3} ms  ({size} bytes)",
+            "  {name:<17} p50 {:>7.3} ms  p99 {:>7.3} ms  (load p50 {:.3} ms; {size} bytes)",
             ms(percentile(&times, 0.50)),
-            ms(percentile(&times, 0.99))
+            ms(percentile(&times, 0.99)),
+            ms(percentile(&loads, 0.50)),
         );
     }
     Ok(())

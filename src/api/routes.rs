@@ -300,6 +300,7 @@ async fn get_continuation(
         },
         include_interrupted: parse_bool(&params, "include_interrupted")?,
         repair: parse_bool(&params, "repair")?,
+        provenance: format.needs_provenance(),
     };
     blocking(&state, move |s| {
         let run = find_run(s, &run_id)?;

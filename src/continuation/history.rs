@@ -18,6 +18,10 @@ pub struct Selector {
     pub include_interrupted: bool,
     /// Close dangling tool calls with synthesized "interrupted" results (see [`History::repair`]).
     pub repair: bool,
+    /// Also load which model request sent and produced each message (model names, usage and
+    /// times of [`History::producer_of`] and [`History::first_sent`]; see
+    /// [`super::Format::needs_provenance`]).
+    pub provenance: bool,
 }
 
 /// Why no continuation could be given.
@@ -95,19 +99,17 @@ impl History {
 
 /// Loads the history of the snapshot `selector` picks for `run`.
 pub fn load(store: &Store, run: Run, selector: Selector) -> Result<History, ContinuationError> {
-    let records = store.snapshots(&run.run_id)?;
     let chosen = match selector.at {
-        Some(seq) => records.iter().find(|r| r.meta.seq == seq).ok_or_else(|| {
+        Some(seq) => store.snapshot(&run.run_id, seq)?.ok_or_else(|| {
             ContinuationError::NoSnapshot(format!(
                 "run {} has no snapshot {seq} (it has {})",
-                run.run_id,
-                records.len()
+                run.run_id, run.snapshot_count
             ))
         })?,
-        None => records
-            .iter()
-            .rev()
-            .find(|r| selector.include_interrupted || r.meta.state == SnapshotState::Complete)
+        None => store
+            .last_snapshot(&run.run_id, |r| {
+                selector.include_interrupted || r.meta.state == SnapshotState::Complete
+            })?
             .ok_or_else(|| {
                 let why = run
                     .continuation_unavailable
@@ -119,8 +121,7 @@ pub fn load(store: &Store, run: Run, selector: Selector) -> Result<History, Cont
                     if selector.include_interrupted { "" } else { "complete " }
                 ))
             })?,
-    }
-    .clone();
+    };
 
     let nodes = store.run_nodes(&run.run_id)?;
     let hashes = nodes.resolve(&chosen.history)?;
@@ -132,11 +133,15 @@ pub fn load(store: &Store, run: Run, selector: Selector) -> Result<History, Cont
         None => None,
     };
 
-    let mut stored: Vec<StoredFact> = store
-        .stored_facts(&run.run_id)?
-        .into_iter()
-        .filter(|f| f.fact.kind == FactKind::ModelRequest)
-        .collect();
+    let mut stored: Vec<StoredFact> = if selector.provenance {
+        store
+            .stored_facts(&run.run_id)?
+            .into_iter()
+            .filter(|f| f.fact.kind == FactKind::ModelRequest)
+            .collect()
+    } else {
+        Vec::new()
+    };
     stored.sort_by(|a, b| {
         (a.fact.start_ns, &a.fact.span_id).cmp(&(b.fact.start_ns, &b.fact.span_id))
     });
@@ -145,16 +150,14 @@ pub fn load(store: &Store, run: Run, selector: Selector) -> Result<History, Cont
     let mut sent_at: HashMap<MessageHash, u64> = HashMap::new();
     let mut seen: HashSet<NodeId> = HashSet::new();
     for s in &stored {
-        let mut at = s.input_chain.as_ref().and_then(|c| c.tip.as_ref());
+        let mut at = s.input_chain.as_ref().and_then(|c| c.tip.clone());
         while let Some(id) = at {
-            if !seen.insert(id.clone()) {
+            let Some(node) = nodes.get(&id) else { break };
+            if !seen.insert(id) {
                 break;
             }
-            let Some(node) = nodes.get(id) else { break };
-            sent_at
-                .entry(node.message.clone())
-                .or_insert(s.fact.start_ns);
-            at = node.parent.as_ref();
+            sent_at.entry(node.message).or_insert(s.fact.start_ns);
+            at = node.parent;
         }
     }
     let models: Vec<SpanFact> = stored.into_iter().map(|s| s.fact).collect();

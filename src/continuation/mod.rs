@@ -63,6 +63,12 @@ impl Format {
         "strands",
     ];
 
+    /// True when the renderer needs to know which model request sent and produced each message
+    /// ([`Selector::provenance`]): Pydantic AI messages carry model names, usage and times.
+    pub fn needs_provenance(self) -> bool {
+        self == Self::PydanticAi
+    }
+
     /// The wire name.
     pub fn as_str(self) -> &'static str {
         match self {

@@ -125,6 +125,11 @@ impl ChainIds {
         })
     }
 
+    /// The node ids of the last call (`[i]` names the first `i + 1` messages).
+    pub fn node_ids(&self) -> &[NodeId] {
+        &self.ids
+    }
+
     /// The reference of the history of the last call.
     pub fn current(&self) -> ChainRef {
         ChainRef {

@@ -4,7 +4,7 @@
 use std::collections::{BTreeMap, HashMap, HashSet};
 
 use crate::config::SignalKind;
-use crate::domain::{ChainIds, ChainRef, HistoryNode, MessageHash, MessageRef, NodeId, Run};
+use crate::domain::{ChainIds, ChainRef, MessageHash, MessageRef, NodeId, Run};
 use crate::interpreter::{
     append, derive, with_log_content, Abandonment, FactKind, Interpreted, LogEvent, NewFact,
     RunMeta, SpanFact, StoredFact,
@@ -157,7 +157,8 @@ pub fn apply_group(store: &Store, works: &[Work], now_ns: u64) -> Result<Vec<App
             } => {
                 for i in items {
                     let run_id = groups.run_id(store, i)?;
-                    let i = &with_logs(store, &logs, i)?;
+                    let with_content = with_logs(store, &logs, i)?;
+                    let i = with_content.as_ref().unwrap_or(i);
                     add_fact(
                         store,
                         &mut batch,
@@ -198,7 +199,7 @@ pub fn apply_group(store: &Store, works: &[Work], now_ns: u64) -> Result<Vec<App
                         fact,
                         messages: Vec::new(),
                     };
-                    let i = with_logs(store, &logs, &i)?;
+                    let i = with_logs(store, &logs, &i)?.unwrap_or(i);
                     add_fact(
                         store,
                         &mut batch,
@@ -255,14 +256,15 @@ pub fn apply_group(store: &Store, works: &[Work], now_ns: u64) -> Result<Vec<App
     Ok(results)
 }
 
-/// A model-request fact with the content of its span's log records (stored and in this group).
+/// A model-request fact with the content of its span's log records (stored and in this group);
+/// none when there are no log records for it (the fact is used as it is).
 fn with_logs(
     store: &Store,
     logs: &HashMap<(String, String), Vec<LogEvent>>,
     i: &Interpreted,
-) -> Result<Interpreted, StoreError> {
+) -> Result<Option<Interpreted>, StoreError> {
     if i.fact.kind != FactKind::ModelRequest {
-        return Ok(i.clone());
+        return Ok(None);
     }
     let mut events = store.span_logs(&i.fact.trace_id, &i.fact.span_id)?;
     if let Some(local) = logs.get(&(i.fact.trace_id.clone(), i.fact.span_id.clone())) {
@@ -273,16 +275,16 @@ fn with_logs(
         }
     }
     if events.is_empty() {
-        return Ok(i.clone());
+        return Ok(None);
     }
     let (fact, bodies) = with_log_content(&i.fact, &events);
     let mut messages = i.messages.clone();
     messages.extend(bodies);
-    Ok(Interpreted {
+    Ok(Some(Interpreted {
         run_span_id: i.run_span_id.clone(),
         fact,
         messages,
-    })
+    }))
 }
 
 /// What links a fact to other runs: tool spans' runs and grouping spans known to this group.
@@ -500,20 +502,72 @@ fn write_fact(
     fact: &SpanFact,
     bodies: &[(MessageHash, serde_json::Value)],
 ) -> Result<(), StoreError> {
+    let chains = FactChains::of(fact);
+    write_fact_with(store, batch, run_id, work, fact, &chains, bodies)
+}
+
+/// The node ids of a fact's histories (input, final history), computed once per fact.
+struct FactChains {
+    input: Option<ChainIds>,
+    all_messages: Option<ChainIds>,
+}
+
+impl FactChains {
+    fn of(fact: &SpanFact) -> Self {
+        let ids = |refs: &Option<Vec<MessageRef>>| {
+            refs.as_ref().map(|refs| {
+                let mut chain = ChainIds::default();
+                chain.ids(refs.iter().map(|r| &r.hash));
+                chain
+            })
+        };
+        Self {
+            input: ids(&fact.input),
+            all_messages: ids(&fact.all_messages),
+        }
+    }
+
+    fn stored(&self, fact: &SpanFact) -> StoredFact {
+        StoredFact::with_chains(
+            fact,
+            self.input.as_ref().map(ChainIds::current),
+            self.all_messages.as_ref().map(ChainIds::current),
+        )
+    }
+}
+
+fn write_fact_with(
+    store: &Store,
+    batch: &mut WriteBatch<'_>,
+    run_id: &str,
+    work: &mut RunWork,
+    fact: &SpanFact,
+    chains: &FactChains,
+    bodies: &[(MessageHash, serde_json::Value)],
+) -> Result<(), StoreError> {
     batch.put_json(
         cf::FACTS,
         &keys::run_child(run_id, &fact.span_id),
-        &StoredFact::of(fact),
+        &chains.stored(fact),
     );
     // Messages before the first new node of a history are stored already (a node is written
     // with its message); the others may be new.
     let mut maybe_new: HashSet<&MessageHash> = HashSet::new();
-    for (n, refs) in [&fact.input, &fact.all_messages].into_iter().enumerate() {
-        let Some(refs) = refs else { continue };
-        let (from, chain) = write_chain(store, batch, run_id, work, refs)?;
+    for (n, (refs, ids)) in [
+        (&fact.input, &chains.input),
+        (&fact.all_messages, &chains.all_messages),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let (Some(refs), Some(ids)) = (refs, ids) else {
+            continue;
+        };
+        let from = write_chain(store, batch, run_id, work, ids)?;
         maybe_new.extend(refs[from..].iter().map(|r| &r.hash));
         if n == 0 {
-            work.input_chains.insert(fact.span_id.clone(), chain);
+            work.input_chains
+                .insert(fact.span_id.clone(), ids.current());
         }
     }
     maybe_new.extend(fact.output.iter().flatten().map(|r| &r.hash));
@@ -530,35 +584,29 @@ fn write_fact(
 }
 
 /// Writes the nodes of a history the run does not have yet; returns the index of the first
-/// message whose node was new, and the history's reference. Only the end of the chain is
-/// probed: a stored node implies its ancestors.
+/// message whose node was new. Only the end of the chain is probed: a stored node implies its
+/// ancestors.
 fn write_chain(
     store: &Store,
     batch: &mut WriteBatch<'_>,
     run_id: &str,
     work: &mut RunWork,
-    refs: &[MessageRef],
-) -> Result<(usize, ChainRef), StoreError> {
-    let mut chain = ChainIds::default();
-    chain.ids(refs.iter().map(|r| &r.hash));
-    let reference = chain.current();
-    let ids: Vec<(NodeId, HistoryNode)> = chain
-        .nodes_from(0)
-        .map(|(id, node)| (id.clone(), node))
-        .collect();
+    chain: &ChainIds,
+) -> Result<usize, StoreError> {
+    let ids = chain.node_ids();
     let mut from = ids.len();
     while from > 0 {
-        let id = &ids[from - 1].0;
+        let id = &ids[from - 1];
         if work.known_nodes.contains(id) || store.has_node(run_id, id)? {
             break;
         }
         from -= 1;
     }
-    for (id, node) in &ids[from..] {
-        batch.put_node(run_id, id, node);
+    for (id, node) in chain.nodes_from(from) {
+        batch.put_node(run_id, id, &node);
         work.known_nodes.insert(id.clone());
     }
-    Ok((from, reference))
+    Ok(from)
 }
 
 fn add_fact(
@@ -573,14 +621,15 @@ fn add_fact(
     let Links { span_runs, groups } = links;
     let run_id = run_id.to_string();
     let work = load(store, runs, &run_id)?;
+    let chains = FactChains::of(&i.fact);
     match known_fact(store, work, &run_id, &i.fact.span_id)? {
-        Some(known) if known == StoredFact::of(&i.fact) => return Ok(()), // delivered before
+        Some(known) if known == chains.stored(&i.fact) => return Ok(()), // delivered before
         // A pending span never replaces the real span it stands for.
         Some(known) if i.fact.pending && !known.fact.pending => return Ok(()),
         Some(_) => work.full = true,
         None => {}
     }
-    write_fact(store, batch, &run_id, work, &i.fact, &i.messages)?;
+    write_fact_with(store, batch, &run_id, work, &i.fact, &chains, &i.messages)?;
     work.added.insert(i.fact.span_id.clone(), i.fact.clone());
     if let Some(all) = &mut work.all {
         all.insert(i.fact.span_id.clone(), i.fact.clone());

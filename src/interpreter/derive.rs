@@ -9,7 +9,7 @@ use serde_json::{json, Value};
 use super::fact::{FactKind, SpanFact};
 use std::collections::HashSet;
 
-use super::incremental::{state_after_derive, RunState};
+use super::incremental::{state_after_derive, RunState, SnapshotTail};
 use super::validity::{Walk, WalkState};
 use crate::domain::{
     format_timestamp, ChainIds, ChainRef, EffectStatus, EventKind, HistoryNode, MessageHash,
@@ -106,18 +106,8 @@ pub fn derive(run_id: &str, facts: &[SpanFact], meta: &RunMeta) -> DerivedRun {
     let built = build_snapshots(&models, agent, agent_instructions, &effects);
     let snapshots = built.records;
     // What appending to the run needs, while it is running.
-    let state = (agent.is_none() && meta.abandoned.is_none()).then(|| {
-        state_after_derive(
-            &models,
-            &tools,
-            &effects,
-            &events,
-            &snapshots,
-            built.fixed,
-            built.last_full,
-            built.instructions,
-        )
-    });
+    let state = (agent.is_none() && meta.abandoned.is_none())
+        .then(|| state_after_derive(&models, &tools, &effects, &events, &snapshots, built.tail));
 
     let started_ns = agent
         .map(|a| a.start_ns)
@@ -479,12 +469,8 @@ pub(super) struct BuiltSnapshots {
     pub records: Vec<SnapshotRecord>,
     pub new_messages: Vec<Value>,
     pub nodes: Vec<(NodeId, HistoryNode)>,
-    /// Records no model request after the last one can change, and the last of them.
-    pub fixed: (u32, Option<(ChainRef, SnapshotState)>),
-    /// The last model request's full history, when it has one.
-    pub last_full: Option<LastFull>,
-    /// The latest system instructions of a model request, and those of the run span.
-    pub instructions: (Option<MessageHash>, Option<MessageHash>),
+    /// Where the snapshots stand after the last model request.
+    pub tail: SnapshotTail,
 }
 
 /// The reconstructed tool message answering `open` calls of a model request from its settled
@@ -654,9 +640,11 @@ fn build_snapshots(
         records: out.records,
         new_messages,
         nodes,
-        fixed,
-        last_full,
-        instructions: (latest, from_agent),
+        tail: SnapshotTail {
+            fixed,
+            last_full,
+            instructions: (latest, from_agent),
+        },
     }
 }
 

@@ -107,7 +107,6 @@ pub struct SpanFact {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct StoredFact {
     /// The fact, without `input` and `all_messages`.
-    #[serde(flatten)]
     pub fact: SpanFact,
     /// The input history.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -120,9 +119,80 @@ pub struct StoredFact {
 impl StoredFact {
     /// The stored form of a fact.
     pub fn of(fact: &SpanFact) -> StoredFact {
-        let mut stored = fact.clone();
-        let input_chain = stored.input.take().map(|m| ChainRef::of(&m));
-        let all_messages_chain = stored.all_messages.take().map(|m| ChainRef::of(&m));
+        let input_chain = fact.input.as_deref().map(ChainRef::of);
+        let all_messages_chain = fact.all_messages.as_deref().map(ChainRef::of);
+        Self::with_chains(fact, input_chain, all_messages_chain)
+    }
+
+    /// The stored form of a fact whose histories' references are known.
+    pub fn with_chains(
+        fact: &SpanFact,
+        input_chain: Option<ChainRef>,
+        all_messages_chain: Option<ChainRef>,
+    ) -> StoredFact {
+        let mut stored = SpanFact {
+            input: None,
+            all_messages: None,
+            ..SpanFact::new(fact.kind, String::new(), String::new(), String::new())
+        };
+        // Everything but the two histories (cloned field by field, not the long lists).
+        let SpanFact {
+            kind: _,
+            trace_id,
+            span_id,
+            parent_span_id,
+            name,
+            start_ns,
+            end_ns,
+            error,
+            agent_name,
+            agent_call_id,
+            conversation_id,
+            input: _,
+            output,
+            all_messages: _,
+            system_instructions,
+            model,
+            provider,
+            input_tokens,
+            output_tokens,
+            requested_calls,
+            tool_name,
+            tool_call_id,
+            arguments,
+            result,
+            retry,
+            idempotency_key,
+            content_problem,
+            pending,
+            content_from_logs,
+        } = fact;
+        stored.trace_id = trace_id.clone();
+        stored.span_id = span_id.clone();
+        stored.parent_span_id = parent_span_id.clone();
+        stored.name = name.clone();
+        stored.start_ns = *start_ns;
+        stored.end_ns = *end_ns;
+        stored.error = error.clone();
+        stored.agent_name = agent_name.clone();
+        stored.agent_call_id = agent_call_id.clone();
+        stored.conversation_id = conversation_id.clone();
+        stored.output = output.clone();
+        stored.system_instructions = system_instructions.clone();
+        stored.model = model.clone();
+        stored.provider = provider.clone();
+        stored.input_tokens = *input_tokens;
+        stored.output_tokens = *output_tokens;
+        stored.requested_calls = requested_calls.clone();
+        stored.tool_name = tool_name.clone();
+        stored.tool_call_id = tool_call_id.clone();
+        stored.arguments = arguments.clone();
+        stored.result = result.clone();
+        stored.retry = retry.clone();
+        stored.idempotency_key = idempotency_key.clone();
+        stored.content_problem = content_problem.clone();
+        stored.pending = *pending;
+        stored.content_from_logs = *content_from_logs;
         StoredFact {
             fact: stored,
             input_chain,

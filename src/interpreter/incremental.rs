@@ -49,6 +49,17 @@ pub struct RunState {
     pub(super) instructions: (Option<MessageHash>, Option<MessageHash>),
 }
 
+/// Where a derivation's snapshots stand after its last model request.
+#[derive(Debug, Clone, PartialEq)]
+pub(super) struct SnapshotTail {
+    /// Records no model request after the last one can change, and the last of them.
+    pub fixed: (u32, Option<(ChainRef, SnapshotState)>),
+    /// The last model request's full history, when it has one.
+    pub last_full: Option<LastFull>,
+    /// The latest system instructions of a model request, and those of the run span.
+    pub instructions: (Option<MessageHash>, Option<MessageHash>),
+}
+
 /// A new fact with the chain of its input history (computed when it was stored).
 pub struct NewFact<'a> {
     /// The fact.
@@ -86,10 +97,13 @@ pub(super) fn state_after_derive(
     ledger: &[EffectBuild],
     events: &[StepEvent],
     snapshots: &[SnapshotRecord],
-    fixed: (u32, Option<(ChainRef, SnapshotState)>),
-    last_full: Option<LastFull>,
-    instructions: (Option<MessageHash>, Option<MessageHash>),
+    tail: SnapshotTail,
 ) -> RunState {
+    let SnapshotTail {
+        fixed,
+        last_full,
+        instructions,
+    } = tail;
     let last = models.len().checked_sub(1);
     let indexed = |keep: &dyn Fn(&EffectBuild) -> bool| {
         ledger

@@ -9,9 +9,22 @@ use super::keys::{self, cf};
 use super::rocks::{Store, WriteBatch};
 use crate::domain::{ChainRef, HistoryNode, MessageHash, NodeId, NODE_ID_BYTES};
 
-/// The nodes of one run, by id.
+/// The nodes of one run, by id (binary, decoded only for the messages a caller asks for).
 #[derive(Debug, Default)]
-pub struct RunNodes(HashMap<NodeId, HistoryNode>);
+pub struct RunNodes(HashMap<[u8; NODE_ID_BYTES], StoredNode>);
+
+/// A node as stored: parent id and message hash, binary.
+#[derive(Debug, Clone, Copy)]
+struct StoredNode {
+    parent: Option<[u8; NODE_ID_BYTES]>,
+    message: [u8; 32],
+}
+
+fn binary_id(id: &NodeId) -> Option<[u8; NODE_ID_BYTES]> {
+    let mut out = [0u8; NODE_ID_BYTES];
+    hex::decode_to_slice(&id.0, &mut out).ok()?;
+    Some(out)
+}
 
 fn node_key(run_id: &str, id: &NodeId) -> Vec<u8> {
     let mut key = keys::run_prefix(run_id);
@@ -59,22 +72,21 @@ impl Store {
             if !key.starts_with(&prefix) {
                 break;
             }
-            let id = NodeId(hex::encode(&key[prefix.len()..]));
+            let id: [u8; NODE_ID_BYTES] = key[prefix.len()..]
+                .try_into()
+                .map_err(|_| corrupt("node key of the wrong length"))?;
             let (parent, message) = match value.len() {
                 32 => (None, value),
-                48 => (
-                    Some(NodeId(hex::encode(&value[..NODE_ID_BYTES]))),
-                    &value[NODE_ID_BYTES..],
-                ),
+                48 => {
+                    let parent: [u8; NODE_ID_BYTES] = value[..NODE_ID_BYTES]
+                        .try_into()
+                        .map_err(|_| corrupt("node parent"))?;
+                    (Some(parent), &value[NODE_ID_BYTES..])
+                }
                 n => return Err(corrupt(format!("node value of {n} bytes"))),
             };
-            nodes.insert(
-                id,
-                HistoryNode {
-                    parent,
-                    message: MessageHash(hex::encode(message)),
-                },
-            );
+            let message: [u8; 32] = message.try_into().map_err(|_| corrupt("node message"))?;
+            nodes.insert(id, StoredNode { parent, message });
             iter.next();
         }
         iter.status()?;
@@ -84,27 +96,37 @@ impl Store {
 
 impl RunNodes {
     /// The node with this id.
-    pub fn get(&self, id: &NodeId) -> Option<&HistoryNode> {
-        self.0.get(id)
+    pub fn get(&self, id: &NodeId) -> Option<HistoryNode> {
+        let node = self.0.get(&binary_id(id)?)?;
+        Some(HistoryNode {
+            parent: node.parent.map(|p| NodeId(hex::encode(p))),
+            message: MessageHash(hex::encode(node.message)),
+        })
     }
 
     /// The message hashes of a history, in order.
     pub fn resolve(&self, chain: &ChainRef) -> Result<Vec<MessageHash>, StoreError> {
         let mut out = Vec::with_capacity(chain.len as usize);
-        let mut at = chain.tip.as_ref();
+        let mut at = match &chain.tip {
+            Some(tip) => {
+                Some(binary_id(tip).ok_or_else(|| corrupt(format!("node id {:?}", tip.0)))?)
+            }
+            None => None,
+        };
         while let Some(id) = at {
             let node = self
                 .0
-                .get(id)
-                .ok_or_else(|| corrupt(format!("history node {} is missing", id.0)))?;
-            out.push(node.message.clone());
+                .get(&id)
+                .ok_or_else(|| corrupt(format!("history node {} is missing", hex::encode(id))))?;
+            out.push(MessageHash(hex::encode(node.message)));
             if out.len() > chain.len as usize {
                 return Err(corrupt(format!(
                     "history {} is longer than its {} messages",
-                    id.0, chain.len
+                    hex::encode(id),
+                    chain.len
                 )));
             }
-            at = node.parent.as_ref();
+            at = node.parent;
         }
         if out.len() != chain.len as usize {
             return Err(corrupt(format!(

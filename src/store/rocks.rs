@@ -20,6 +20,8 @@ use crate::interpreter::{LogEvent, RunMeta, RunState, SpanFact, StoredFact};
 /// The schema version this build writes. Opening a database with a higher one fails.
 pub const SCHEMA_VERSION: u32 = 2;
 const SCHEMA_KEY: &[u8] = b"schema_version";
+/// Bytes of the block cache shared by the column families.
+pub const BLOCK_CACHE_BYTES: usize = 64 * 1024 * 1024;
 /// Memtable size of the outbox column family.
 pub const OUTBOX_MEMTABLE_BYTES: usize = 8 * 1024 * 1024;
 
@@ -81,8 +83,14 @@ impl Store {
         options.set_compression_type(rocksdb::DBCompressionType::Lz4);
         options.set_bottommost_compression_type(rocksdb::DBCompressionType::Zstd);
         options.increase_parallelism(2);
+        // One block cache for every column family, so a continuation's reads of a hot run hit
+        // uncompressed blocks.
+        let cache = rocksdb::Cache::new_lru_cache(BLOCK_CACHE_BYTES);
+        let mut table = rocksdb::BlockBasedOptions::default();
+        table.set_block_cache(&cache);
         let descriptors = cf::ALL.iter().map(|name| {
             let mut cf_options = Options::default();
+            cf_options.set_block_based_table_factory(&table);
             cf_options.set_compression_type(rocksdb::DBCompressionType::Lz4);
             cf_options.set_bottommost_compression_type(rocksdb::DBCompressionType::Zstd);
             if *name == cf::OUTBOX {
@@ -289,6 +297,37 @@ impl Store {
     /// A run's snapshots, in order.
     pub fn snapshots(&self, run_id: &str) -> Result<Vec<SnapshotRecord>, StoreError> {
         self.scan_json(cf::SNAPSHOTS, &keys::run_prefix(run_id))
+    }
+
+    /// One snapshot record of a run.
+    pub fn snapshot(&self, run_id: &str, seq: u32) -> Result<Option<SnapshotRecord>, StoreError> {
+        self.get_json(cf::SNAPSHOTS, &keys::run_seq(run_id, seq))
+    }
+
+    /// The run's last snapshot record that passes `keep`, reading backwards from the last one
+    /// (so the latest snapshot of a long run costs one or two reads, not a scan).
+    pub fn last_snapshot(
+        &self,
+        run_id: &str,
+        keep: impl Fn(&SnapshotRecord) -> bool,
+    ) -> Result<Option<SnapshotRecord>, StoreError> {
+        let handle = self.handle(cf::SNAPSHOTS)?;
+        let prefix = keys::run_prefix(run_id);
+        let start = keys::run_seq(run_id, u32::MAX);
+        for item in self
+            .db
+            .iterator_cf(handle, IteratorMode::From(&start, Direction::Reverse))
+        {
+            let (key, value) = item?;
+            if !key.starts_with(&prefix) {
+                break;
+            }
+            let record: SnapshotRecord = decode(cf::SNAPSHOTS, &value)?;
+            if keep(&record) {
+                return Ok(Some(record));
+            }
+        }
+        Ok(None)
     }
 
     /// A run's span facts as stored (histories by reference), in span id order.
