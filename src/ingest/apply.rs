@@ -4,7 +4,7 @@
 use std::collections::{BTreeMap, HashMap, HashSet};
 
 use crate::config::SignalKind;
-use crate::domain::{ChainIds, ChainRef, MessageHash, MessageRef, NodeId, Run};
+use crate::domain::{ChainIds, ChainRef, MessageHash, NodeId, Run};
 use crate::interpreter::{
     append, derive, with_log_content, Abandonment, FactKind, Interpreted, LogEvent, NewFact,
     RunMeta, SpanFact, StoredFact,
@@ -502,8 +502,10 @@ fn write_fact(
     fact: &SpanFact,
     bodies: &[(MessageHash, serde_json::Value)],
 ) -> Result<(), StoreError> {
-    let chains = FactChains::of(fact);
-    write_fact_with(store, batch, run_id, work, fact, &chains, bodies)
+    let chains = FactChains::of(store, run_id, fact);
+    write_fact_with(store, batch, run_id, work, fact, &chains, bodies)?;
+    chains.keep(store, run_id);
+    Ok(())
 }
 
 /// The node ids of a fact's histories (input, final history), computed once per fact.
@@ -513,17 +515,29 @@ struct FactChains {
 }
 
 impl FactChains {
-    fn of(fact: &SpanFact) -> Self {
-        let ids = |refs: &Option<Vec<MessageRef>>| {
-            refs.as_ref().map(|refs| {
-                let mut chain = ChainIds::default();
-                chain.ids(refs.iter().map(|r| &r.hash));
-                chain
-            })
-        };
+    /// The chains of a fact of `run_id`; the input's starts from the run's cached chain, so
+    /// only the messages it does not share with the last stored input are hashed.
+    fn of(store: &Store, run_id: &str, fact: &SpanFact) -> Self {
+        let input = fact.input.as_ref().map(|refs| {
+            let mut chain = store.take_chain(run_id);
+            chain.ids(refs.iter().map(|r| &r.hash));
+            chain
+        });
+        let all_messages = fact.all_messages.as_ref().map(|refs| {
+            let mut chain = ChainIds::default();
+            chain.ids(refs.iter().map(|r| &r.hash));
+            chain
+        });
         Self {
-            input: ids(&fact.input),
-            all_messages: ids(&fact.all_messages),
+            input,
+            all_messages,
+        }
+    }
+
+    /// Hands the input's chain back to the run's cache.
+    fn keep(self, store: &Store, run_id: &str) {
+        if let Some(chain) = self.input {
+            store.keep_chain(run_id, chain);
         }
     }
 
@@ -621,15 +635,24 @@ fn add_fact(
     let Links { span_runs, groups } = links;
     let run_id = run_id.to_string();
     let work = load(store, runs, &run_id)?;
-    let chains = FactChains::of(&i.fact);
-    match known_fact(store, work, &run_id, &i.fact.span_id)? {
-        Some(known) if known == chains.stored(&i.fact) => return Ok(()), // delivered before
+    let chains = FactChains::of(store, &run_id, &i.fact);
+    let known = known_fact(store, work, &run_id, &i.fact.span_id)?;
+    let stored = chains.stored(&i.fact);
+    match known {
+        Some(known) if known == stored => {
+            chains.keep(store, &run_id);
+            return Ok(()); // delivered before: nothing changes
+        }
         // A pending span never replaces the real span it stands for.
-        Some(known) if i.fact.pending && !known.fact.pending => return Ok(()),
+        Some(known) if i.fact.pending && !known.fact.pending => {
+            chains.keep(store, &run_id);
+            return Ok(());
+        }
         Some(_) => work.full = true,
         None => {}
     }
     write_fact_with(store, batch, &run_id, work, &i.fact, &chains, &i.messages)?;
+    chains.keep(store, &run_id);
     work.added.insert(i.fact.span_id.clone(), i.fact.clone());
     if let Some(all) = &mut work.all {
         all.insert(i.fact.span_id.clone(), i.fact.clone());

@@ -7,7 +7,21 @@ use std::collections::HashMap;
 use super::error::StoreError;
 use super::keys::{self, cf};
 use super::rocks::{Store, WriteBatch};
-use crate::domain::{ChainRef, HistoryNode, MessageHash, NodeId, NODE_ID_BYTES};
+use crate::domain::{ChainIds, ChainRef, HistoryNode, MessageHash, NodeId, NODE_ID_BYTES};
+
+/// Most messages whose node ids [`ChainCache`] holds, over all runs (about 150 bytes each).
+pub const CHAIN_CACHE_MESSAGES: usize = 200_000;
+
+/// The node ids of the last input history stored for each recently active run, so the next
+/// request's input (mostly the same history plus a few messages) hashes only its new messages.
+/// Bounded by [`CHAIN_CACHE_MESSAGES`], least recently used run first out. Only a shortcut: node
+/// ids are a pure function of the messages, so a missing or stale entry is recomputed.
+#[derive(Default)]
+pub struct ChainCache {
+    runs: HashMap<String, (u64, ChainIds)>,
+    held: usize,
+    tick: u64,
+}
 
 /// The nodes of one run, by id (binary, decoded only for the messages a caller asks for).
 #[derive(Debug, Default)]
@@ -52,6 +66,50 @@ impl WriteBatch<'_> {
 }
 
 impl Store {
+    /// The cached node ids of the run's last stored input history (empty when none).
+    pub fn take_chain(&self, run_id: &str) -> ChainIds {
+        let Ok(mut cache) = self.chains.lock() else {
+            return ChainIds::default();
+        };
+        match cache.runs.remove(run_id) {
+            Some((_, chain)) => {
+                cache.held = cache.held.saturating_sub(chain.node_ids().len());
+                chain
+            }
+            None => ChainIds::default(),
+        }
+    }
+
+    /// Keeps the node ids of the run's last stored input history for the next request.
+    pub fn keep_chain(&self, run_id: &str, chain: ChainIds) {
+        let Ok(mut cache) = self.chains.lock() else {
+            return;
+        };
+        let len = chain.node_ids().len();
+        if len > CHAIN_CACHE_MESSAGES {
+            return;
+        }
+        cache.tick += 1;
+        let tick = cache.tick;
+        cache.held += len;
+        if let Some((_, old)) = cache.runs.insert(run_id.to_string(), (tick, chain)) {
+            cache.held = cache.held.saturating_sub(old.node_ids().len());
+        }
+        while cache.held > CHAIN_CACHE_MESSAGES {
+            let Some(oldest) = cache
+                .runs
+                .iter()
+                .min_by_key(|(_, (t, _))| *t)
+                .map(|(id, _)| id.clone())
+            else {
+                break;
+            };
+            if let Some((_, evicted)) = cache.runs.remove(&oldest) {
+                cache.held = cache.held.saturating_sub(evicted.node_ids().len());
+            }
+        }
+    }
+
     /// True when the run has the node (and therefore every node before it).
     pub fn has_node(&self, run_id: &str, id: &NodeId) -> Result<bool, StoreError> {
         let handle = self.handle(cf::HISTORY)?;

@@ -31,6 +31,8 @@ pub struct Store {
     sync: bool,
     /// Bytes of the write batches committed since opening (keys, values and batch framing).
     committed: std::sync::atomic::AtomicU64,
+    /// Node ids of recently stored input histories (see [`super::history::ChainCache`]).
+    pub(super) chains: std::sync::Mutex<super::history::ChainCache>,
 }
 
 /// A set of writes committed atomically by [`Store::commit`].
@@ -106,6 +108,7 @@ impl Store {
             db,
             sync,
             committed: std::sync::atomic::AtomicU64::new(0),
+            chains: std::sync::Mutex::new(Default::default()),
         };
         store.check_schema(dir)?;
         Ok(store)
