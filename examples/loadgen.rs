@@ -109,8 +109,9 @@ struct Args {
     #[arg(long, value_enum, default_value_t = Compression::None)]
     compression: Compression,
     /// Producer conventions to generate, one phase each per transport (comma-separated):
-    /// `pydantic-ai` (GenAI attributes) and/or `strands` (Strands default mode: event-loop cycle
-    /// spans, content in span events as Converse blocks).
+    /// `pydantic-ai` (GenAI attributes), `strands` (Strands default mode: event-loop cycle spans,
+    /// content in span events as Converse blocks), `openinference` (OpenAI Agents SDK via
+    /// OpenInference) and/or `openllmetry` (Traceloop, legacy flattened content).
     #[arg(long, value_enum, value_delimiter = ',', default_value = "pydantic-ai")]
     conventions: Vec<Convention>,
     /// Timeout of one export request, in seconds.
@@ -266,6 +267,12 @@ enum Convention {
     PydanticAi,
     /// Strands Agents 1.x default mode: run → event-loop cycle → chat/tool, content in span events.
     Strands,
+    /// OpenAI Agents SDK via OpenInference: workflow → task → agent → turn → response/tool,
+    /// Responses-shaped `input.value`/`output.value` plus flattened messages, tools without ids.
+    Openinference,
+    /// OpenLLMetry (Traceloop): `agent` span → legacy flattened `openai.chat` and `tool` spans
+    /// without ids, session as an association property.
+    Openllmetry,
 }
 
 impl Convention {
@@ -274,6 +281,8 @@ impl Convention {
         match self {
             Convention::PydanticAi => "pydantic-ai",
             Convention::Strands => "strands",
+            Convention::Openinference => "openinference",
+            Convention::Openllmetry => "openllmetry",
         }
     }
 }
@@ -1109,6 +1118,440 @@ fn to_strands(run: Vec<GeneratedSpan>, rng: &mut Rng) -> Result<Vec<GeneratedSpa
     Ok(out)
 }
 
+/// A generated run's spans with their canonical content parsed back, for the rewrites below.
+struct Canonical {
+    /// The run (agent) span, content attributes removed.
+    root: Span,
+    /// Children in export order, with their parsed input / output messages (model requests) or
+    /// arguments / result (tools), content attributes removed.
+    children: Vec<(Span, serde_json::Value, serde_json::Value)>,
+    /// System instruction text.
+    instructions: String,
+}
+
+fn canonical(run: Vec<GeneratedSpan>) -> Result<Canonical> {
+    let mut spans: Vec<Span> = run.into_iter().map(|g| g.span).collect();
+    let Some(mut root) = spans.pop() else {
+        bail!("an empty run");
+    };
+    let system = take_attribute(&mut root, "gen_ai.system_instructions").unwrap_or_default();
+    let system: serde_json::Value = serde_json::from_str(&system).unwrap_or_default();
+    let instructions = system[0]["content"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    root.attributes.clear();
+    let mut children = Vec::with_capacity(spans.len());
+    for mut span in spans {
+        let (a, b) = if span.name.starts_with("chat") {
+            let input = take_attribute(&mut span, "gen_ai.input.messages").unwrap_or_default();
+            let output = take_attribute(&mut span, "gen_ai.output.messages").unwrap_or_default();
+            (
+                serde_json::from_str(&input).context("chat input")?,
+                serde_json::from_str(&output).context("chat output")?,
+            )
+        } else {
+            let args = take_attribute(&mut span, "gen_ai.tool.call.arguments").unwrap_or_default();
+            let result = take_attribute(&mut span, "gen_ai.tool.call.result").unwrap_or_default();
+            (
+                serde_json::from_str(&args).unwrap_or(serde_json::Value::String(args)),
+                serde_json::Value::String(result),
+            )
+        };
+        children.push((span, a, b));
+    }
+    Ok(Canonical {
+        root,
+        children,
+        instructions,
+    })
+}
+
+/// A string attribute of a span.
+fn attribute(span: &Span, key: &str) -> String {
+    span.attributes
+        .iter()
+        .find(|kv| kv.key == key)
+        .and_then(|kv| kv.value.as_ref()?.value.as_ref())
+        .and_then(|v| match v {
+            any_value::Value::StringValue(s) => Some(s.clone()),
+            _ => None,
+        })
+        .unwrap_or_default()
+}
+
+/// Canonical messages as OpenAI Responses input items.
+fn responses_items(messages: &serde_json::Value) -> Vec<serde_json::Value> {
+    let mut items = Vec::new();
+    for m in messages.as_array().into_iter().flatten() {
+        let role = m["role"].as_str().unwrap_or("user");
+        for p in m["parts"].as_array().into_iter().flatten() {
+            items.push(match p["type"].as_str() {
+                Some("tool_call") => json!({"type": "function_call", "call_id": p["id"],
+                    "name": p["name"], "arguments": p["arguments"].to_string(), "status": "completed"}),
+                Some("tool_call_response") => json!({"type": "function_call_output",
+                    "call_id": p["id"], "output": p["result"]}),
+                _ if role == "assistant" => json!({"type": "message", "role": "assistant",
+                    "status": "completed", "content": [{"type": "output_text", "text": p["content"], "annotations": []}]}),
+                _ => json!({"role": role, "content": p["content"]}),
+            });
+        }
+    }
+    items
+}
+
+/// Canonical messages as flattened Chat-Completions-like attributes: `{prefix}.{i}.{role,
+/// content, tool_call_id, tool_calls.{j}.{id,name,arguments}}` under `message_key` / `call_keys`.
+fn flattened_messages(
+    prefix: &str,
+    message_key: &str,
+    call_keys: [&str; 3],
+    messages: &serde_json::Value,
+    out: &mut Vec<KeyValue>,
+) {
+    let mut i = 0;
+    for m in messages.as_array().into_iter().flatten() {
+        let role = m["role"].as_str().unwrap_or("user");
+        let parts = m["parts"].as_array().cloned().unwrap_or_default();
+        let responses: Vec<&serde_json::Value> = parts
+            .iter()
+            .filter(|p| p["type"] == "tool_call_response")
+            .collect();
+        for r in &responses {
+            out.push(kv_str(&format!("{prefix}.{i}{message_key}.role"), "tool"));
+            out.push(kv_str(
+                &format!("{prefix}.{i}{message_key}.tool_call_id"),
+                r["id"].as_str().unwrap_or(""),
+            ));
+            out.push(kv_str(
+                &format!("{prefix}.{i}{message_key}.content"),
+                r["result"].as_str().unwrap_or(""),
+            ));
+            i += 1;
+        }
+        if !responses.is_empty() {
+            continue;
+        }
+        out.push(kv_str(&format!("{prefix}.{i}{message_key}.role"), role));
+        let text: Vec<&str> = parts.iter().filter_map(|p| p["content"].as_str()).collect();
+        if !text.is_empty() {
+            out.push(kv_str(
+                &format!("{prefix}.{i}{message_key}.content"),
+                text.join(""),
+            ));
+        }
+        for (j, call) in parts
+            .iter()
+            .filter(|p| p["type"] == "tool_call")
+            .enumerate()
+        {
+            let key = |k: &str| format!("{prefix}.{i}{message_key}.tool_calls.{j}.{k}");
+            out.push(kv_str(
+                &key(call_keys[0]),
+                call["id"].as_str().unwrap_or(""),
+            ));
+            out.push(kv_str(
+                &key(call_keys[1]),
+                call["name"].as_str().unwrap_or(""),
+            ));
+            out.push(kv_str(&key(call_keys[2]), call["arguments"].to_string()));
+        }
+        i += 1;
+    }
+}
+
+/// Bytes of string attribute values of a span (its message content).
+fn string_bytes(span: &Span) -> u64 {
+    span.attributes
+        .iter()
+        .filter_map(|kv| match kv.value.as_ref()?.value.as_ref()? {
+            any_value::Value::StringValue(s) => Some(s.len() as u64),
+            _ => None,
+        })
+        .sum()
+}
+
+/// A new internal span of the run's trace.
+fn child_span(
+    trace: &[u8],
+    id: Vec<u8>,
+    parent: Vec<u8>,
+    name: &str,
+    start: u64,
+    end: u64,
+    attributes: Vec<KeyValue>,
+) -> Span {
+    Span {
+        trace_id: trace.to_vec(),
+        span_id: id,
+        parent_span_id: parent,
+        flags: 0x101,
+        name: name.into(),
+        kind: SpanKind::Internal as i32,
+        start_time_unix_nano: start,
+        end_time_unix_nano: end,
+        attributes,
+        ..Default::default()
+    }
+}
+
+/// Rewrites a generated run as the OpenAI Agents SDK exports it through OpenInference:
+/// `Agent workflow` (AGENT) → task (CHAIN) → `{agent}` (AGENT) → one `turn` (CHAIN) per model
+/// request, holding the `response` (LLM: Responses-shaped `input.value` / `output.value` and the
+/// flattened messages) and its TOOL spans, which carry no call id. `session.id` on every span.
+fn to_openinference(run: Vec<GeneratedSpan>, rng: &mut Rng) -> Result<Vec<GeneratedSpan>> {
+    let c = canonical(run)?;
+    let trace = c.root.trace_id.clone();
+    let agent = c.root.name.trim_start_matches("invoke_agent ").to_string();
+    let session = kv_str("session.id", rng.uuid_v4());
+    let kind = |k: &str| kv_str("openinference.span.kind", k);
+    let (start, end) = (c.root.start_time_unix_nano, c.root.end_time_unix_nano);
+    let workflow_id = rng.id::<8>().to_vec();
+    let task_id = rng.id::<8>().to_vec();
+    let agent_id = c.root.span_id.clone();
+    let mut out = Vec::with_capacity(c.children.len() * 3 / 2 + 3);
+    let mut turn: Option<(Vec<u8>, u64, u64)> = None;
+    let close = |turn: &mut Option<(Vec<u8>, u64, u64)>, out: &mut Vec<GeneratedSpan>| {
+        if let Some((id, s, e)) = turn.take() {
+            out.push(GeneratedSpan {
+                span: child_span(
+                    &trace,
+                    id,
+                    agent_id.clone(),
+                    "turn",
+                    s,
+                    e + 1,
+                    vec![kind("CHAIN"), session.clone()],
+                ),
+                message_bytes: 0,
+                root_of: None,
+            });
+        }
+    };
+    for (mut span, a, b) in c.children {
+        let is_chat = span.name.starts_with("chat");
+        if is_chat {
+            close(&mut turn, &mut out);
+            turn = Some((
+                rng.id::<8>().to_vec(),
+                span.start_time_unix_nano,
+                span.end_time_unix_nano,
+            ));
+        }
+        let Some((turn_id, _, turn_end)) = turn.as_mut() else {
+            bail!("a tool span before any model request");
+        };
+        *turn_end = (*turn_end).max(span.end_time_unix_nano);
+        span.parent_span_id = turn_id.clone();
+        let mut attrs = vec![session.clone()];
+        if is_chat {
+            let model = attribute(&span, "gen_ai.response.model");
+            let provider = attribute(&span, "gen_ai.provider.name");
+            let tokens = |k: &str| {
+                span.attributes
+                    .iter()
+                    .find(|kv| kv.key == k)
+                    .and_then(|kv| match kv.value.as_ref()?.value.as_ref()? {
+                        any_value::Value::IntValue(i) => Some(*i),
+                        _ => None,
+                    })
+                    .unwrap_or(0)
+            };
+            let (input_tokens, output_tokens) = (
+                tokens("gen_ai.usage.input_tokens"),
+                tokens("gen_ai.usage.output_tokens"),
+            );
+            attrs.push(kind("LLM"));
+            attrs.push(kv_str("llm.model_name", model.clone()));
+            attrs.push(kv_str("llm.provider", provider));
+            attrs.push(kv_int("llm.token_count.prompt", input_tokens));
+            attrs.push(kv_int("llm.token_count.completion", output_tokens));
+            attrs.push(kv_str("input.mime_type", "application/json"));
+            attrs.push(kv_str(
+                "input.value",
+                serde_json::Value::Array(responses_items(&a)).to_string(),
+            ));
+            attrs.push(kv_str("output.mime_type", "application/json"));
+            attrs.push(kv_str("output.value", json!({
+                "id": format!("resp_{:016x}", rng.next_u64()), "object": "response", "model": model,
+                "instructions": c.instructions, "output": responses_items(&b), "status": "completed",
+            }).to_string()));
+            flattened_messages(
+                "llm.input_messages",
+                ".message",
+                [
+                    "tool_call.id",
+                    "tool_call.function.name",
+                    "tool_call.function.arguments",
+                ],
+                &a,
+                &mut attrs,
+            );
+            flattened_messages(
+                "llm.output_messages",
+                ".message",
+                [
+                    "tool_call.id",
+                    "tool_call.function.name",
+                    "tool_call.function.arguments",
+                ],
+                &b,
+                &mut attrs,
+            );
+            span.name = "response".into();
+        } else {
+            let tool = attribute(&span, "gen_ai.tool.name");
+            attrs.push(kind("TOOL"));
+            attrs.push(kv_str("tool.name", tool.clone()));
+            attrs.push(kv_str("input.value", a.to_string()));
+            attrs.push(kv_str("output.value", b.as_str().unwrap_or_default()));
+            span.name = tool;
+        }
+        span.attributes = attrs;
+        let message_bytes = string_bytes(&span);
+        out.push(GeneratedSpan {
+            span,
+            message_bytes,
+            root_of: None,
+        });
+    }
+    close(&mut turn, &mut out);
+    let mut agent_span = c.root;
+    agent_span.name = agent.clone();
+    agent_span.parent_span_id = task_id.clone();
+    agent_span.attributes = vec![
+        kind("AGENT"),
+        kv_str("agent.name", agent.clone()),
+        kv_str("graph.node.id", agent),
+        session.clone(),
+    ];
+    let run_id = format!("{}-{}", hex::encode(&trace), hex::encode(&agent_id));
+    out.push(GeneratedSpan {
+        span: agent_span,
+        message_bytes: 0,
+        root_of: None,
+    });
+    out.push(GeneratedSpan {
+        span: child_span(
+            &trace,
+            task_id,
+            workflow_id.clone(),
+            "Agent workflow",
+            start,
+            end + 1,
+            vec![kind("CHAIN"), session.clone()],
+        ),
+        message_bytes: 0,
+        root_of: None,
+    });
+    out.push(GeneratedSpan {
+        span: child_span(
+            &trace,
+            workflow_id,
+            Vec::new(),
+            "Agent workflow",
+            start,
+            end + 2,
+            vec![kind("AGENT"), session],
+        ),
+        message_bytes: 0,
+        root_of: Some(run_id),
+    });
+    Ok(out)
+}
+
+/// Rewrites a generated run as OpenLLMetry exports it: `{agent}.agent` (traceloop `agent` span)
+/// → `openai.chat` spans with the legacy flattened `gen_ai.prompt.{i}.*` / `gen_ai.completion.*`
+/// and `{tool}.tool` spans (decorator input/output, no call id); the session as the
+/// `session_id` association property on every span.
+fn to_openllmetry(run: Vec<GeneratedSpan>, rng: &mut Rng) -> Result<Vec<GeneratedSpan>> {
+    let c = canonical(run)?;
+    let trace = c.root.trace_id.clone();
+    let agent = c.root.name.trim_start_matches("invoke_agent ").to_string();
+    let session = kv_str("traceloop.association.properties.session_id", rng.uuid_v4());
+    let workflow = kv_str("traceloop.workflow.name", agent.clone());
+    let mut out = Vec::with_capacity(c.children.len() + 1);
+    for (mut span, a, b) in c.children {
+        let mut attrs = vec![
+            session.clone(),
+            workflow.clone(),
+            kv_str("gen_ai.agent.name", agent.clone()),
+        ];
+        if span.name.starts_with("chat") {
+            let model = attribute(&span, "gen_ai.response.model");
+            for key in ["gen_ai.usage.input_tokens", "gen_ai.usage.output_tokens"] {
+                if let Some(kv) = span.attributes.iter().find(|kv| kv.key == key) {
+                    let mut kv = kv.clone();
+                    kv.key = key
+                        .replace("input_tokens", "prompt_tokens")
+                        .replace("output_tokens", "completion_tokens");
+                    attrs.push(kv);
+                }
+            }
+            attrs.push(kv_str("llm.request.type", "chat"));
+            attrs.push(kv_str("gen_ai.system", "openai"));
+            attrs.push(kv_str("gen_ai.request.model", model.clone()));
+            attrs.push(kv_str("gen_ai.response.model", model));
+            let mut prompt = vec![
+                json!({"role": "system", "parts": [{"type": "text", "content": c.instructions}]}),
+            ];
+            prompt.extend(a.as_array().cloned().unwrap_or_default());
+            flattened_messages(
+                "gen_ai.prompt",
+                "",
+                ["id", "name", "arguments"],
+                &serde_json::Value::Array(prompt),
+                &mut attrs,
+            );
+            flattened_messages(
+                "gen_ai.completion",
+                "",
+                ["id", "name", "arguments"],
+                &b,
+                &mut attrs,
+            );
+            span.name = "openai.chat".into();
+            span.kind = SpanKind::Client as i32;
+        } else {
+            let tool = attribute(&span, "gen_ai.tool.name");
+            attrs.push(kv_str("traceloop.span.kind", "tool"));
+            attrs.push(kv_str("traceloop.entity.name", tool.clone()));
+            attrs.push(kv_str(
+                "traceloop.entity.input",
+                json!({"args": [], "kwargs": a}).to_string(),
+            ));
+            attrs.push(kv_str(
+                "traceloop.entity.output",
+                b.as_str().unwrap_or_default(),
+            ));
+            span.name = format!("{tool}.tool");
+        }
+        span.attributes = attrs;
+        let message_bytes = string_bytes(&span);
+        out.push(GeneratedSpan {
+            span,
+            message_bytes,
+            root_of: None,
+        });
+    }
+    let mut root = c.root;
+    root.name = format!("{agent}.agent");
+    root.attributes = vec![
+        session,
+        workflow,
+        kv_str("traceloop.span.kind", "agent"),
+        kv_str("traceloop.entity.name", agent.clone()),
+        kv_str("gen_ai.agent.name", agent),
+    ];
+    let run_id = format!("{}-{}", hex::encode(&trace), hex::encode(&root.span_id));
+    out.push(GeneratedSpan {
+        span: root,
+        message_bytes: 0,
+        root_of: Some(run_id),
+    });
+    Ok(out)
+}
+
 // ---------------------------------------------------------------------------------------------
 // Requests
 // ---------------------------------------------------------------------------------------------
@@ -1248,9 +1691,12 @@ fn generate(
             workload.message_bytes,
             now_unix_nanos(),
         )?;
-        if workload.convention == Convention::Strands {
-            run = to_strands(run, &mut rng)?;
-        }
+        run = match workload.convention {
+            Convention::PydanticAi => run,
+            Convention::Strands => to_strands(run, &mut rng)?,
+            Convention::Openinference => to_openinference(run, &mut rng)?,
+            Convention::Openllmetry => to_openllmetry(run, &mut rng)?,
+        };
         if workload.batch_spans == 0 {
             if jobs.blocking_send(make_job(run, &workload)?).is_err() {
                 return Ok(());

@@ -151,7 +151,8 @@ async fn bind(endpoint: &str, what: &str) -> anyhow::Result<TcpListener> {
     Ok(listener)
 }
 
-/// Periodically abandons runs silent for longer than `timeout`.
+/// Periodically abandons runs silent for longer than `timeout`, and deletes log records whose
+/// span has not arrived within `timeout`.
 async fn sweep(
     store: Arc<Store>,
     ingest: Arc<Ingest>,
@@ -169,6 +170,12 @@ async fn sweep(
                     Ok(0) => {}
                     Ok(n) => tracing::info!(runs = n, "abandoned runs after the inactivity timeout"),
                     Err(e) => tracing::warn!(error = %e, "inactivity sweep failed"),
+                }
+                // Log records whose span has not arrived within the same timeout never will.
+                match ingest.prune_orphan_logs(&store, timeout).await {
+                    Ok(0) => {}
+                    Ok(n) => tracing::info!(records = n, "deleted log records whose span never arrived"),
+                    Err(e) => tracing::warn!(error = %e, "orphan log sweep failed"),
                 }
             }
         }

@@ -292,6 +292,195 @@ pub fn strands_delegate() -> Vec<Span> {
     ]
 }
 
+/// `span` with its own timing (start, end) on trace `trace`.
+fn timed(trace: u8, id: u8, parent: u8, name: &str, at: (u64, u64), attrs: Vec<KeyValue>) -> Span {
+    let mut s = span(id, parent, name, at.0, attrs);
+    s.trace_id = vec![trace; 16];
+    s.end_time_unix_nano = at.1;
+    s
+}
+
+/// The OpenAI Agents SDK as OpenInference exports it (trace `[9; 16]`): `Agent workflow` (AGENT,
+/// span 1) → task (CHAIN, 2) → `calc` (AGENT, 3) → turn (CHAIN, 4) → response (LLM, 5) asking for
+/// `add` and `helper` in parallel, TOOL spans `add` (6) and `helper` (7), the helper agent used as a
+/// tool: task (CHAIN, 8) → `helper` (AGENT, 9) → turn (10) → response (11); then turn (12) →
+/// response (13) with the whole history. No TOOL span carries a call id.
+pub fn openinference_scenario() -> Vec<Span> {
+    let kind = |k: &str| kv("openinference.span.kind", k);
+    let session = || kv("session.id", "oi-session");
+    let chain =
+        |id, parent, name: &str, at| timed(9, id, parent, name, at, vec![kind("CHAIN"), session()]);
+    let llm = |id, parent, at, input: &str, output: &str| {
+        timed(
+            9,
+            id,
+            parent,
+            "response",
+            at,
+            vec![
+                kind("LLM"),
+                session(),
+                kv("llm.model_name", "gpt-test"),
+                kv("llm.token_count.prompt", "10"),
+                kv("input.value", input),
+                kv("output.value", output),
+            ],
+        )
+    };
+    let tool = |id, name: &str, at, input: &str, output: &str| {
+        timed(
+            9,
+            id,
+            4,
+            name,
+            at,
+            vec![
+                kind("TOOL"),
+                session(),
+                kv("tool.name", name),
+                kv("input.value", input),
+                kv("output.value", output),
+            ],
+        )
+    };
+    let calls = r#"[{"type":"function_call","call_id":"c_add","name":"add","arguments":"{\"a\":1}"},{"type":"function_call","call_id":"c_help","name":"helper","arguments":"{\"input\":\"hi\"}"}]"#;
+    let history = r#"[{"role":"user","content":"go"},{"type":"function_call","call_id":"c_add","name":"add","arguments":"{\"a\":1}"},{"type":"function_call","call_id":"c_help","name":"helper","arguments":"{\"input\":\"hi\"}"},{"type":"function_call_output","call_id":"c_add","output":"1"},{"type":"function_call_output","call_id":"c_help","output":"done"}]"#;
+    vec![
+        timed(
+            9,
+            1,
+            0,
+            "Agent workflow",
+            (100, 400),
+            vec![kind("AGENT"), session()],
+        ),
+        chain(2, 1, "Agent workflow", (101, 399)),
+        timed(
+            9,
+            3,
+            2,
+            "calc",
+            (102, 398),
+            vec![kind("AGENT"), session(), kv("agent.name", "calc")],
+        ),
+        chain(4, 3, "turn", (103, 300)),
+        llm(
+            5,
+            4,
+            (104, 150),
+            r#"[{"role":"user","content":"go"}]"#,
+            &format!(r#"{{"instructions":"Add.","output":{calls}}}"#),
+        ),
+        tool(6, "add", (160, 170), r#"{"a":1}"#, "1"),
+        tool(7, "helper", (161, 250), r#"{"input":"hi"}"#, "done"),
+        chain(8, 7, "Agent workflow", (162, 249)),
+        timed(
+            9,
+            9,
+            8,
+            "helper",
+            (163, 248),
+            vec![kind("AGENT"), session(), kv("agent.name", "helper")],
+        ),
+        chain(10, 9, "turn", (164, 247)),
+        llm(
+            11,
+            10,
+            (165, 246),
+            r#"[{"role":"user","content":"hi"}]"#,
+            r#"{"output":[{"type":"message","role":"assistant","content":[{"type":"output_text","text":"done"}]}]}"#,
+        ),
+        chain(12, 3, "turn", (301, 397)),
+        llm(
+            13,
+            12,
+            (302, 396),
+            history,
+            r#"{"instructions":"Add.","output":[{"type":"message","role":"assistant","content":[{"type":"output_text","text":"1 and done"}]}]}"#,
+        ),
+    ]
+}
+
+/// OpenLLMetry (trace `[10; 16]`): `calc.agent` (span 1) → legacy `openai.chat` (2) asking for
+/// `add`, `add.tool` (3, no call id), and a `step.task` (4) holding the second `openai.chat` (5).
+pub fn openllmetry_scenario() -> Vec<Span> {
+    let session = || kv("traceloop.association.properties.session_id", "tl-session");
+    let chat = |id, parent, at, extra: Vec<KeyValue>| {
+        let mut attrs = vec![
+            session(),
+            kv("llm.request.type", "chat"),
+            kv("gen_ai.system", "openai"),
+            kv("gen_ai.prompt.0.role", "user"),
+            kv("gen_ai.prompt.0.content", "2?"),
+        ];
+        attrs.extend(extra);
+        timed(10, id, parent, "openai.chat", at, attrs)
+    };
+    vec![
+        timed(
+            10,
+            1,
+            0,
+            "calc.agent",
+            (100, 400),
+            vec![
+                session(),
+                kv("traceloop.span.kind", "agent"),
+                kv("traceloop.entity.name", "calc"),
+            ],
+        ),
+        chat(
+            2,
+            1,
+            (110, 150),
+            vec![
+                kv("gen_ai.completion.0.role", "assistant"),
+                kv("gen_ai.completion.0.tool_calls.0.id", "t1"),
+                kv("gen_ai.completion.0.tool_calls.0.name", "add"),
+                kv("gen_ai.completion.0.tool_calls.0.arguments", r#"{"a":2}"#),
+            ],
+        ),
+        timed(
+            10,
+            3,
+            1,
+            "add.tool",
+            (160, 170),
+            vec![
+                session(),
+                kv("traceloop.span.kind", "tool"),
+                kv("traceloop.entity.name", "add"),
+                kv("traceloop.entity.input", r#"{"args":[],"kwargs":{"a":2}}"#),
+                kv("traceloop.entity.output", "2"),
+            ],
+        ),
+        timed(
+            10,
+            4,
+            1,
+            "step.task",
+            (180, 390),
+            vec![session(), kv("traceloop.span.kind", "task")],
+        ),
+        chat(
+            5,
+            4,
+            (190, 380),
+            vec![
+                kv("gen_ai.prompt.1.role", "assistant"),
+                kv("gen_ai.prompt.1.tool_calls.0.id", "t1"),
+                kv("gen_ai.prompt.1.tool_calls.0.name", "add"),
+                kv("gen_ai.prompt.1.tool_calls.0.arguments", r#"{"a":2}"#),
+                kv("gen_ai.prompt.2.role", "tool"),
+                kv("gen_ai.prompt.2.tool_call_id", "t1"),
+                kv("gen_ai.prompt.2.content", "2"),
+                kv("gen_ai.completion.0.role", "assistant"),
+                kv("gen_ai.completion.0.content", "It is 2."),
+            ],
+        ),
+    ]
+}
+
 /// An export request holding `spans`.
 pub fn request(spans: Vec<Span>) -> ExportTraceServiceRequest {
     ExportTraceServiceRequest {

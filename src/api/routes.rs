@@ -310,7 +310,9 @@ async fn get_continuation(
         } else {
             None
         };
-        let (fields, warnings) = continuation::render(format, &history);
+        let (fields, mut warnings) = continuation::render(format, &history);
+        // What interpretation could only guess (tool spans joined to calls by order) applies too.
+        warnings.extend(history.run.warnings.iter().cloned());
         let unresolved: Vec<_> = history
             .effects
             .iter()
@@ -359,7 +361,7 @@ async fn abandon(
             "run {id} is already {status}; only a running run can be abandoned"
         ))),
         Applied::UnknownRun => Err(ApiError::NotFound(format!("run {run_id:?} not found"))),
-        Applied::StillActive | Applied::Stored => {
+        Applied::StillActive | Applied::Stored | Applied::PrunedLogs(_) => {
             Err(ApiError::Internal("unexpected writer answer".into()))
         }
     }

@@ -82,6 +82,9 @@ pub struct Run {
     /// Why no continuation can be built, when content is missing or damaged.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub continuation_unavailable: Option<String>,
+    /// What the interpretation could only guess (tool spans joined to calls by order).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub warnings: Vec<String>,
     /// Start in nanoseconds since the epoch, for ordered indexes.
     pub started_ns: u64,
 }

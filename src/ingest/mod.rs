@@ -328,7 +328,30 @@ impl Ingest {
         }
         Ok(abandoned)
     }
+
+    /// Deletes log records older than `max_age` whose span never arrived (a span that did not
+    /// end, or log records of spans that are no model request). Returns how many.
+    pub async fn prune_orphan_logs(
+        &self,
+        store: &Store,
+        max_age: Duration,
+    ) -> Result<usize, IngestError> {
+        let cutoff = now_ns().saturating_sub(max_age.as_nanos() as u64);
+        let records = store
+            .orphan_logs(cutoff, ORPHAN_LOG_SCAN_LIMIT)
+            .map_err(|e| IngestError::Storage(e.to_string()))?;
+        if records.is_empty() {
+            return Ok(0);
+        }
+        match self.writer.submit(Work::PruneLogs { records }).await? {
+            Applied::PrunedLogs(n) => Ok(n),
+            _ => Ok(0),
+        }
+    }
 }
+
+/// Log records read per orphan-log sweep, so one sweep stays short however many are stored.
+const ORPHAN_LOG_SCAN_LIMIT: usize = 100_000;
 
 /// Wall-clock nanoseconds since the epoch.
 pub fn now_ns() -> u64 {

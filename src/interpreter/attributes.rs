@@ -97,3 +97,89 @@ impl<'a> Attributes<'a> {
         })
     }
 }
+
+impl Attributes<'_> {
+    /// Flattened indexed attributes (`{prefix}.{i}.a.b.{j}.c`, as OpenInference and OpenLLMetry
+    /// write message lists) rebuilt as nested JSON: one item per index, in index order; numeric
+    /// path segments become arrays (in index order), the others object keys.
+    pub fn indexed(&self, prefix: &str) -> Vec<Value> {
+        let mut root = Node::default();
+        let dotted = format!("{prefix}.");
+        for kv in self.0 {
+            let Some(rest) = kv.key.strip_prefix(&dotted) else {
+                continue;
+            };
+            let value = kv.value.as_ref().map(any_to_json).unwrap_or(Value::Null);
+            root.insert(rest.split('.'), value);
+        }
+        match root.into_json() {
+            Value::Array(items) => items,
+            _ => Vec::new(),
+        }
+    }
+}
+
+/// A path tree for [`Attributes::indexed`].
+#[derive(Default)]
+struct Node {
+    value: Option<Value>,
+    children: std::collections::BTreeMap<String, Node>,
+}
+
+impl Node {
+    fn insert<'k>(&mut self, mut path: impl Iterator<Item = &'k str>, value: Value) {
+        match path.next() {
+            None => self.value = Some(value),
+            Some(segment) => self
+                .children
+                .entry(segment.to_string())
+                .or_default()
+                .insert(path, value),
+        }
+    }
+
+    fn into_json(self) -> Value {
+        if self.children.is_empty() {
+            return self.value.unwrap_or(Value::Null);
+        }
+        let numeric = self.children.keys().all(|k| k.parse::<u32>().is_ok());
+        if numeric {
+            let mut items: Vec<(u32, Value)> = self
+                .children
+                .into_iter()
+                .filter_map(|(k, v)| Some((k.parse().ok()?, v.into_json())))
+                .collect();
+            items.sort_by_key(|(i, _)| *i);
+            Value::Array(items.into_iter().map(|(_, v)| v).collect())
+        } else {
+            Value::Object(
+                self.children
+                    .into_iter()
+                    .map(|(k, v)| (k, v.into_json()))
+                    .collect(),
+            )
+        }
+    }
+}
+
+#[cfg(test)]
+mod indexed_tests {
+    use super::*;
+    use crate::test_fixtures::kv;
+
+    #[test]
+    fn flattened_lists_rebuild_in_index_order() {
+        let attrs = vec![
+            kv("p.10.role", "tool"),
+            kv("p.2.role", "user"),
+            kv("p.2.tool_calls.1.name", "b"),
+            kv("p.2.tool_calls.0.name", "a"),
+            kv("other", "x"),
+        ];
+        let items = Attributes(&attrs).indexed("p");
+        assert_eq!(items.len(), 2);
+        assert_eq!(items[0]["role"], "user");
+        assert_eq!(items[0]["tool_calls"][1]["name"], "b");
+        assert_eq!(items[1]["role"], "tool");
+    }
+}

@@ -6,24 +6,28 @@ use super::attributes::Attributes;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Convention {
     /// OpenInference (`openinference.span.kind`): OpenAI Agents SDK and other Arize
-    /// instrumentations. Recognised, not yet interpreted.
+    /// instrumentations.
     OpenInference,
     /// The OTel GenAI conventions (`gen_ai.operation.name`): Pydantic AI, Strands Agents, and the
     /// older names and event forms of the same conventions.
     GenAi,
-    /// OpenLLMetry / Traceloop (`traceloop.span.kind`). Recognised, not yet interpreted.
+    /// OpenLLMetry / Traceloop (`traceloop.span.kind`, or the legacy flattened
+    /// `gen_ai.prompt.{i}.*` / `gen_ai.completion.{i}.*` model-request attributes).
     Traceloop,
 }
 
 /// Detects a span's convention: `openinference.span.kind`, then `gen_ai.operation.name`, then
-/// `traceloop.span.kind`; spans with none of them fall back to the GenAI interpreter, which
-/// recognises the older Pydantic AI span names by attribute presence.
+/// `traceloop.span.kind`, then the presence of OpenLLMetry's legacy flattened content; spans with
+/// none of them fall back to the GenAI interpreter, which recognises the older Pydantic AI span
+/// names by attribute presence.
 pub fn detect(attrs: &Attributes<'_>) -> Convention {
     if attrs.get("openinference.span.kind").is_some() {
         Convention::OpenInference
     } else if attrs.get("gen_ai.operation.name").is_some() {
         Convention::GenAi
-    } else if attrs.get("traceloop.span.kind").is_some() {
+    } else if attrs.get("traceloop.span.kind").is_some()
+        || super::openllmetry::has_legacy_content(attrs)
+    {
         Convention::Traceloop
     } else {
         Convention::GenAi
@@ -50,5 +54,7 @@ mod tests {
         let tl = vec![kv("traceloop.span.kind", "task")];
         assert_eq!(detect(&Attributes(&tl)), Convention::Traceloop);
         assert_eq!(detect(&Attributes(&[])), Convention::GenAi);
+        let legacy = vec![kv("gen_ai.prompt.0.role", "user")];
+        assert_eq!(detect(&Attributes(&legacy)), Convention::Traceloop);
     }
 }

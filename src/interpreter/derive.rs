@@ -69,6 +69,10 @@ pub(super) struct EffectBuild {
 
 /// Derives a run from its facts.
 pub fn derive(run_id: &str, facts: &[SpanFact], meta: &RunMeta) -> DerivedRun {
+    // Joins of id-less tool spans depend on every fact of the run (a later call or tool span
+    // can move them), so such runs are never appended to: no working state is kept for them.
+    let appendable = !facts.iter().any(super::call_join::missing);
+    let (facts, join_warnings) = &super::call_join::join(facts);
     let agent = facts
         .iter()
         .filter(|f| f.kind == FactKind::AgentRun && !f.pending)
@@ -106,7 +110,7 @@ pub fn derive(run_id: &str, facts: &[SpanFact], meta: &RunMeta) -> DerivedRun {
     let built = build_snapshots(&models, agent, agent_instructions, &effects);
     let snapshots = built.records;
     // What appending to the run needs, while it is running.
-    let state = (agent.is_none() && meta.abandoned.is_none())
+    let state = (appendable && agent.is_none() && meta.abandoned.is_none())
         .then(|| state_after_derive(&models, &tools, &effects, &events, &snapshots, built.tail));
 
     let started_ns = agent
@@ -178,6 +182,7 @@ pub fn derive(run_id: &str, facts: &[SpanFact], meta: &RunMeta) -> DerivedRun {
         input_tokens: models.iter().filter_map(|m| m.input_tokens).sum(),
         output_tokens: models.iter().filter_map(|m| m.output_tokens).sum(),
         continuation_unavailable,
+        warnings: join_warnings.clone(),
         started_ns,
     };
     DerivedRun {

@@ -73,7 +73,11 @@ pub fn interpret_span(span: &Span) -> Option<Interpreted> {
     fact.error = error_text(span, &attrs);
     fact.agent_name = attrs.str(&["gen_ai.agent.name", "agent_name"]);
     fact.agent_call_id = attrs.str(&["gen_ai.agent.call.id"]);
-    fact.conversation_id = attrs.str(&["gen_ai.conversation.id", "session.id"]);
+    fact.conversation_id = attrs.str(&[
+        "gen_ai.conversation.id",
+        "session.id",
+        "traceloop.association.properties.session_id",
+    ]);
 
     let mut messages = Vec::new();
     match kind {
@@ -250,7 +254,10 @@ pub(crate) fn apply_legacy_events(
     }
 }
 
-fn store_bodies(items: Vec<Value>, bodies: &mut Vec<(MessageHash, Value)>) -> Vec<MessageRef> {
+pub(crate) fn store_bodies(
+    items: Vec<Value>,
+    bodies: &mut Vec<(MessageHash, Value)>,
+) -> Vec<MessageRef> {
     items
         .into_iter()
         .map(|item| {
@@ -307,7 +314,7 @@ fn classify(span: &Span, attrs: &Attributes<'_>) -> Option<FactKind> {
     }
 }
 
-fn error_text(span: &Span, attrs: &Attributes<'_>) -> Option<String> {
+pub(crate) fn error_text(span: &Span, attrs: &Attributes<'_>) -> Option<String> {
     let status = span.status.as_ref()?;
     if status.code != StatusCode::Error as i32 {
         return None;

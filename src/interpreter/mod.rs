@@ -6,6 +6,7 @@
 //! cannot change the outcome.
 
 mod attributes;
+mod call_join;
 pub mod convention;
 mod derive;
 mod events;
@@ -13,6 +14,9 @@ mod fact;
 mod genai;
 mod incremental;
 mod logs;
+mod openai_items;
+mod openinference;
+mod openllmetry;
 mod validity;
 
 use opentelemetry_proto::tonic::trace::v1::Span;
@@ -26,11 +30,11 @@ pub use logs::{interpret_log, with_log_content, LogEvent};
 pub use validity::{walk, Walk, WalkState};
 
 /// Interprets one span with the module of its convention. Spans that are not agent runs, model
-/// requests, tool calls or grouping spans, and spans of conventions not interpreted yet, give
-/// `None`.
+/// requests, tool calls or grouping spans give `None`.
 pub fn interpret_span(span: &Span) -> Option<Interpreted> {
     match convention::detect(&attributes::Attributes(&span.attributes)) {
         Convention::GenAi => genai::interpret_span(span),
-        Convention::OpenInference | Convention::Traceloop => None,
+        Convention::OpenInference => openinference::interpret_span(span),
+        Convention::Traceloop => openllmetry::interpret_span(span),
     }
 }

@@ -450,6 +450,32 @@ impl Store {
         self.scan_json(cf::SPAN_LOGS, &prefix)
     }
 
+    /// Stored log records timed at or before `cutoff_ns` whose span has not arrived as a model
+    /// request or tool call: `(key, trace id, span id)`, from at most `scan_limit` records read.
+    /// Records that cannot be decoded count as orphans.
+    pub fn orphan_logs(
+        &self,
+        cutoff_ns: u64,
+        scan_limit: usize,
+    ) -> Result<Vec<(Vec<u8>, String, String)>, StoreError> {
+        let mut out = Vec::new();
+        let mut read = 0usize;
+        self.scan(cf::SPAN_LOGS, b"", b"", |k, v| {
+            read += 1;
+            match serde_json::from_slice::<LogEvent>(v) {
+                Ok(e) if e.time_ns > cutoff_ns => {}
+                Ok(e) => {
+                    if self.span_run(&e.trace_id, &e.span_id)?.is_none() {
+                        out.push((k.to_vec(), e.trace_id, e.span_id));
+                    }
+                }
+                Err(_) => out.push((k.to_vec(), String::new(), String::new())),
+            }
+            Ok(read < scan_limit)
+        })?;
+        Ok(out)
+    }
+
     /// All keys of column family `name` that start with `prefix`.
     pub fn keys_with_prefix(
         &self,

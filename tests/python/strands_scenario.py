@@ -7,6 +7,9 @@ With --continue-from FILE (stepline's `format=strands` continuation as JSON), th
 `Agent(messages=…, system_prompt=…)` instead and asked one more question; the script then reports the
 history the model received, so the test can check Strands accepted stepline's history as its own.
 
+--delegate: the tool is `ask_helper` {question}, which runs a second Strands agent "helper" (agent as
+tool: a delegate run nested in the tool span) whose scripted model answers "5" at once.
+
 --mode default | latest (OTEL_SEMCONV_STABILITY_OPT_IN=gen_ai_latest_experimental) |
 attributes (gen_ai_latest_experimental,gen_ai_span_attributes_only).
 
@@ -35,7 +38,9 @@ def main() -> int:
     parser.add_argument("--session-id", required=True)
     parser.add_argument("--mode", choices=sorted(MODES), default="default")
     parser.add_argument("--continue-from")
+    parser.add_argument("--delegate", action="store_true")
     args = parser.parse_args()
+    tool_name, tool_input = ("ask_helper", '{"question": "2 + 3?"}') if args.delegate else ("add", '{"a": 2, "b": 3}')
     os.environ["OTEL_SEMCONV_STABILITY_OPT_IN"] = MODES[args.mode]
 
     from otlp_setup import install_tracer_provider
@@ -50,8 +55,9 @@ def main() -> int:
     class ScriptedModel(Model):
         """Answers from a script: a tool call unless the last message carries a tool result."""
 
-        def __init__(self) -> None:
+        def __init__(self, answer_at_once: str | None = None) -> None:
             self.config: dict[str, Any] = {"model_id": "scripted"}
+            self.answer_at_once = answer_at_once
 
         def update_config(self, **model_config: Any) -> None:
             self.config.update(model_config)
@@ -64,6 +70,12 @@ def main() -> int:
             yield  # pragma: no cover
 
         async def stream(self, messages, tool_specs=None, system_prompt=None, **kwargs) -> AsyncIterator[Any]:  # type: ignore[override]
+            if self.answer_at_once is not None:
+                yield {"messageStart": {"role": "assistant"}}
+                yield {"contentBlockDelta": {"delta": {"text": self.answer_at_once}}}
+                yield {"contentBlockStop": {}}
+                yield {"messageStop": {"stopReason": "end_turn"}}
+                return
             if not received:
                 received.append(json.loads(json.dumps(messages, default=str)))
             last = messages[-1]["content"] if messages else []
@@ -80,10 +92,10 @@ def main() -> int:
                 calls = sum(1 for m in messages for b in m["content"] if "toolUse" in b)
                 yield {
                     "contentBlockStart": {
-                        "start": {"toolUse": {"toolUseId": f"tooluse_{calls + 1}", "name": "add"}}
+                        "start": {"toolUse": {"toolUseId": f"tooluse_{calls + 1}", "name": tool_name}}
                     }
                 }
-                yield {"contentBlockDelta": {"delta": {"toolUse": {"input": '{"a": 2, "b": 3}'}}}}
+                yield {"contentBlockDelta": {"delta": {"toolUse": {"input": tool_input}}}}
                 yield {"contentBlockStop": {}}
                 stop = "tool_use"
             yield {"messageStop": {"stopReason": stop}}
@@ -99,9 +111,20 @@ def main() -> int:
         """Adds two numbers."""
         return a + b
 
+    @tool
+    def ask_helper(question: str) -> str:
+        """Asks the helper agent."""
+        helper = Agent(
+            model=ScriptedModel(answer_at_once="5"),
+            name="helper",
+            trace_attributes={"session.id": args.session_id},
+            callback_handler=None,
+        )
+        return str(helper(question)).strip()
+
     common = dict(
         model=ScriptedModel(),
-        tools=[add],
+        tools=[ask_helper] if args.delegate else [add],
         name="calc",
         trace_attributes={"session.id": args.session_id},
         callback_handler=None,
