@@ -1,13 +1,14 @@
 //! Loading the history of a snapshot, with what the renderers need to know about it.
 
 use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
 
 use serde_json::Value;
 
 use crate::domain::{MessageHash, NodeId, Run, SnapshotRecord, SnapshotState, ToolEffect};
 use crate::interpreter::{FactKind, SpanFact, StoredFact};
 use crate::service_error::{ServiceError, ServiceErrorCode};
-use crate::store::{Store, StoreError};
+use crate::store::{RunNodes, Store, StoreError};
 
 /// Which snapshot to continue from.
 #[derive(Debug, Clone, Copy, Default)]
@@ -50,10 +51,10 @@ pub struct History {
     pub run: Run,
     /// The chosen snapshot.
     pub snapshot: SnapshotRecord,
-    /// Message bodies (OTel GenAI shape), in order.
-    pub messages: Vec<Value>,
+    /// Message bodies (OTel GenAI shape), in order (shared with the store's history cache).
+    pub messages: Arc<[Value]>,
     /// Their hashes, in order.
-    pub hashes: Vec<MessageHash>,
+    pub hashes: Arc<[MessageHash]>,
     /// System instructions in force at the snapshot (array of parts).
     pub system_instructions: Option<Value>,
     /// The run's model-request facts, in start order.
@@ -123,9 +124,7 @@ pub fn load(store: &Store, run: Run, selector: Selector) -> Result<History, Cont
             })?,
     };
 
-    let nodes = store.run_nodes(&run.run_id)?;
-    let hashes = nodes.resolve(&chosen.history)?;
-    let messages = store.messages(&run.run_id, &hashes)?;
+    let resolved = store.history(&run.run_id, &chosen.history)?;
     let system_instructions = match &chosen.instructions {
         Some(hash) => store
             .messages(&run.run_id, std::slice::from_ref(hash))?
@@ -149,6 +148,11 @@ pub fn load(store: &Store, run: Run, selector: Selector) -> Result<History, Cont
     // node an earlier request already covered (its ancestors are covered too).
     let mut sent_at: HashMap<MessageHash, u64> = HashMap::new();
     let mut seen: HashSet<NodeId> = HashSet::new();
+    let nodes = if stored.is_empty() {
+        RunNodes::default()
+    } else {
+        store.run_nodes(&run.run_id)?
+    };
     for s in &stored {
         let mut at = s.input_chain.as_ref().and_then(|c| c.tip.clone());
         while let Some(id) = at {
@@ -165,8 +169,8 @@ pub fn load(store: &Store, run: Run, selector: Selector) -> Result<History, Cont
     let mut history = History {
         run,
         snapshot: chosen,
-        messages,
-        hashes,
+        messages: resolved.messages,
+        hashes: resolved.hashes,
         system_instructions,
         models,
         effects,

@@ -125,7 +125,7 @@ mod tests {
             run,
             snapshot,
             hashes: messages.iter().map(MessageHash::of).collect(),
-            messages,
+            messages: messages.into(),
             system_instructions: instructions.map(|t| json!([{"type": "text", "content": t}])),
             models: Vec::new(),
             effects: Vec::new(),

@@ -1415,6 +1415,50 @@ mod tests {
         }
     }
 
+    /// The history cache serves a continuation only for the snapshot it was read for: a new step
+    /// (a new tip) is read from disk, and after a reopen the first read is cold and the same.
+    #[test]
+    fn continuation_history_cache_follows_the_latest_snapshot_and_survives_reopen() {
+        use crate::continuation::{load as load_history, Selector};
+        let all = linear_run(6, 0, false);
+        let dir = tempfile::tempdir().unwrap();
+        let selector = Selector {
+            include_interrupted: true,
+            ..Selector::default()
+        };
+        let read = |store: &Store| {
+            let run = store.run(&run_id(1)).unwrap().unwrap();
+            let h = load_history(store, run, selector).unwrap();
+            (h.snapshot.meta.seq, h.messages.to_vec(), h.hashes.to_vec())
+        };
+        let store = Store::open(dir.path(), false).unwrap();
+        apply_group(&store, &[spans_work(interpreted(&all[..4]))], 1).unwrap();
+        let cold = read(&store);
+        assert!(store.history_cache_messages() > 0);
+        assert_eq!(
+            cold,
+            read(&store),
+            "a warm read gives what the cold one did"
+        );
+        // The next steps move the latest snapshot: the cached history is not served for it.
+        apply_group(&store, &[spans_work(interpreted(&all[4..]))], 2).unwrap();
+        let later = read(&store);
+        assert!(
+            later.1.len() > cold.1.len(),
+            "{} vs {}",
+            later.1.len(),
+            cold.1.len()
+        );
+        assert_eq!(later.1.len(), later.2.len());
+        // A re-derivation (every fact again plus redelivery) keeps the same answer.
+        apply_group(&store, &[spans_work(interpreted(&all))], 3).unwrap();
+        assert_eq!(later, read(&store));
+        drop(store);
+        let store = Store::open(dir.path(), false).unwrap();
+        assert_eq!(store.history_cache_messages(), 0, "the cache starts empty");
+        assert_eq!(later, read(&store));
+    }
+
     fn new_conventions() -> Vec<Span> {
         let mut all = crate::test_fixtures::openinference_scenario();
         all.extend(crate::test_fixtures::openllmetry_scenario());

@@ -33,6 +33,8 @@ pub struct Store {
     committed: std::sync::atomic::AtomicU64,
     /// Node ids of recently stored input histories (see [`super::history::ChainCache`]).
     pub(super) chains: std::sync::Mutex<super::history::ChainCache>,
+    /// Decoded histories of recently read snapshots (see [`super::history_cache`]).
+    pub(super) resolved: std::sync::Mutex<super::history_cache::HistoryCache>,
 }
 
 /// A set of writes committed atomically by [`Store::commit`].
@@ -109,6 +111,7 @@ impl Store {
             sync,
             committed: std::sync::atomic::AtomicU64::new(0),
             chains: std::sync::Mutex::new(Default::default()),
+            resolved: std::sync::Mutex::new(Default::default()),
         };
         store.check_schema(dir)?;
         Ok(store)
