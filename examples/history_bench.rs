@@ -9,8 +9,11 @@
 //! so far in `gen_ai.input.messages`, one tool call out) and the `execute_tool` span answering it.
 //! Reported:
 //! - storage: the sum of the distinct messages' bytes (canonical JSON) against the uncompressed
-//!   key + value bytes of every column family, and the SST bytes on disk after a flush (compressed);
-//! - ingest: the time of each step's export (interpret + derive + durable commit), early vs late;
+//!   key + value bytes of every column family, and the SST bytes on disk after a flush and a full
+//!   compaction (compressed);
+//! - ingest: the time and the bytes committed of each step's export (interpret + apply + commit),
+//!   early vs late, the time of interpreting the same spans alone, and of applying them to a
+//!   second store alone (the store's part: merge, append or derive, durable commit);
 //! - continuation: load + render + serialise of the latest snapshot, p50/p99 per format.
 
 use std::collections::HashMap;
@@ -25,7 +28,8 @@ use serde_json::{json, Value};
 use stepline::continuation::{self, Format, Selector};
 use stepline::domain::MessageHash;
 use stepline::exporter::Outbox;
-use stepline::ingest::Ingest;
+use stepline::ingest::{apply_group, Ingest, Work};
+use stepline::interpreter::interpret_span;
 use stepline::store::{keys::cf, Store};
 
 const TRACE: [u8; 16] = [9; 16];
@@ -116,6 +120,8 @@ async fn main() -> anyhow::Result<()> {
     let args = parse_args()?;
     let dir = tempfile::tempdir()?;
     let store = Arc::new(Store::open(dir.path(), false)?);
+    let apply_dir = tempfile::tempdir()?;
+    let apply_store = Store::open(apply_dir.path(), false)?;
     // No exporters: the benchmark measures interpretation and storage, not forwarding.
     let ingest = Ingest::new(store.clone(), Arc::new(Outbox::disabled()));
     let filler = "x".repeat(args.text_bytes);
@@ -126,6 +132,9 @@ async fn main() -> anyhow::Result<()> {
         {"type": "text", "content": format!("Start the long task. {filler}")}
     ]})];
     let mut step_times: Vec<Duration> = Vec::with_capacity(args.steps);
+    let mut step_bytes: Vec<u64> = Vec::with_capacity(args.steps);
+    let mut interpret_times: Vec<Duration> = Vec::with_capacity(args.steps);
+    let mut apply_times: Vec<Duration> = Vec::with_capacity(args.steps);
 
     for step in 1..=args.steps {
         let t = base_ns + step as u64 * 1_000_000;
@@ -165,12 +174,39 @@ async fn main() -> anyhow::Result<()> {
                 kv("gen_ai.tool.call.result", result.clone()),
             ],
         );
+        // The interpretation alone (parse and hash the history the span carries): the part of
+        // a step that grows with the history whatever the store does.
+        let started = Instant::now();
+        let interpreted: Vec<_> = [&chat, &tool]
+            .into_iter()
+            .filter_map(interpret_span)
+            .collect();
+        interpret_times.push(started.elapsed());
+        if interpreted.len() != 2 {
+            return Err(anyhow!("step {step}: a span was not interpreted"));
+        }
+        // The store's part alone: the same spans applied to a second store (merge facts,
+        // append or derive, one durable commit), as the writer does.
+        let work = Work::Received {
+            spans: interpreted,
+            logs: Vec::new(),
+            outbox: None,
+        };
+        let works = [work];
+        let started = Instant::now();
+        apply_group(&apply_store, &works, t)?;
+        apply_times.push(started.elapsed());
+        // Freeing the interpreted history (a JSON tree per message the span carried) is the
+        // interpretation's cost, not the store's: outside the measurement.
+        drop(works);
+        let bytes_before = store.committed_bytes();
         let started = Instant::now();
         ingest
             .export_traces(request(vec![chat, tool]))
             .await
             .map_err(|e| anyhow!("step {step}: {e}"))?;
         step_times.push(started.elapsed());
+        step_bytes.push(store.committed_bytes() - bytes_before);
 
         let assistant = output[0].clone();
         let answer = json!({"role": "user", "parts": [
@@ -182,17 +218,39 @@ async fn main() -> anyhow::Result<()> {
             eprintln!("step {step}: {:.2} ms", ms(step_times[step - 1]));
         }
         if args.checkpoints.contains(&step) || step == args.steps {
-            report(&store, &history, &step_times, args.iterations).await?;
+            let steps = Steps {
+                times: &step_times,
+                bytes: &step_bytes,
+                interpret: &interpret_times,
+                apply: &apply_times,
+            };
+            report(&store, &history, &steps, args.iterations).await?;
         }
     }
     Ok(())
 }
 
+/// What each step cost so far.
+struct Steps<'a> {
+    /// Export request to durable acknowledgement.
+    times: &'a [Duration],
+    /// Bytes committed to the store.
+    bytes: &'a [u64],
+    /// Interpretation of the step's spans alone.
+    interpret: &'a [Duration],
+    /// Applying the interpreted spans to a store and committing, alone.
+    apply: &'a [Duration],
+}
+
+/// Column families that hold histories: message bodies, history chains, snapshot records and
+/// the span facts that refer to them.
+const HISTORY_CFS: [&str; 4] = [cf::MESSAGES, cf::HISTORY, cf::SNAPSHOTS, cf::FACTS];
+
 /// Prints storage, ingest and continuation figures for the run as it stands.
 async fn report(
     store: &Store,
     history: &[Value],
-    step_times: &[Duration],
+    steps: &Steps<'_>,
     iterations: usize,
 ) -> anyhow::Result<()> {
     let mut distinct: HashMap<MessageHash, usize> = HashMap::new();
@@ -202,51 +260,89 @@ async fn report(
             .or_insert_with(|| serde_json::to_vec(m).map(|v| v.len()).unwrap_or(0));
     }
     let message_bytes: usize = distinct.values().sum();
+    let ratio = |b: u64| b as f64 / message_bytes as f64;
 
     // Storage.
     store.flush()?;
+    store.compact()?;
     let mut logical_total = 0u64;
+    let mut logical_history = 0u64;
+    let mut sst_history = 0u64;
     let mut per_cf = Vec::new();
     for name in cf::ALL {
         let b = store.logical_bytes(name)?;
+        let sst = store.cf_live_bytes(name);
         logical_total += b;
-        per_cf.push((*name, b));
+        if HISTORY_CFS.contains(name) {
+            logical_history += b;
+            sst_history += sst;
+        }
+        per_cf.push((*name, b, sst));
     }
     println!(
         "run: {} steps, {} messages ({} distinct), {} bytes of distinct messages",
-        step_times.len(),
+        steps.times.len(),
         history.len(),
         distinct.len(),
         message_bytes
     );
-    println!("storage before compression (keys + values):");
-    for (name, b) in &per_cf {
-        println!("  {name:<16} {b:>12} bytes");
-    }
     println!(
-        "  total            {logical_total:>12} bytes = {:.2}x the distinct message bytes",
-        logical_total as f64 / message_bytes as f64
+        "storage: logical (keys + values, before compression) and SST (after flush + compaction):"
+    );
+    for (name, b, sst) in &per_cf {
+        println!("  {name:<16} {b:>12} bytes {sst:>12} bytes on disk");
+    }
+    let sst_total = store.live_bytes();
+    println!(
+        "  history CFs      {logical_history:>12} bytes = {:.2}x the distinct message bytes; on disk {sst_history} bytes = {:.2}x",
+        ratio(logical_history),
+        ratio(sst_history)
     );
     println!(
-        "on disk after flush (SST files, lz4/zstd): {} bytes",
-        store.live_bytes()
+        "  all CFs          {logical_total:>12} bytes = {:.2}x the distinct message bytes; on disk {sst_total} bytes = {:.2}x",
+        ratio(logical_total),
+        ratio(sst_total)
     );
 
     // Ingest cost.
-    let window = |from: usize, to: usize| -> f64 {
-        let slice = &step_times[from.saturating_sub(1)..to.min(step_times.len())];
+    let n = steps.times.len();
+    let mean_ms = |d: &[Duration], from: usize, to: usize| -> f64 {
+        let slice = &d[from.saturating_sub(1)..to.min(d.len())];
         slice.iter().map(|d| ms(*d)).sum::<f64>() / slice.len().max(1) as f64
     };
-    let n = step_times.len();
-    let early = window(6, 15.min(n));
-    let late = window(n.saturating_sub(9), n);
+    let mean_bytes = |from: usize, to: usize| -> f64 {
+        let slice = &steps.bytes[from.saturating_sub(1)..to.min(steps.bytes.len())];
+        slice.iter().sum::<u64>() as f64 / slice.len().max(1) as f64
+    };
+    let (early_to, late_from) = (15.min(n), n.saturating_sub(9).max(1));
+    let early = mean_ms(steps.times, 6, early_to);
+    let late = mean_ms(steps.times, late_from, n);
+    let early_i = mean_ms(steps.interpret, 6, early_to);
+    let late_i = mean_ms(steps.interpret, late_from, n);
+    let (early_b, late_b) = (mean_bytes(6, early_to), mean_bytes(late_from, n));
     println!(
-        "ingest: steps 6-{} {early:.3} ms/step, steps {}-{n} {late:.3} ms/step (step {n} {:.3} ms, step 10 {:.3} ms): {:.1}x",
-        15.min(n),
-        n.saturating_sub(9),
-        ms(step_times[n - 1]),
-        ms(step_times[9.min(n - 1)]),
+        "ingest per step, steps 6-{early_to} vs {late_from}-{n} (means; step 10 {:.3} ms, step {n} {:.3} ms):",
+        ms(steps.times[9.min(n - 1)]),
+        ms(steps.times[n - 1]),
+    );
+    println!(
+        "  export to durable ack  {early:>8.3} ms vs {late:>8.3} ms: {:.1}x",
         late / early
+    );
+    println!(
+        "  of which interpreting  {early_i:>8.3} ms vs {late_i:>8.3} ms (the span carries the whole history)"
+    );
+    let early_a = mean_ms(steps.apply, 6, early_to);
+    let late_a = mean_ms(steps.apply, late_from, n);
+    println!(
+        "  store: apply + commit  {early_a:>8.3} ms vs {late_a:>8.3} ms: {:.1}x (step 10 {:.3} ms, step {n} {:.3} ms)",
+        late_a / early_a,
+        ms(steps.apply[9.min(n - 1)]),
+        ms(steps.apply[n - 1]),
+    );
+    println!(
+        "  bytes committed        {early_b:>8.0} B  vs {late_b:>8.0} B: {:.2}x",
+        late_b / early_b
     );
 
     // Continuation latency.
@@ -254,29 +350,45 @@ async fn report(
         .resolve_run(ALIAS)?
         .ok_or_else(|| anyhow!("the bench run was not stored"))?;
     println!(
-        "continuation of the latest snapshot ({} iterations, load + render + JSON):",
+        "continuation of the latest snapshot ({} iterations each, load + render + JSON); cold: the \
+         history cache emptied before each read (RocksDB's block cache stays warm), warm: served \
+         from it:",
         iterations
     );
     for name in Format::NAMES {
         let format = Format::parse(name).ok_or_else(|| anyhow!("format {name}"))?;
-        let mut times = Vec::with_capacity(iterations);
-        let mut size = 0;
-        for _ in 0..iterations {
-            let started = Instant::now();
-            let run = store
-                .run(&run_id)?
-                .ok_or_else(|| anyhow!("run {run_id} missing"))?;
-            let history = continuation::load(store, run, Selector::default())?;
-            let (fields, _warnings) = continuation::render(format, &history);
-            size = serde_json::to_vec(&fields)?.len();
-            times.push(started.elapsed());
+        for cold in [true, false] {
+            let mut times = Vec::with_capacity(iterations);
+            let mut loads = Vec::with_capacity(iterations);
+            let mut size = 0;
+            for _ in 0..iterations {
+                if cold {
+                    store.clear_history_cache();
+                }
+                let started = Instant::now();
+                let run = store
+                    .run(&run_id)?
+                    .ok_or_else(|| anyhow!("run {run_id} missing"))?;
+                let selector = Selector {
+                    provenance: format.needs_provenance(),
+                    ..Selector::default()
+                };
+                let history = continuation::load(store, run, selector)?;
+                loads.push(started.elapsed());
+                let (fields, _warnings) = continuation::render(format, &history);
+                size = serde_json::to_vec(&fields)?.len();
+                times.push(started.elapsed());
+            }
+            times.sort();
+            loads.sort();
+            println!(
+                "  {name:<17} {:<4} p50 {:>7.3} ms  p99 {:>7.3} ms  (load p50 {:.3} ms; {size} bytes)",
+                if cold { "cold" } else { "warm" },
+                ms(percentile(&times, 0.50)),
+                ms(percentile(&times, 0.99)),
+                ms(percentile(&loads, 0.50)),
+            );
         }
-        times.sort();
-        println!(
-            "  {name:<17} p50 {:>7.3} ms  p99 {:>7.3} ms  ({size} bytes)",
-            ms(percentile(&times, 0.50)),
-            ms(percentile(&times, 0.99))
-        );
     }
     Ok(())
 }

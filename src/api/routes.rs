@@ -331,6 +331,7 @@ async fn get_continuation(
         },
         include_interrupted: parse_bool(&params, "include_interrupted")?,
         repair: parse_bool(&params, "repair")?,
+        provenance: format.needs_provenance(),
     };
     let media_mode = parse_media(&params)?;
     let mut history = blocking(&state, move |s| {
@@ -338,12 +339,20 @@ async fn get_continuation(
         Ok(continuation::load(s, run, selector)?)
     })
     .await?;
-    match media_mode {
-        MediaMode::Inline => {
-            let run_id = history.run.run_id.clone();
-            state.media.restore(&run_id, &mut history.messages).await?;
+    // The loaded history may be shared with the store's snapshot cache: media goes into a copy,
+    // made only when some message names a blob.
+    if media::holds_references(&history.messages) {
+        let mut messages = history.messages.to_vec();
+        match media_mode {
+            MediaMode::Inline => {
+                state
+                    .media
+                    .restore(&history.run.run_id, &mut messages)
+                    .await?;
+            }
+            MediaMode::Reference => media::show_references(&mut messages),
         }
-        MediaMode::Reference => media::show_references(&mut history.messages),
+        history.messages = messages.into();
     }
     tokio::task::spawn_blocking(move || {
         let repaired = if selector.repair {

@@ -1,13 +1,14 @@
 //! Loading the history of a snapshot, with what the renderers need to know about it.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
 
 use serde_json::Value;
 
-use crate::domain::{MessageHash, Run, SnapshotRecord, SnapshotState, ToolEffect};
-use crate::interpreter::{FactKind, SpanFact};
+use crate::domain::{MessageHash, NodeId, Run, SnapshotRecord, SnapshotState, ToolEffect};
+use crate::interpreter::{FactKind, SpanFact, StoredFact};
 use crate::service_error::{ServiceError, ServiceErrorCode};
-use crate::store::{Store, StoreError};
+use crate::store::{RunNodes, Store, StoreError};
 
 /// Which snapshot to continue from.
 #[derive(Debug, Clone, Copy, Default)]
@@ -18,6 +19,10 @@ pub struct Selector {
     pub include_interrupted: bool,
     /// Close dangling tool calls with synthesized "interrupted" results (see [`History::repair`]).
     pub repair: bool,
+    /// Also load which model request sent and produced each message (model names, usage and
+    /// times of [`History::producer_of`] and [`History::first_sent`]; see
+    /// [`super::Format::needs_provenance`]).
+    pub provenance: bool,
 }
 
 /// Why no continuation could be given.
@@ -46,10 +51,10 @@ pub struct History {
     pub run: Run,
     /// The chosen snapshot.
     pub snapshot: SnapshotRecord,
-    /// Message bodies (OTel GenAI shape), in order.
-    pub messages: Vec<Value>,
+    /// Message bodies (OTel GenAI shape), in order (shared with the store's history cache).
+    pub messages: Arc<[Value]>,
     /// Their hashes, in order.
-    pub hashes: Vec<MessageHash>,
+    pub hashes: Arc<[MessageHash]>,
     /// System instructions in force at the snapshot (array of parts).
     pub system_instructions: Option<Value>,
     /// The run's model-request facts, in start order.
@@ -73,13 +78,10 @@ impl History {
         self.sent_at.get(hash).copied()
     }
 
-    /// Indexes the model requests (in start order) by the messages they sent and produced, so
-    /// the lookups above cost O(1) instead of a scan of every request's history.
+    /// Indexes the model requests (in start order) by the messages they produced, so the lookup
+    /// above costs O(1) instead of a scan of every request's output.
     fn index_models(&mut self) {
         for (i, m) in self.models.iter().enumerate() {
-            for r in m.input.iter().flatten() {
-                self.sent_at.entry(r.hash.clone()).or_insert(m.start_ns);
-            }
             for r in m.output.iter().flatten() {
                 self.produced_by.entry(r.hash.clone()).or_insert(i);
             }
@@ -98,19 +100,17 @@ impl History {
 
 /// Loads the history of the snapshot `selector` picks for `run`.
 pub fn load(store: &Store, run: Run, selector: Selector) -> Result<History, ContinuationError> {
-    let records = store.snapshots(&run.run_id)?;
     let chosen = match selector.at {
-        Some(seq) => records.iter().find(|r| r.meta.seq == seq).ok_or_else(|| {
+        Some(seq) => store.snapshot(&run.run_id, seq)?.ok_or_else(|| {
             ContinuationError::NoSnapshot(format!(
                 "run {} has no snapshot {seq} (it has {})",
-                run.run_id,
-                records.len()
+                run.run_id, run.snapshot_count
             ))
         })?,
-        None => records
-            .iter()
-            .rev()
-            .find(|r| selector.include_interrupted || r.meta.state == SnapshotState::Complete)
+        None => store
+            .last_snapshot(&run.run_id, |r| {
+                selector.include_interrupted || r.meta.state == SnapshotState::Complete
+            })?
             .ok_or_else(|| {
                 let why = run
                     .continuation_unavailable
@@ -122,57 +122,59 @@ pub fn load(store: &Store, run: Run, selector: Selector) -> Result<History, Cont
                     if selector.include_interrupted { "" } else { "complete " }
                 ))
             })?,
-    }
-    .clone();
+    };
 
-    // Each record is a delta on the one before it.
-    let mut hashes: Vec<MessageHash> = Vec::new();
-    for r in records.iter().take_while(|r| r.meta.seq <= chosen.meta.seq) {
-        match r.base {
-            None => hashes.clear(),
-            Some(b) if b + 1 == r.meta.seq => hashes.truncate(r.keep as usize),
-            Some(b) => {
-                return Err(StoreError::Corrupt {
-                    cf: "snapshots",
-                    reason: format!(
-                        "snapshot {} is based on {b}, not its predecessor",
-                        r.meta.seq
-                    ),
-                }
-                .into())
+    let resolved = store.history(&run.run_id, &chosen.history)?;
+    let system_instructions = match &chosen.instructions {
+        Some(hash) => store
+            .messages(&run.run_id, std::slice::from_ref(hash))?
+            .pop(),
+        None => None,
+    };
+
+    let mut stored: Vec<StoredFact> = if selector.provenance {
+        store
+            .stored_facts(&run.run_id)?
+            .into_iter()
+            .filter(|f| f.fact.kind == FactKind::ModelRequest)
+            .collect()
+    } else {
+        Vec::new()
+    };
+    stored.sort_by(|a, b| {
+        (a.fact.start_ns, &a.fact.span_id).cmp(&(b.fact.start_ns, &b.fact.span_id))
+    });
+    // The first request that sent each message: walk each request's input chain back until a
+    // node an earlier request already covered (its ancestors are covered too).
+    let mut sent_at: HashMap<MessageHash, u64> = HashMap::new();
+    let mut seen: HashSet<NodeId> = HashSet::new();
+    let nodes = if stored.is_empty() {
+        RunNodes::default()
+    } else {
+        store.run_nodes(&run.run_id)?
+    };
+    for s in &stored {
+        let mut at = s.input_chain.as_ref().and_then(|c| c.tip.clone());
+        while let Some(id) = at {
+            let Some(node) = nodes.get(&id) else { break };
+            if !seen.insert(id) {
+                break;
             }
-        }
-        hashes.extend(r.append.iter().cloned());
-    }
-    let messages = store.messages(&run.run_id, &hashes)?;
-
-    let mut models: Vec<SpanFact> = Vec::new();
-    let mut agent_instructions = None;
-    for f in store.facts(&run.run_id)? {
-        match f.kind {
-            FactKind::ModelRequest => models.push(f),
-            FactKind::AgentRun => agent_instructions = f.system_instructions.clone(),
-            FactKind::ToolCall | FactKind::Group => {}
+            sent_at.entry(node.message).or_insert(s.fact.start_ns);
+            at = node.parent;
         }
     }
-    models.sort_by_key(|m| (m.start_ns, m.span_id.clone()));
-    let step = chosen.meta.step_index as usize;
-    let system_instructions = models
-        .iter()
-        .take(step.max(1))
-        .rev()
-        .find_map(|m| m.system_instructions.clone())
-        .or(agent_instructions);
+    let models: Vec<SpanFact> = stored.into_iter().map(|s| s.fact).collect();
     let effects = store.effects(&run.run_id)?;
     let mut history = History {
         run,
         snapshot: chosen,
-        messages,
-        hashes,
+        messages: resolved.messages,
+        hashes: resolved.hashes,
         system_instructions,
         models,
         effects,
-        sent_at: HashMap::new(),
+        sent_at,
         produced_by: HashMap::new(),
     };
     history.index_models();

@@ -63,6 +63,12 @@ impl Format {
         "strands",
     ];
 
+    /// True when the renderer needs to know which model request sent and produced each message
+    /// ([`Selector::provenance`]): Pydantic AI messages carry model names, usage and times.
+    pub fn needs_provenance(self) -> bool {
+        self == Self::PydanticAi
+    }
+
     /// The wire name.
     pub fn as_str(self) -> &'static str {
         match self {
@@ -112,14 +118,14 @@ mod tests {
         let snapshot: SnapshotRecord = serde_json::from_value(json!({
             "meta": {"seq": 0, "step_index": 1, "state": "complete", "source": "observed",
                      "message_count": messages.len(), "timestamp": ""},
-            "base": null, "keep": 0, "append": [],
+            "history": {"len": messages.len()},
         }))
         .unwrap();
         History {
             run,
             snapshot,
             hashes: messages.iter().map(MessageHash::of).collect(),
-            messages,
+            messages: messages.into(),
             system_instructions: instructions.map(|t| json!([{"type": "text", "content": t}])),
             models: Vec::new(),
             effects: Vec::new(),

@@ -7,7 +7,7 @@ use super::History;
 /// `messages` and `system_instructions`, as stored.
 pub fn render(history: &History) -> (Map<String, Value>, Vec<String>) {
     let mut out = Map::new();
-    out.insert("messages".into(), Value::Array(history.messages.clone()));
+    out.insert("messages".into(), Value::Array(history.messages.to_vec()));
     out.insert(
         "system_instructions".into(),
         history

@@ -41,7 +41,12 @@ pub fn render(history: &History) -> (Map<String, Value>, Vec<String>) {
         }
     };
 
-    for (index, (message, hash)) in history.messages.iter().zip(&history.hashes).enumerate() {
+    for (index, (message, hash)) in history
+        .messages
+        .iter()
+        .zip(history.hashes.iter())
+        .enumerate()
+    {
         let role = message
             .get("role")
             .and_then(Value::as_str)

@@ -37,8 +37,9 @@ impl History {
         let mut hashes = Vec::with_capacity(self.hashes.len() + 1);
         for (mi, (message, hash)) in self
             .messages
-            .drain(..)
-            .zip(self.hashes.drain(..))
+            .iter()
+            .cloned()
+            .zip(self.hashes.iter().cloned())
             .enumerate()
         {
             let closes: Vec<Value> = pairing
@@ -73,8 +74,8 @@ impl History {
             hashes.push(MessageHash::of(&synthesized));
             messages.push(synthesized);
         }
-        self.messages = messages;
-        self.hashes = hashes;
+        self.messages = messages.into();
+        self.hashes = hashes.into();
         repaired
     }
 }

@@ -2,6 +2,7 @@
 
 mod effect;
 mod event;
+mod history;
 mod message;
 mod run;
 mod snapshot;
@@ -9,6 +10,7 @@ mod time;
 
 pub use effect::{EffectStatus, ToolEffect};
 pub use event::{EventKind, StepEvent};
+pub use history::{ChainIds, ChainRef, HistoryNode, NodeId, NODE_ID_BYTES};
 pub use message::{MessageHash, MessageRef, MessageShape};
 pub use run::{Run, RunStatus};
 pub use snapshot::{SnapshotMeta, SnapshotRecord, SnapshotSource, SnapshotState};

@@ -1,8 +1,8 @@
-//! Snapshots: message histories at step boundaries, stored as deltas on the previous one.
+//! Snapshots: message histories at step boundaries, stored as references to history chains.
 
 use serde::{Deserialize, Serialize};
 
-use super::MessageHash;
+use super::{ChainRef, MessageHash};
 
 /// Whether a history can be sent to a provider as is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -44,16 +44,16 @@ pub struct SnapshotMeta {
     pub reason: Option<String>,
 }
 
-/// A stored snapshot: metadata plus the history as a delta on an earlier snapshot, so storage
-/// grows with the number of messages, not with steps × history.
+/// A stored snapshot: metadata plus its history by reference (the tip of the run's history
+/// chain, see [`super::ChainRef`]), so storage grows with the number of distinct messages, not
+/// with steps x history.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct SnapshotRecord {
     /// Metadata.
     pub meta: SnapshotMeta,
-    /// Snapshot whose first `keep` messages start this history (none: start from empty).
-    pub base: Option<u32>,
-    /// How many messages of `base` are kept.
-    pub keep: u32,
-    /// Messages appended after the kept prefix.
-    pub append: Vec<MessageHash>,
+    /// The history.
+    pub history: ChainRef,
+    /// Key of the system instructions in force at the snapshot (stored with the messages).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub instructions: Option<MessageHash>,
 }

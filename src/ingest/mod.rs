@@ -17,8 +17,7 @@ use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
 use opentelemetry_proto::tonic::metrics::v1::metric::Data;
 use prost::Message;
 
-use apply::Work;
-pub use apply::{run_id_of, Applied, NewOutboxEntry};
+pub use apply::{apply_group, run_id_of, Applied, NewOutboxEntry, Work};
 use writer::Writer;
 
 use crate::config::SignalKind;

@@ -16,9 +16,6 @@ use super::fact::{FactKind, SpanFact};
 
 /// The facts with call ids filled in on id-less tool spans, and warnings for ambiguous joins.
 pub fn join(facts: &[SpanFact]) -> (Cow<'_, [SpanFact]>, Vec<String>) {
-    let missing = |f: &SpanFact| {
-        f.kind == FactKind::ToolCall && f.tool_call_id.as_deref().is_none_or(str::is_empty)
-    };
     if !facts.iter().any(missing) {
         return (Cow::Borrowed(facts), Vec::new());
     }
@@ -101,6 +98,11 @@ pub fn join(facts: &[SpanFact]) -> (Cow<'_, [SpanFact]>, Vec<String>) {
         out[i].tool_call_id = Some(slots[pick].1.to_string());
     }
     (Cow::Owned(out), warnings)
+}
+
+/// A tool span that carries no call id: it is joined to a call by [`join`].
+pub fn missing(f: &SpanFact) -> bool {
+    f.kind == FactKind::ToolCall && f.tool_call_id.as_deref().is_none_or(str::is_empty)
 }
 
 /// Arguments as JSON: a string holding JSON is parsed, so re-serialised text compares equal.

@@ -7,10 +7,14 @@ use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
 use super::fact::{FactKind, SpanFact};
-use super::validity::{walk, Walk};
+use std::collections::HashSet;
+
+use super::incremental::{state_after_derive, RunState, SnapshotTail};
+use super::validity::{Walk, WalkState};
 use crate::domain::{
-    format_timestamp, EffectStatus, EventKind, MessageHash, MessageRef, Run, RunStatus,
-    SnapshotMeta, SnapshotRecord, SnapshotSource, SnapshotState, StepEvent, ToolEffect,
+    format_timestamp, ChainIds, ChainRef, EffectStatus, EventKind, HistoryNode, MessageHash,
+    MessageRef, NodeId, Run, RunStatus, SnapshotMeta, SnapshotRecord, SnapshotSource,
+    SnapshotState, StepEvent, ToolEffect,
 };
 
 /// What is known of a run besides its span facts.
@@ -42,23 +46,32 @@ pub struct DerivedRun {
     pub events: Vec<StepEvent>,
     /// The tool-effect ledger, in request order.
     pub effects: Vec<ToolEffect>,
-    /// Snapshots, in step order, as deltas.
+    /// Snapshots, in step order, each naming its history chain.
     pub snapshots: Vec<SnapshotRecord>,
-    /// Message bodies the derivation created (reconstructed tool returns), to store with the run.
+    /// Bodies the derivation refers to besides the facts' messages (reconstructed tool returns,
+    /// system instructions), to store with the run's messages.
     pub new_messages: Vec<Value>,
+    /// Every node of the snapshots' history chains.
+    pub nodes: Vec<(NodeId, HistoryNode)>,
+    /// What appending new facts to the run needs (none once the run is over).
+    pub state: Option<RunState>,
 }
 
 /// A ledger entry while it is being built.
-struct EffectBuild {
-    effect: ToolEffect,
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub(super) struct EffectBuild {
+    pub effect: ToolEffect,
     /// Index of the model request that asked for it.
-    request_step: Option<usize>,
-    requested_ns: Option<u64>,
-    ended_ns: Option<u64>,
+    pub request_step: Option<usize>,
+    pub requested_ns: Option<u64>,
+    pub ended_ns: Option<u64>,
 }
 
 /// Derives a run from its facts.
 pub fn derive(run_id: &str, facts: &[SpanFact], meta: &RunMeta) -> DerivedRun {
+    // Joins of id-less tool spans depend on every fact of the run (a later call or tool span
+    // can move them), so such runs are never appended to: no working state is kept for them.
+    let appendable = !facts.iter().any(super::call_join::missing);
     let (facts, join_warnings) = &super::call_join::join(facts);
     let agent = facts
         .iter()
@@ -88,8 +101,17 @@ pub fn derive(run_id: &str, facts: &[SpanFact], meta: &RunMeta) -> DerivedRun {
     };
 
     let effects = build_effects(&models, &tools, agent, status);
-    let events = build_events(agent, started, &models, &tools, &effects, meta);
-    let (snapshots, new_messages) = build_snapshots(&models, agent, &effects);
+    let events = build_events(agent, started, &models, &tools, &effects, Some(meta));
+    // The instructions of the last agent-run fact (pending or not), in span order.
+    let agent_instructions = facts
+        .iter()
+        .rfind(|f| f.kind == FactKind::AgentRun)
+        .and_then(|f| f.system_instructions.as_ref());
+    let built = build_snapshots(&models, agent, agent_instructions, &effects);
+    let snapshots = built.records;
+    // What appending to the run needs, while it is running.
+    let state = (appendable && agent.is_none() && meta.abandoned.is_none())
+        .then(|| state_after_derive(&models, &tools, &effects, &events, &snapshots, built.tail));
 
     let started_ns = agent
         .map(|a| a.start_ns)
@@ -168,7 +190,9 @@ pub fn derive(run_id: &str, facts: &[SpanFact], meta: &RunMeta) -> DerivedRun {
         events,
         effects: effects.into_iter().map(|e| e.effect).collect(),
         snapshots,
-        new_messages,
+        new_messages: built.new_messages,
+        nodes: built.nodes,
+        state,
     }
 }
 
@@ -317,13 +341,15 @@ fn build_effects(
     ledger
 }
 
-fn build_events(
+/// The run's events, chronological and numbered from 0; with `meta` none, only the events of
+/// the given model requests, tool calls and ledger entries (no run start or end).
+pub(super) fn build_events(
     agent: Option<&SpanFact>,
     started: Option<&SpanFact>,
     models: &[&SpanFact],
     tools: &[&SpanFact],
     effects: &[EffectBuild],
-    meta: &RunMeta,
+    meta: Option<&RunMeta>,
 ) -> Vec<StepEvent> {
     let mut events = Vec::new();
     let mut push = |kind: EventKind,
@@ -349,7 +375,8 @@ fn build_events(
         .into_iter()
         .chain(models.iter().map(|m| m.start_ns))
         .chain(tools.iter().map(|t| t.start_ns))
-        .min();
+        .min()
+        .filter(|_| meta.is_some());
     if let Some(start) = first_start {
         push(
             EventKind::RunStarted,
@@ -415,7 +442,7 @@ fn build_events(
             t.error.as_ref(),
         );
     }
-    match (agent, &meta.abandoned) {
+    match (agent, meta.and_then(|m| m.abandoned.as_ref())) {
         (Some(a), _) => {
             let kind = if a.error.is_some() {
                 EventKind::RunFailed
@@ -442,103 +469,227 @@ fn build_events(
     events
 }
 
-/// A snapshot before it is encoded as a delta.
-struct Candidate {
-    messages: Vec<MessageRef>,
-    source: SnapshotSource,
-    step_index: u32,
-    time_ns: u64,
+/// Snapshots, chain nodes and message bodies a derivation produced.
+pub(super) struct BuiltSnapshots {
+    pub records: Vec<SnapshotRecord>,
+    pub new_messages: Vec<Value>,
+    pub nodes: Vec<(NodeId, HistoryNode)>,
+    /// Where the snapshots stand after the last model request.
+    pub tail: SnapshotTail,
+}
+
+/// The reconstructed tool message answering `open` calls of a model request from its settled
+/// ledger entries, with the time of the last answer; none unless every open call is answered.
+pub(super) fn reconstructed_answer<'e>(
+    open: &[String],
+    entries: impl Iterator<Item = &'e EffectBuild> + Clone,
+    fallback_ns: u64,
+) -> Option<(Value, u64)> {
+    let answers: Option<Vec<&EffectBuild>> = open
+        .iter()
+        .map(|id| {
+            entries.clone().find(|e| {
+                &e.effect.tool_call_id == id
+                    && e.effect.span_id.is_some()
+                    && matches!(
+                        e.effect.status,
+                        EffectStatus::Completed | EffectStatus::Failed
+                    )
+            })
+        })
+        .collect();
+    let answers = answers?;
+    let parts: Vec<Value> = answers
+        .iter()
+        .map(|e| {
+            json!({
+                "type": "tool_call_response",
+                "id": e.effect.tool_call_id,
+                "name": e.effect.tool_name,
+                "response": e.effect.result.clone().or_else(|| e.effect.error.clone().map(Value::String)).unwrap_or(Value::Null),
+            })
+        })
+        .collect();
+    let time_ns = answers
+        .iter()
+        .filter_map(|e| e.ended_ns)
+        .max()
+        .unwrap_or(fallback_ns);
+    Some((json!({"role": "tool", "parts": parts}), time_ns))
 }
 
 fn build_snapshots(
     models: &[&SpanFact],
     agent: Option<&SpanFact>,
+    agent_instructions: Option<&Value>,
     effects: &[EffectBuild],
-) -> (Vec<SnapshotRecord>, Vec<Value>) {
-    let mut candidates: Vec<Candidate> = Vec::new();
+) -> BuiltSnapshots {
+    let mut out = SnapshotBuilder::new(0, None);
+    let mut chain = ChainIds::default();
+    let mut emitted: HashSet<NodeId> = HashSet::new();
+    let mut nodes: Vec<(NodeId, HistoryNode)> = Vec::new();
     let mut new_messages = Vec::new();
+    let mut instruction_bodies: HashSet<MessageHash> = HashSet::new();
+    let mut instructions = |value: Option<&Value>, new_messages: &mut Vec<Value>| {
+        value.map(|v| {
+            let hash = MessageHash::of(v);
+            if instruction_bodies.insert(hash.clone()) {
+                new_messages.push(v.clone());
+            }
+            hash
+        })
+    };
+    // Chains the history of `parts` and emits its nodes not emitted yet.
+    let mut link = |parts: &[&[MessageRef]], nodes: &mut Vec<(NodeId, HistoryNode)>| {
+        chain.ids(parts.iter().flat_map(|p| p.iter().map(|m| &m.hash)));
+        let fresh = chain.take_fresh();
+        for (id, node) in chain.nodes_from(fresh) {
+            if emitted.insert(id.clone()) {
+                nodes.push((id.clone(), node));
+            }
+        }
+        chain.current()
+    };
+    let mut latest_model_instructions: Option<&Value> = None;
+    let mut fixed = (0, None);
+    let mut last_full = None;
     for (k, m) in models.iter().enumerate() {
         let step_index = k as u32 + 1;
+        if let Some(v) = &m.system_instructions {
+            latest_model_instructions = Some(v);
+        }
+        fixed = (out.next_seq, out.previous.clone());
+        last_full = None;
         let Some(input) = &m.input else { continue };
-        candidates.push(Candidate {
-            messages: input.clone(),
-            source: SnapshotSource::Observed,
+        let instr = instructions(
+            latest_model_instructions.or(agent_instructions),
+            &mut new_messages,
+        );
+        let mut walk = WalkState::default();
+        input.iter().for_each(|r| walk.push(&r.shape));
+        let history = link(&[input], &mut nodes);
+        out.push(
+            history,
+            &walk,
+            SnapshotSource::Observed,
             step_index,
-            time_ns: m.start_ns,
-        });
+            m.start_ns,
+            instr.clone(),
+        );
+        fixed = (out.next_seq, out.previous.clone());
         let (None, Some(output)) = (&m.error, &m.output) else {
             continue;
         };
-        let mut full = input.clone();
-        full.extend(output.iter().cloned());
-        let open = match walk(full.iter().map(|r| &r.shape)) {
+        output.iter().for_each(|r| walk.push(&r.shape));
+        let history = link(&[input, output], &mut nodes);
+        out.push(
+            history.clone(),
+            &walk,
+            SnapshotSource::Observed,
+            step_index,
+            m.end_ns,
+            instr.clone(),
+        );
+        fixed = (out.next_seq, out.previous.clone());
+        last_full = Some(LastFull {
+            history,
+            walk: walk.clone(),
+            end_ns: m.end_ns,
+        });
+        let open = match walk.result() {
             Walk::Open(ids) => ids,
             _ => Vec::new(),
         };
-        candidates.push(Candidate {
-            messages: full.clone(),
-            source: SnapshotSource::Observed,
-            step_index,
-            time_ns: m.end_ns,
-        });
         let next_observed = models.get(k + 1).is_some_and(|n| n.input.is_some());
         if open.is_empty() || next_observed {
             continue;
         }
         // Before the next request exists, answer the calls from the tool spans' results.
-        let answers: Option<Vec<&EffectBuild>> = open
-            .iter()
-            .map(|id| {
-                effects.iter().find(|e| {
-                    e.request_step == Some(k)
-                        && &e.effect.tool_call_id == id
-                        && e.effect.span_id.is_some()
-                        && matches!(
-                            e.effect.status,
-                            EffectStatus::Completed | EffectStatus::Failed
-                        )
-                })
-            })
-            .collect();
-        let Some(answers) = answers else { continue };
-        let parts: Vec<Value> = answers
-            .iter()
-            .map(|e| {
-                json!({
-                    "type": "tool_call_response",
-                    "id": e.effect.tool_call_id,
-                    "name": e.effect.tool_name,
-                    "response": e.effect.result.clone().or_else(|| e.effect.error.clone().map(Value::String)).unwrap_or(Value::Null),
-                })
-            })
-            .collect();
-        let message = json!({"role": "tool", "parts": parts});
-        full.push(MessageRef::of(&message));
+        let entries = effects.iter().filter(|e| e.request_step == Some(k));
+        let Some((message, time_ns)) = reconstructed_answer(&open, entries, m.end_ns) else {
+            continue;
+        };
+        let answer = [MessageRef::of(&message)];
         new_messages.push(message);
-        candidates.push(Candidate {
-            messages: full,
-            source: SnapshotSource::Reconstructed,
+        walk.push(&answer[0].shape);
+        let history = link(&[input, output, &answer], &mut nodes);
+        out.push(
+            history,
+            &walk,
+            SnapshotSource::Reconstructed,
             step_index,
-            time_ns: answers
-                .iter()
-                .filter_map(|e| e.ended_ns)
-                .max()
-                .unwrap_or(m.end_ns),
-        });
+            time_ns,
+            instr,
+        );
     }
-    if let Some(all) = agent.and_then(|a| a.all_messages.as_ref().map(|all| (a, all))) {
-        candidates.push(Candidate {
-            messages: all.1.clone(),
-            source: SnapshotSource::Observed,
-            step_index: models.len() as u32,
-            time_ns: all.0.end_ns,
-        });
+    let latest = latest_model_instructions.map(MessageHash::of);
+    let from_agent = agent_instructions.map(MessageHash::of);
+    if let Some((a, all)) = agent.and_then(|a| a.all_messages.as_ref().map(|all| (a, all))) {
+        let instr = instructions(
+            latest_model_instructions.or(agent_instructions),
+            &mut new_messages,
+        );
+        let mut walk = WalkState::default();
+        all.iter().for_each(|r| walk.push(&r.shape));
+        let history = link(&[all], &mut nodes);
+        out.push(
+            history,
+            &walk,
+            SnapshotSource::Observed,
+            models.len() as u32,
+            a.end_ns,
+            instr,
+        );
+    }
+    BuiltSnapshots {
+        records: out.records,
+        new_messages,
+        nodes,
+        tail: SnapshotTail {
+            fixed,
+            last_full,
+            instructions: (latest, from_agent),
+        },
+    }
+}
+
+/// The full history of a model request (input + output) and the walk at its end.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub(super) struct LastFull {
+    pub history: ChainRef,
+    pub walk: WalkState,
+    pub end_ns: u64,
+}
+
+/// Numbers snapshots and drops a candidate equal to the one before it (same history and state).
+pub(super) struct SnapshotBuilder {
+    /// The records built, from the first seq given to [`SnapshotBuilder::new`].
+    pub records: Vec<SnapshotRecord>,
+    pub next_seq: u32,
+    pub previous: Option<(ChainRef, SnapshotState)>,
+}
+
+impl SnapshotBuilder {
+    /// A builder whose first record gets `next_seq`, after a record with `previous`.
+    pub fn new(next_seq: u32, previous: Option<(ChainRef, SnapshotState)>) -> Self {
+        Self {
+            records: Vec::new(),
+            next_seq,
+            previous,
+        }
     }
 
-    let mut records: Vec<SnapshotRecord> = Vec::new();
-    let mut previous: Option<(Vec<MessageHash>, SnapshotState)> = None;
-    for c in candidates {
-        let (state, reason) = match walk(c.messages.iter().map(|r| &r.shape)) {
+    /// Adds a candidate snapshot.
+    pub fn push(
+        &mut self,
+        history: ChainRef,
+        walk: &WalkState,
+        source: SnapshotSource,
+        step_index: u32,
+        time_ns: u64,
+        instructions: Option<MessageHash>,
+    ) {
+        let (state, reason) = match walk.result() {
             Walk::Complete => (SnapshotState::Complete, None),
             Walk::Open(ids) => (
                 SnapshotState::Interrupted,
@@ -546,35 +697,30 @@ fn build_snapshots(
             ),
             Walk::Invalid(why) => (SnapshotState::Interrupted, Some(why)),
         };
-        let hashes: Vec<MessageHash> = c.messages.iter().map(|r| r.hash.clone()).collect();
-        if previous
+        if self
+            .previous
             .as_ref()
-            .is_some_and(|(h, s)| *h == hashes && *s == state)
+            .is_some_and(|(h, s)| *h == history && *s == state)
         {
-            continue;
+            return;
         }
-        let keep = previous
-            .as_ref()
-            .map(|(h, _)| h.iter().zip(&hashes).take_while(|(a, b)| a == b).count())
-            .unwrap_or(0);
-        let seq = records.len() as u32;
-        records.push(SnapshotRecord {
+        let seq = self.next_seq;
+        self.next_seq += 1;
+        self.records.push(SnapshotRecord {
             meta: SnapshotMeta {
                 seq,
-                step_index: c.step_index,
+                step_index,
                 state,
-                source: c.source,
-                message_count: hashes.len() as u32,
-                timestamp: format_timestamp(c.time_ns),
+                source,
+                message_count: history.len,
+                timestamp: format_timestamp(time_ns),
                 reason,
             },
-            base: (keep > 0).then(|| seq - 1),
-            keep: keep as u32,
-            append: hashes[keep..].to_vec(),
+            history: history.clone(),
+            instructions,
         });
-        previous = Some((hashes, state));
+        self.previous = Some((history, state));
     }
-    (records, new_messages)
 }
 
 #[cfg(test)]
@@ -729,11 +875,20 @@ mod tests {
     }
 
     #[test]
-    fn snapshots_are_deltas_and_linear_in_messages() {
+    fn snapshots_are_chain_tips_and_nodes_are_linear_in_messages() {
         let d = derive("r", &full_run(), &RunMeta::default());
-        let appended: usize = d.snapshots.iter().map(|s| s.append.len()).sum();
-        // 4 distinct messages: each appended once across the chain.
-        assert_eq!(appended, 4);
+        // 4 distinct messages in one growing history: one node each, however many snapshots.
+        assert_eq!(d.nodes.len(), 4);
+        let by_id: std::collections::HashMap<_, _> = d.nodes.iter().cloned().collect();
+        for s in &d.snapshots {
+            let mut len = 0;
+            let mut at = s.history.tip.clone();
+            while let Some(id) = at {
+                len += 1;
+                at = by_id[&id].parent.clone();
+            }
+            assert_eq!(len, s.meta.message_count, "snapshot {}", s.meta.seq);
+        }
     }
 
     #[test]

@@ -3,7 +3,7 @@
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::domain::{MessageHash, MessageRef};
+use crate::domain::{ChainRef, MessageHash, MessageRef};
 
 /// The role a span plays in a run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -100,6 +100,105 @@ pub struct SpanFact {
     /// The content was rebuilt from the span's log records (legacy GenAI events as OTLP logs).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub content_from_logs: bool,
+}
+
+/// A fact as stored: its long histories (a model request's input, the run's final history) by
+/// reference to the run's history chains, so a fact's size does not grow with the run.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StoredFact {
+    /// The fact, without `input` and `all_messages`.
+    pub fact: SpanFact,
+    /// The input history.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub input_chain: Option<ChainRef>,
+    /// The final history.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub all_messages_chain: Option<ChainRef>,
+}
+
+impl StoredFact {
+    /// The stored form of a fact.
+    pub fn of(fact: &SpanFact) -> StoredFact {
+        let input_chain = fact.input.as_deref().map(ChainRef::of);
+        let all_messages_chain = fact.all_messages.as_deref().map(ChainRef::of);
+        Self::with_chains(fact, input_chain, all_messages_chain)
+    }
+
+    /// The stored form of a fact whose histories' references are known.
+    pub fn with_chains(
+        fact: &SpanFact,
+        input_chain: Option<ChainRef>,
+        all_messages_chain: Option<ChainRef>,
+    ) -> StoredFact {
+        let mut stored = SpanFact {
+            input: None,
+            all_messages: None,
+            ..SpanFact::new(fact.kind, String::new(), String::new(), String::new())
+        };
+        // Everything but the two histories (cloned field by field, not the long lists).
+        let SpanFact {
+            kind: _,
+            trace_id,
+            span_id,
+            parent_span_id,
+            name,
+            start_ns,
+            end_ns,
+            error,
+            agent_name,
+            agent_call_id,
+            conversation_id,
+            input: _,
+            output,
+            all_messages: _,
+            system_instructions,
+            model,
+            provider,
+            input_tokens,
+            output_tokens,
+            requested_calls,
+            tool_name,
+            tool_call_id,
+            arguments,
+            result,
+            retry,
+            idempotency_key,
+            content_problem,
+            pending,
+            content_from_logs,
+        } = fact;
+        stored.trace_id = trace_id.clone();
+        stored.span_id = span_id.clone();
+        stored.parent_span_id = parent_span_id.clone();
+        stored.name = name.clone();
+        stored.start_ns = *start_ns;
+        stored.end_ns = *end_ns;
+        stored.error = error.clone();
+        stored.agent_name = agent_name.clone();
+        stored.agent_call_id = agent_call_id.clone();
+        stored.conversation_id = conversation_id.clone();
+        stored.output = output.clone();
+        stored.system_instructions = system_instructions.clone();
+        stored.model = model.clone();
+        stored.provider = provider.clone();
+        stored.input_tokens = *input_tokens;
+        stored.output_tokens = *output_tokens;
+        stored.requested_calls = requested_calls.clone();
+        stored.tool_name = tool_name.clone();
+        stored.tool_call_id = tool_call_id.clone();
+        stored.arguments = arguments.clone();
+        stored.result = result.clone();
+        stored.retry = retry.clone();
+        stored.idempotency_key = idempotency_key.clone();
+        stored.content_problem = content_problem.clone();
+        stored.pending = *pending;
+        stored.content_from_logs = *content_from_logs;
+        StoredFact {
+            fact: stored,
+            input_chain,
+            all_messages_chain,
+        }
+    }
 }
 
 /// A tool call a model response asked for.

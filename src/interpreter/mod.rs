@@ -12,6 +12,7 @@ mod derive;
 mod events;
 mod fact;
 mod genai;
+mod incremental;
 mod logs;
 mod openai_items;
 mod openinference;
@@ -23,9 +24,10 @@ use opentelemetry_proto::tonic::trace::v1::Span;
 pub use convention::Convention;
 pub use derive::{derive, Abandonment, DerivedRun, RunMeta};
 pub use events::block_to_part;
-pub use fact::{FactKind, Interpreted, RequestedCall, SpanFact};
+pub use fact::{FactKind, Interpreted, RequestedCall, SpanFact, StoredFact};
+pub use incremental::{append, Append, NewFact, RunState};
 pub use logs::{interpret_log, with_log_content, LogEvent};
-pub use validity::{walk, Walk};
+pub use validity::{walk, Walk, WalkState};
 
 /// Interprets one span with the module of its convention. Spans that are not agent runs, model
 /// requests, tool calls or grouping spans give `None`.

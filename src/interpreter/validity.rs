@@ -2,6 +2,8 @@
 //! return must close an open id (orphan, duplicate and out-of-order returns are invalid), and a
 //! new model turn may not start while calls are open.
 
+use serde::{Deserialize, Serialize};
+
 use crate::domain::MessageShape;
 
 /// What the walk found.
@@ -17,12 +19,41 @@ pub enum Walk {
 
 /// Walks a history given by message shapes.
 pub fn walk<'a>(messages: impl IntoIterator<Item = &'a MessageShape>) -> Walk {
-    let mut open: Vec<String> = Vec::new();
-    for (index, message) in messages.into_iter().enumerate() {
+    let mut state = WalkState::default();
+    for message in messages {
+        state.push(message);
+    }
+    state.result()
+}
+
+/// The walk part way through a history, so a history that extends another one is judged from
+/// where the other one ended instead of from its first message.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WalkState {
+    /// Messages walked.
+    index: usize,
+    /// Calls open so far, in the order they were made.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    open: Vec<String>,
+    /// Why the history is invalid, once it is (nothing after it matters).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    invalid: Option<String>,
+}
+
+impl WalkState {
+    /// Walks one more message.
+    pub fn push(&mut self, message: &MessageShape) {
+        let index = self.index;
+        self.index += 1;
+        if self.invalid.is_some() {
+            return;
+        }
+        let open = &mut self.open;
         if message.role == "assistant" && !open.is_empty() {
-            return Walk::Invalid(format!(
+            self.invalid = Some(format!(
                 "message {index}: model turn while tool calls {open:?} are unanswered"
             ));
+            return;
         }
         for id in &message.closes {
             match open.iter().position(|o| o == id) {
@@ -30,23 +61,29 @@ pub fn walk<'a>(messages: impl IntoIterator<Item = &'a MessageShape>) -> Walk {
                     open.remove(p);
                 }
                 None => {
-                    return Walk::Invalid(format!(
+                    self.invalid = Some(format!(
                         "message {index}: tool return {id:?} answers no open tool call"
-                    ))
+                    ));
+                    return;
                 }
             }
         }
         for id in &message.opens {
             if open.contains(id) {
-                return Walk::Invalid(format!("message {index}: tool call {id:?} opened twice"));
+                self.invalid = Some(format!("message {index}: tool call {id:?} opened twice"));
+                return;
             }
             open.push(id.clone());
         }
     }
-    if open.is_empty() {
-        Walk::Complete
-    } else {
-        Walk::Open(open)
+
+    /// What the walk found so far.
+    pub fn result(&self) -> Walk {
+        match &self.invalid {
+            Some(why) => Walk::Invalid(why.clone()),
+            None if self.open.is_empty() => Walk::Complete,
+            None => Walk::Open(self.open.clone()),
+        }
     }
 }
 

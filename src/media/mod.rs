@@ -317,6 +317,13 @@ impl Media {
     }
 }
 
+/// Whether any of `messages` names a blob in the media store.
+pub fn holds_references(messages: &[Value]) -> bool {
+    messages
+        .iter()
+        .any(|message| parts::references(message).next().is_some())
+}
+
 /// Shows the media references in `messages` as `uri` parts (`media=reference`).
 pub fn show_references(messages: &mut [Value]) {
     for message in messages {

@@ -26,6 +26,16 @@ pub enum StoreError {
         /// Version this build writes.
         supported: u32,
     },
+    /// The database was written by an older stepline with another layout.
+    #[error("the database at {path} has schema version {found}, older than this stepline's ({supported}) and not migrated; remove it or use another storage directory")]
+    OlderSchema {
+        /// Storage directory.
+        path: String,
+        /// Version on disk.
+        found: u32,
+        /// Version this build writes.
+        supported: u32,
+    },
     /// A message referenced by a snapshot is missing.
     #[error("message {hash} of run {run_id} is missing from the store")]
     MissingMessage {

@@ -9,7 +9,7 @@ pub mod cf {
     pub const RUNS: &str = "runs";
     /// run_id \0 seq(be32) → step event.
     pub const EVENTS: &str = "events";
-    /// run_id \0 seq(be32) → snapshot record (delta).
+    /// run_id \0 seq(be32) → snapshot record (metadata and history chain tip).
     pub const SNAPSHOTS: &str = "snapshots";
     /// run_id \0 index(be32) → tool effect.
     pub const EFFECTS: &str = "effects";
@@ -19,6 +19,10 @@ pub mod cf {
     pub const RUN_META: &str = "run_meta";
     /// run_id \0 sha256 → message body (each distinct message once per run).
     pub const MESSAGES: &str = "messages";
+    /// run_id \0 node id → history chain node (see `store::history`).
+    pub const HISTORY: &str = "history";
+    /// run_id → the run's working state for incremental derivation.
+    pub const RUN_STATE: &str = "run_state";
     /// alias → run_id.
     pub const ALIASES: &str = "aliases";
     /// Secondary run indexes (see [`super::index_keys`]).
@@ -55,6 +59,8 @@ pub mod cf {
         OUTBOX_CURSORS,
         GROUP_SPANS,
         SPAN_LOGS,
+        HISTORY,
+        RUN_STATE,
     ];
 }
 

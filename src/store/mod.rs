@@ -2,11 +2,15 @@
 //! and the forwarding outbox.
 
 mod error;
+mod history;
+mod history_cache;
 pub mod keys;
 mod outbox;
 mod rocks;
 
 pub use error::StoreError;
+pub use history::RunNodes;
+pub use history_cache::{ResolvedHistory, HISTORY_CACHE_MESSAGES};
 pub use keys::RunFilter;
 pub use outbox::{OutboxCursor, OutboxEntry};
 pub use rocks::{Store, WriteBatch};

@@ -10,12 +10,18 @@ use serde_json::Value;
 
 use super::error::StoreError;
 use super::keys::{self, cf, RunFilter};
-use crate::domain::{MessageHash, Run, SnapshotRecord, StepEvent, ToolEffect};
-use crate::interpreter::{LogEvent, RunMeta, SpanFact};
+use std::collections::HashMap;
+
+use crate::domain::{
+    ChainRef, MessageHash, MessageRef, MessageShape, Run, SnapshotRecord, StepEvent, ToolEffect,
+};
+use crate::interpreter::{LogEvent, RunMeta, RunState, SpanFact, StoredFact};
 
 /// The schema version this build writes. Opening a database with a higher one fails.
-pub const SCHEMA_VERSION: u32 = 1;
+pub const SCHEMA_VERSION: u32 = 2;
 const SCHEMA_KEY: &[u8] = b"schema_version";
+/// Bytes of the block cache shared by the column families.
+pub const BLOCK_CACHE_BYTES: usize = 64 * 1024 * 1024;
 /// Memtable size of the outbox column family.
 pub const OUTBOX_MEMTABLE_BYTES: usize = 8 * 1024 * 1024;
 
@@ -23,6 +29,12 @@ pub const OUTBOX_MEMTABLE_BYTES: usize = 8 * 1024 * 1024;
 pub struct Store {
     pub(super) db: DB,
     sync: bool,
+    /// Bytes of the write batches committed since opening (keys, values and batch framing).
+    committed: std::sync::atomic::AtomicU64,
+    /// Node ids of recently stored input histories (see [`super::history::ChainCache`]).
+    pub(super) chains: std::sync::Mutex<super::history::ChainCache>,
+    /// Decoded histories of recently read snapshots (see [`super::history_cache`]).
+    pub(super) resolved: std::sync::Mutex<super::history_cache::HistoryCache>,
 }
 
 /// A set of writes committed atomically by [`Store::commit`].
@@ -75,8 +87,14 @@ impl Store {
         options.set_compression_type(rocksdb::DBCompressionType::Lz4);
         options.set_bottommost_compression_type(rocksdb::DBCompressionType::Zstd);
         options.increase_parallelism(2);
+        // One block cache for every column family, so a continuation's reads of a hot run hit
+        // uncompressed blocks.
+        let cache = rocksdb::Cache::new_lru_cache(BLOCK_CACHE_BYTES);
+        let mut table = rocksdb::BlockBasedOptions::default();
+        table.set_block_cache(&cache);
         let descriptors = cf::ALL.iter().map(|name| {
             let mut cf_options = Options::default();
+            cf_options.set_block_based_table_factory(&table);
             cf_options.set_compression_type(rocksdb::DBCompressionType::Lz4);
             cf_options.set_bottommost_compression_type(rocksdb::DBCompressionType::Zstd);
             if *name == cf::OUTBOX {
@@ -88,7 +106,13 @@ impl Store {
             ColumnFamilyDescriptor::new(*name, cf_options)
         });
         let db = DB::open_cf_descriptors(&options, dir, descriptors)?;
-        let store = Store { db, sync };
+        let store = Store {
+            db,
+            sync,
+            committed: std::sync::atomic::AtomicU64::new(0),
+            chains: std::sync::Mutex::new(Default::default()),
+            resolved: std::sync::Mutex::new(Default::default()),
+        };
         store.check_schema(dir)?;
         Ok(store)
     }
@@ -103,6 +127,13 @@ impl Store {
                         cf: "default",
                         reason: "schema version is not a number".into(),
                     })?;
+                if found < SCHEMA_VERSION {
+                    return Err(StoreError::OlderSchema {
+                        path: dir.display().to_string(),
+                        found,
+                        supported: SCHEMA_VERSION,
+                    });
+                }
                 if found > SCHEMA_VERSION {
                     return Err(StoreError::NewerSchema {
                         path: dir.display().to_string(),
@@ -135,8 +166,16 @@ impl Store {
         let mut options = WriteOptions::default();
         options.set_sync(self.sync);
         options.disable_wal(false);
+        let bytes = batch.batch.size_in_bytes() as u64;
         self.db.write_opt(batch.batch, &options)?;
+        self.committed
+            .fetch_add(bytes, std::sync::atomic::Ordering::Relaxed);
         Ok(())
+    }
+
+    /// Bytes of the write batches committed since the store was opened (for reporting).
+    pub fn committed_bytes(&self) -> u64 {
+        self.committed.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     pub(super) fn handle(&self, name: &'static str) -> Result<&rocksdb::ColumnFamily, StoreError> {
@@ -266,14 +305,123 @@ impl Store {
         self.scan_json(cf::SNAPSHOTS, &keys::run_prefix(run_id))
     }
 
-    /// A run's span facts.
-    pub fn facts(&self, run_id: &str) -> Result<Vec<SpanFact>, StoreError> {
+    /// One snapshot record of a run.
+    pub fn snapshot(&self, run_id: &str, seq: u32) -> Result<Option<SnapshotRecord>, StoreError> {
+        self.get_json(cf::SNAPSHOTS, &keys::run_seq(run_id, seq))
+    }
+
+    /// The run's last snapshot record that passes `keep`, reading backwards from the last one
+    /// (so the latest snapshot of a long run costs one or two reads, not a scan).
+    pub fn last_snapshot(
+        &self,
+        run_id: &str,
+        keep: impl Fn(&SnapshotRecord) -> bool,
+    ) -> Result<Option<SnapshotRecord>, StoreError> {
+        let handle = self.handle(cf::SNAPSHOTS)?;
+        let prefix = keys::run_prefix(run_id);
+        let start = keys::run_seq(run_id, u32::MAX);
+        for item in self
+            .db
+            .iterator_cf(handle, IteratorMode::From(&start, Direction::Reverse))
+        {
+            let (key, value) = item?;
+            if !key.starts_with(&prefix) {
+                break;
+            }
+            let record: SnapshotRecord = decode(cf::SNAPSHOTS, &value)?;
+            if keep(&record) {
+                return Ok(Some(record));
+            }
+        }
+        Ok(None)
+    }
+
+    /// A run's span facts as stored (histories by reference), in span id order.
+    pub fn stored_facts(&self, run_id: &str) -> Result<Vec<StoredFact>, StoreError> {
         self.scan_json(cf::FACTS, &keys::run_prefix(run_id))
+    }
+
+    /// One stored fact of a run.
+    pub fn stored_fact(
+        &self,
+        run_id: &str,
+        span_id: &str,
+    ) -> Result<Option<StoredFact>, StoreError> {
+        self.get_json(cf::FACTS, &keys::run_child(run_id, span_id))
+    }
+
+    /// A run's span facts with their histories resolved, in span id order (reads every fact,
+    /// history node and message of the run).
+    pub fn facts(&self, run_id: &str) -> Result<Vec<SpanFact>, StoreError> {
+        let stored = self.stored_facts(run_id)?;
+        if stored
+            .iter()
+            .all(|s| s.input_chain.is_none() && s.all_messages_chain.is_none())
+        {
+            return Ok(stored.into_iter().map(|s| s.fact).collect());
+        }
+        let nodes = self.run_nodes(run_id)?;
+        let mut shapes: HashMap<MessageHash, MessageShape> = HashMap::new();
+        let prefix = keys::run_prefix(run_id);
+        self.scan(cf::MESSAGES, &prefix, &prefix, |k, v| {
+            let hash = MessageHash(String::from_utf8_lossy(&k[prefix.len()..]).into_owned());
+            let body: Value = decode(cf::MESSAGES, v)?;
+            shapes.insert(hash, MessageShape::of(&body));
+            Ok(true)
+        })?;
+        let refs = |chain: &ChainRef| -> Result<Vec<MessageRef>, StoreError> {
+            nodes
+                .resolve(chain)?
+                .into_iter()
+                .map(|hash| match shapes.get(&hash) {
+                    Some(shape) => Ok(MessageRef {
+                        shape: shape.clone(),
+                        hash,
+                    }),
+                    None => Err(StoreError::MissingMessage {
+                        run_id: run_id.to_string(),
+                        hash: hash.0,
+                    }),
+                })
+                .collect()
+        };
+        stored
+            .into_iter()
+            .map(|s| {
+                let mut fact = s.fact;
+                if let Some(chain) = &s.input_chain {
+                    fact.input = Some(refs(chain)?);
+                }
+                if let Some(chain) = &s.all_messages_chain {
+                    fact.all_messages = Some(refs(chain)?);
+                }
+                Ok(fact)
+            })
+            .collect()
     }
 
     /// A run's meta.
     pub fn run_meta(&self, run_id: &str) -> Result<Option<RunMeta>, StoreError> {
         self.get_json(cf::RUN_META, run_id.as_bytes())
+    }
+
+    /// The working state a run's last derivation left for appending to it.
+    pub fn run_state(&self, run_id: &str) -> Result<Option<RunState>, StoreError> {
+        self.get_json(cf::RUN_STATE, run_id.as_bytes())
+    }
+
+    /// How many ledger entries of the run have tool-call id `id`.
+    pub fn call_count(&self, run_id: &str, id: &str) -> Result<u32, StoreError> {
+        let handle = self.handle(cf::RUN_STATE)?;
+        match self.db.get_pinned_cf(handle, keys::run_child(run_id, id))? {
+            None => Ok(0),
+            Some(bytes) => <[u8; 4]>::try_from(&bytes[..])
+                .map(u32::from_be_bytes)
+                .map_err(|_| StoreError::Corrupt {
+                    cf: cf::RUN_STATE,
+                    reason: format!("call count of {id:?} is {} bytes", bytes.len()),
+                }),
+        }
     }
 
     /// The run a tool span belongs to.
@@ -379,6 +527,15 @@ impl Store {
         Ok(out)
     }
 
+    /// True when the run has the message body.
+    pub fn has_message(&self, run_id: &str, hash: &MessageHash) -> Result<bool, StoreError> {
+        let handle = self.handle(cf::MESSAGES)?;
+        Ok(self
+            .db
+            .get_pinned_cf(handle, keys::run_child(run_id, &hash.0))?
+            .is_some())
+    }
+
     /// Message bodies of a run, in the order of `hashes`. A missing one is an error, never a
     /// silently different history.
     pub fn messages(&self, run_id: &str, hashes: &[MessageHash]) -> Result<Vec<Value>, StoreError> {
@@ -432,6 +589,28 @@ impl Store {
         Ok(())
     }
 
+    /// Compacts every column family fully (for reporting disk use after compaction).
+    pub fn compact(&self) -> Result<(), StoreError> {
+        for name in cf::ALL {
+            self.db
+                .compact_range_cf(self.handle(name)?, None::<&[u8]>, None::<&[u8]>);
+        }
+        Ok(())
+    }
+
+    /// Bytes on disk of one column family's live data files (for reporting).
+    pub fn cf_live_bytes(&self, name: &'static str) -> u64 {
+        self.db
+            .cf_handle(name)
+            .and_then(|h| {
+                self.db
+                    .property_int_value_cf(h, "rocksdb.total-sst-files-size")
+                    .ok()
+                    .flatten()
+            })
+            .unwrap_or(0)
+    }
+
     /// Approximate bytes on disk of the live data files (for reporting).
     pub fn live_bytes(&self) -> u64 {
         cf::ALL
@@ -469,6 +648,15 @@ mod tests {
         let text = err.to_string();
         assert!(text.contains("schema version 99"), "{text}");
         assert!(text.contains("upgrade stepline"), "{text}");
+        // An older layout is refused too (no migration: history storage changed in 2).
+        let old = tempfile::tempdir().unwrap();
+        {
+            let store = Store::open(old.path(), true).unwrap();
+            store.db.put(SCHEMA_KEY, "1").unwrap();
+        }
+        let text = Store::open(old.path(), true).err().unwrap().to_string();
+        assert!(text.contains("schema version 1"), "{text}");
+        assert!(text.contains("older"), "{text}");
         // The current version reopens fine.
         let dir2 = tempfile::tempdir().unwrap();
         drop(Store::open(dir2.path(), true).unwrap());

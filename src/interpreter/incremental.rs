@@ -1,0 +1,543 @@
+//! Appending new facts to a derived run without deriving it again: the common case of a run
+//! whose model requests and tool calls arrive roughly in order costs O(new facts), not O(run).
+//!
+//! [`RunState`] is what a derivation leaves for the next one (the open ledger entries, the last
+//! model request's history, the snapshots that can still change). [`append`] applies new facts
+//! on top of it and gives only the records that change, or `None` when the facts change earlier
+//! derivations (out of order, a replaced fact, the run span, ...): then the caller derives the
+//! run in full with [`super::derive`], which stays the reference.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use super::derive::{build_events, reconstructed_answer, EffectBuild, LastFull, SnapshotBuilder};
+use super::fact::{FactKind, SpanFact};
+use super::validity::{Walk, WalkState};
+use crate::domain::{
+    format_timestamp, ChainRef, EffectStatus, HistoryNode, MessageHash, MessageRef, NodeId, Run,
+    RunStatus, SnapshotRecord, SnapshotSource, SnapshotState, StepEvent, ToolEffect,
+};
+
+/// What a derivation of a running run leaves for appending to it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RunState {
+    /// Sort key (start, span id) of the last model request.
+    pub(super) last_model: Option<(u64, String)>,
+    /// Sort key of the last tool call.
+    pub(super) last_tool: Option<(u64, String)>,
+    /// Time of the latest event.
+    pub(super) last_event_ns: u64,
+    /// Model requests so far.
+    pub(super) models: u32,
+    /// Ledger entries so far.
+    pub(super) ledger_len: u32,
+    /// Ledger entries no tool span is bound to yet, by index, in ledger order.
+    pub(super) unbound: Vec<(u32, EffectBuild)>,
+    /// Ledger entries the last model request asked for, by index, in ledger order.
+    pub(super) last_step: Vec<(u32, EffectBuild)>,
+    /// The ledger has entries no model request asked for.
+    pub(super) standalone: bool,
+    /// The last model request's full history.
+    pub(super) last_full: Option<LastFull>,
+    /// Snapshot records later model requests cannot change, and the last of them.
+    pub(super) fixed: (u32, Option<(ChainRef, SnapshotState)>),
+    /// Some snapshot is complete.
+    pub(super) has_complete: bool,
+    /// The latest system instructions of a model request, and those of the run span.
+    pub(super) instructions: (Option<MessageHash>, Option<MessageHash>),
+}
+
+/// Where a derivation's snapshots stand after its last model request.
+#[derive(Debug, Clone, PartialEq)]
+pub(super) struct SnapshotTail {
+    /// Records no model request after the last one can change, and the last of them.
+    pub fixed: (u32, Option<(ChainRef, SnapshotState)>),
+    /// The last model request's full history, when it has one.
+    pub last_full: Option<LastFull>,
+    /// The latest system instructions of a model request, and those of the run span.
+    pub instructions: (Option<MessageHash>, Option<MessageHash>),
+}
+
+/// A new fact with the chain of its input history (computed when it was stored).
+pub struct NewFact<'a> {
+    /// The fact.
+    pub fact: &'a SpanFact,
+    /// Its input as a chain reference, when it has an input.
+    pub input_chain: Option<ChainRef>,
+}
+
+/// The records an append changes.
+#[derive(Debug)]
+pub struct Append {
+    /// The run record.
+    pub run: Run,
+    /// New events, numbered after the stored ones.
+    pub events: Vec<StepEvent>,
+    /// New or changed ledger entries, by index.
+    pub effects: Vec<(u32, ToolEffect)>,
+    /// Snapshot records from `snapshots[0].meta.seq` on (the ones before are unchanged; stored
+    /// ones after the last of these are gone).
+    pub snapshots: Vec<SnapshotRecord>,
+    /// Bodies to store with the run's messages (reconstructed tool returns, instructions).
+    pub new_messages: Vec<Value>,
+    /// History nodes the snapshots add.
+    pub nodes: Vec<(NodeId, HistoryNode)>,
+    /// Tool-call ids seen, with how many ledger entries now have each.
+    pub call_counts: Vec<(String, u32)>,
+    /// The state after the append.
+    pub state: RunState,
+}
+
+/// The state a full derivation leaves, for a running run (none once it is over).
+pub(super) fn state_after_derive(
+    models: &[&SpanFact],
+    tools: &[&SpanFact],
+    ledger: &[EffectBuild],
+    events: &[StepEvent],
+    snapshots: &[SnapshotRecord],
+    tail: SnapshotTail,
+) -> RunState {
+    let SnapshotTail {
+        fixed,
+        last_full,
+        instructions,
+    } = tail;
+    let last = models.len().checked_sub(1);
+    let indexed = |keep: &dyn Fn(&EffectBuild) -> bool| {
+        ledger
+            .iter()
+            .enumerate()
+            .filter(|(_, e)| keep(e))
+            .map(|(i, e)| (i as u32, e.clone()))
+            .collect::<Vec<_>>()
+    };
+    RunState {
+        last_model: models.last().map(|m| (m.start_ns, m.span_id.clone())),
+        last_tool: tools.last().map(|t| (t.start_ns, t.span_id.clone())),
+        last_event_ns: events.iter().map(|e| e.time_ns).max().unwrap_or(0),
+        models: models.len() as u32,
+        ledger_len: ledger.len() as u32,
+        unbound: indexed(&|e| e.effect.span_id.is_none()),
+        last_step: indexed(&|e| last.is_some() && e.request_step == last),
+        standalone: ledger.iter().any(|e| e.request_step.is_none()),
+        last_full,
+        fixed,
+        has_complete: snapshots
+            .iter()
+            .any(|s| s.meta.state == SnapshotState::Complete),
+        instructions,
+    }
+}
+
+fn key(f: &SpanFact) -> (u64, String) {
+    (f.start_ns, f.span_id.clone())
+}
+
+/// True when `new` may follow `old` on the run record without changing it.
+fn same_or_new(old: &Option<String>, new: &Option<String>) -> bool {
+    new.is_none() || old == new
+}
+
+/// Applies new facts to a running run; `None` when they change earlier derivations, and the
+/// run must be derived in full. `occurrences(id)` answers how many stored ledger entries have
+/// tool-call id `id`.
+pub fn append(
+    old: &Run,
+    state: &RunState,
+    new: &[NewFact<'_>],
+    mut occurrences: impl FnMut(&str) -> Option<u32>,
+) -> Option<Append> {
+    if old.status != RunStatus::Running || state.standalone || new.is_empty() {
+        return None;
+    }
+    for n in new {
+        let f = n.fact;
+        let eligible = matches!(f.kind, FactKind::ModelRequest | FactKind::ToolCall)
+            && !f.pending
+            && f.trace_id == old.trace_id
+            && f.start_ns >= old.started_ns
+            && f.agent_call_id
+                .as_ref()
+                .is_none_or(|a| old.aliases.contains(a))
+            && same_or_new(&old.agent_name, &f.agent_name)
+            && same_or_new(&old.conversation_id, &f.conversation_id)
+            && (f.kind != FactKind::ToolCall
+                || f.tool_call_id.as_ref().is_some_and(|id| !id.is_empty()));
+        if !eligible {
+            return None;
+        }
+    }
+    let mut models: Vec<&NewFact<'_>> = new
+        .iter()
+        .filter(|n| n.fact.kind == FactKind::ModelRequest)
+        .collect();
+    models.sort_by_key(|n| key(n.fact));
+    let mut tools: Vec<&SpanFact> = new
+        .iter()
+        .map(|n| n.fact)
+        .filter(|f| f.kind == FactKind::ToolCall)
+        .collect();
+    tools.sort_by_key(|f| key(f));
+    if let (Some(first), Some(last)) = (models.first(), &state.last_model) {
+        if key(first.fact) <= *last {
+            return None;
+        }
+    }
+    if let (Some(first), Some(last)) = (tools.first(), &state.last_tool) {
+        if key(first) <= *last {
+            return None;
+        }
+    }
+
+    // The ledger: entries the new requests ask for, results their inputs show, tool spans.
+    let mut known: BTreeMap<u32, EffectBuild> = BTreeMap::new();
+    known.extend(state.unbound.iter().cloned());
+    known.extend(state.last_step.iter().cloned());
+    let mut unbound: Vec<u32> = state.unbound.iter().map(|(i, _)| *i).collect();
+    let mut last_step: Vec<u32> = state.last_step.iter().map(|(i, _)| *i).collect();
+    let mut changed: BTreeSet<u32> = BTreeSet::new();
+    let mut ledger_len = state.ledger_len;
+    let mut counts: HashMap<String, u32> = HashMap::new();
+    let mut requested: Vec<EffectBuild> = Vec::new();
+    let base = state.models as usize;
+    for (j, n) in models.iter().enumerate() {
+        let m = n.fact;
+        if let Some(input) = &m.input {
+            for i in &unbound {
+                let Some(e) = known.get_mut(i) else { continue };
+                if e.effect.status != EffectStatus::Requested
+                    || m.start_ns < e.requested_ns.unwrap_or(0)
+                {
+                    continue;
+                }
+                let id = &e.effect.tool_call_id;
+                if input.iter().any(|r| r.shape.closes.iter().any(|c| c == id)) {
+                    e.effect.status = EffectStatus::Completed;
+                    e.effect.ended_at = Some(format_timestamp(m.start_ns));
+                    changed.insert(*i);
+                }
+            }
+        }
+        last_step.clear();
+        if m.error.is_some() {
+            continue;
+        }
+        for call in &m.requested_calls {
+            let occurrence = match counts.get(&call.id) {
+                Some(c) => *c,
+                None => occurrences(&call.id)?,
+            };
+            counts.insert(call.id.clone(), occurrence + 1);
+            let entry = EffectBuild {
+                effect: ToolEffect {
+                    tool_call_id: call.id.clone(),
+                    tool_name: call.name.clone(),
+                    status: EffectStatus::Requested,
+                    arguments: call.arguments.clone(),
+                    requested_at: Some(format_timestamp(m.end_ns)),
+                    started_at: None,
+                    ended_at: None,
+                    result: None,
+                    error: None,
+                    idempotency_key: None,
+                    occurrence,
+                    span_id: None,
+                    retry: None,
+                },
+                request_step: Some(base + j),
+                requested_ns: Some(m.end_ns),
+                ended_ns: None,
+            };
+            let mut for_events = entry.clone();
+            for_events.request_step = Some(j);
+            requested.push(for_events);
+            known.insert(ledger_len, entry);
+            unbound.push(ledger_len);
+            last_step.push(ledger_len);
+            changed.insert(ledger_len);
+            ledger_len += 1;
+        }
+    }
+    for t in &tools {
+        let id = t.tool_call_id.as_deref().unwrap_or("");
+        let slot = unbound.iter().position(|i| {
+            known
+                .get(i)
+                .is_some_and(|e| e.effect.span_id.is_none() && e.effect.tool_call_id == id)
+        })?;
+        let index = unbound.remove(slot);
+        let entry = known.get_mut(&index)?;
+        let e = &mut entry.effect;
+        e.span_id = Some(t.span_id.clone());
+        if e.tool_name.is_empty() {
+            e.tool_name = t.tool_name.clone().unwrap_or_default();
+        }
+        if e.arguments.is_none() {
+            e.arguments = t.arguments.clone();
+        }
+        e.started_at = Some(format_timestamp(t.start_ns));
+        e.ended_at = Some(format_timestamp(t.end_ns));
+        e.result = t.result.clone();
+        e.error = t.error.clone();
+        e.retry = t.retry.clone();
+        e.idempotency_key = t.idempotency_key.clone();
+        e.status = if t.error.is_some() {
+            EffectStatus::Failed
+        } else {
+            EffectStatus::Completed
+        };
+        entry.ended_ns = Some(t.end_ns);
+        changed.insert(index);
+    }
+
+    // Events: all after the stored ones, or the order would change.
+    let model_facts: Vec<&SpanFact> = models.iter().map(|n| n.fact).collect();
+    let mut events = build_events(None, None, &model_facts, &tools, &requested, None);
+    if events.iter().any(|e| e.time_ns <= state.last_event_ns) {
+        return None;
+    }
+    for e in events.iter_mut() {
+        e.seq += old.event_count;
+    }
+
+    // Snapshots: the last request's reconstructed one, then the new requests'.
+    let mut out = SnapshotBuilder::new(state.fixed.0, state.fixed.1.clone());
+    let mut nodes: Vec<(NodeId, HistoryNode)> = Vec::new();
+    let mut new_messages: Vec<Value> = Vec::new();
+    let (mut model_instructions, agent_instructions) = state.instructions.clone();
+    let entries_of = |step: usize, known: &BTreeMap<u32, EffectBuild>| -> Vec<EffectBuild> {
+        known
+            .values()
+            .filter(|e| e.request_step == Some(step))
+            .cloned()
+            .collect()
+    };
+    if let (Some(full), Some(last)) = (&state.last_full, (state.models as usize).checked_sub(1)) {
+        let next_observed = models.first().is_some_and(|n| n.fact.input.is_some());
+        if !next_observed {
+            let entries = entries_of(last, &known);
+            let instructions = model_instructions.clone().or(agent_instructions.clone());
+            if let Some(r) = reconstruct(full, &entries) {
+                r.push_to(
+                    &mut out,
+                    &mut nodes,
+                    &mut new_messages,
+                    state.models,
+                    instructions,
+                );
+            }
+        }
+    }
+    let mut fixed = state.fixed.clone();
+    let mut last_full = state.last_full.clone();
+    let mut output_nodes: Vec<(NodeId, HistoryNode)> = Vec::new();
+    for (j, n) in models.iter().enumerate() {
+        let m = n.fact;
+        let k = base + j;
+        let step_index = k as u32 + 1;
+        if let Some(v) = &m.system_instructions {
+            let hash = MessageHash::of(v);
+            if model_instructions.as_ref() != Some(&hash) {
+                new_messages.push(v.clone());
+            }
+            model_instructions = Some(hash);
+        }
+        fixed = (out.next_seq, out.previous.clone());
+        last_full = None;
+        let Some(input) = &m.input else { continue };
+        let instructions = model_instructions.clone().or(agent_instructions.clone());
+        let mut walk = WalkState::default();
+        input.iter().for_each(|r| walk.push(&r.shape));
+        let history = n.input_chain.clone().unwrap_or_else(|| ChainRef::of(input));
+        out.push(
+            history.clone(),
+            &walk,
+            SnapshotSource::Observed,
+            step_index,
+            m.start_ns,
+            instructions.clone(),
+        );
+        fixed = (out.next_seq, out.previous.clone());
+        let (None, Some(output)) = (&m.error, &m.output) else {
+            continue;
+        };
+        let mut tip = history.tip.clone();
+        for r in output {
+            let id = NodeId::child(tip.as_ref(), &r.hash);
+            output_nodes.push((
+                id.clone(),
+                HistoryNode {
+                    parent: tip.clone(),
+                    message: r.hash.clone(),
+                },
+            ));
+            tip = Some(id);
+            walk.push(&r.shape);
+        }
+        let full = LastFull {
+            history: ChainRef {
+                tip,
+                len: history.len + output.len() as u32,
+            },
+            walk,
+            end_ns: m.end_ns,
+        };
+        out.push(
+            full.history.clone(),
+            &full.walk,
+            SnapshotSource::Observed,
+            step_index,
+            m.end_ns,
+            instructions.clone(),
+        );
+        fixed = (out.next_seq, out.previous.clone());
+        let next_observed = models.get(j + 1).is_some_and(|n| n.fact.input.is_some());
+        if !next_observed {
+            let entries = entries_of(k, &known);
+            if let Some(r) = reconstruct(&full, &entries) {
+                r.push_to(
+                    &mut out,
+                    &mut nodes,
+                    &mut new_messages,
+                    step_index,
+                    instructions,
+                );
+            }
+        }
+        last_full = Some(full);
+    }
+    nodes.extend(output_nodes);
+    let has_complete = state.has_complete
+        || out
+            .records
+            .iter()
+            .any(|s| s.meta.state == SnapshotState::Complete);
+    if !has_complete {
+        return None;
+    }
+
+    let mut run = old.clone();
+    run.model_request_count += models.len() as u32;
+    run.tool_call_count = ledger_len;
+    run.snapshot_count = out.next_seq;
+    run.event_count += events.len() as u32;
+    run.input_tokens += models
+        .iter()
+        .filter_map(|n| n.fact.input_tokens)
+        .sum::<u64>();
+    run.output_tokens += models
+        .iter()
+        .filter_map(|n| n.fact.output_tokens)
+        .sum::<u64>();
+    run.continuation_unavailable = None;
+
+    let pick = |indexes: &[u32]| -> Option<Vec<(u32, EffectBuild)>> {
+        indexes
+            .iter()
+            .map(|i| known.get(i).map(|e| (*i, e.clone())))
+            .collect()
+    };
+    let next = RunState {
+        last_model: models
+            .last()
+            .map(|n| key(n.fact))
+            .or_else(|| state.last_model.clone()),
+        last_tool: tools
+            .last()
+            .map(|t| key(t))
+            .or_else(|| state.last_tool.clone()),
+        last_event_ns: events
+            .iter()
+            .map(|e| e.time_ns)
+            .max()
+            .unwrap_or(0)
+            .max(state.last_event_ns),
+        models: state.models + models.len() as u32,
+        ledger_len,
+        unbound: pick(&unbound)?,
+        last_step: if models.is_empty() {
+            pick(&state.last_step.iter().map(|(i, _)| *i).collect::<Vec<_>>())?
+        } else {
+            pick(&last_step)?
+        },
+        standalone: false,
+        last_full,
+        fixed,
+        has_complete,
+        instructions: (model_instructions, agent_instructions),
+    };
+    Some(Append {
+        run,
+        events,
+        effects: changed
+            .iter()
+            .filter_map(|i| known.get(i).map(|e| (*i, e.effect.clone())))
+            .collect(),
+        snapshots: out.records,
+        new_messages,
+        nodes,
+        call_counts: counts.into_iter().collect(),
+        state: next,
+    })
+}
+
+/// A reconstructed snapshot: the last request's full history answered from the tool spans.
+struct Reconstructed {
+    history: ChainRef,
+    walk: WalkState,
+    time_ns: u64,
+    node: (NodeId, HistoryNode),
+    message: Value,
+}
+
+impl Reconstructed {
+    fn push_to(
+        self,
+        out: &mut SnapshotBuilder,
+        nodes: &mut Vec<(NodeId, HistoryNode)>,
+        messages: &mut Vec<Value>,
+        step_index: u32,
+        instructions: Option<MessageHash>,
+    ) {
+        nodes.push(self.node);
+        messages.push(self.message);
+        out.push(
+            self.history,
+            &self.walk,
+            SnapshotSource::Reconstructed,
+            step_index,
+            self.time_ns,
+            instructions,
+        );
+    }
+}
+
+/// The reconstructed snapshot after `full`, when every call it leaves open is settled.
+fn reconstruct(full: &LastFull, entries: &[EffectBuild]) -> Option<Reconstructed> {
+    let Walk::Open(open) = full.walk.result() else {
+        return None;
+    };
+    let (message, time_ns) = reconstructed_answer(&open, entries.iter(), full.end_ns)?;
+    let answer = MessageRef::of(&message);
+    let id = NodeId::child(full.history.tip.as_ref(), &answer.hash);
+    let mut walk = full.walk.clone();
+    walk.push(&answer.shape);
+    Some(Reconstructed {
+        history: ChainRef {
+            tip: Some(id.clone()),
+            len: full.history.len + 1,
+        },
+        walk,
+        time_ns,
+        node: (
+            id,
+            HistoryNode {
+                parent: full.history.tip.clone(),
+                message: answer.hash,
+            },
+        ),
+        message,
+    })
+}

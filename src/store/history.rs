@@ -1,0 +1,199 @@
+//! History chains on disk: `run_id \0 node id (16 bytes)` → parent node id (16 bytes, absent for
+//! a first message) + message hash (32 bytes). A run's nodes are one prefix scan, so any of its
+//! histories is resolved from its tip with one scan and no per-node lookups.
+
+use std::collections::HashMap;
+
+use super::error::StoreError;
+use super::keys::{self, cf};
+use super::rocks::{Store, WriteBatch};
+use crate::domain::{ChainIds, ChainRef, HistoryNode, MessageHash, NodeId, NODE_ID_BYTES};
+
+/// Most messages whose node ids [`ChainCache`] holds, over all runs (about 150 bytes each).
+pub const CHAIN_CACHE_MESSAGES: usize = 200_000;
+
+/// The node ids of the last input history stored for each recently active run, so the next
+/// request's input (mostly the same history plus a few messages) hashes only its new messages.
+/// Bounded by [`CHAIN_CACHE_MESSAGES`], least recently used run first out. Only a shortcut: node
+/// ids are a pure function of the messages, so a missing or stale entry is recomputed.
+#[derive(Default)]
+pub struct ChainCache {
+    runs: HashMap<String, (u64, ChainIds)>,
+    held: usize,
+    tick: u64,
+}
+
+/// The nodes of one run, by id (binary, decoded only for the messages a caller asks for).
+#[derive(Debug, Default)]
+pub struct RunNodes(HashMap<[u8; NODE_ID_BYTES], StoredNode>);
+
+/// A node as stored: parent id and message hash, binary.
+#[derive(Debug, Clone, Copy)]
+struct StoredNode {
+    parent: Option<[u8; NODE_ID_BYTES]>,
+    message: [u8; 32],
+}
+
+fn binary_id(id: &NodeId) -> Option<[u8; NODE_ID_BYTES]> {
+    let mut out = [0u8; NODE_ID_BYTES];
+    hex::decode_to_slice(&id.0, &mut out).ok()?;
+    Some(out)
+}
+
+fn node_key(run_id: &str, id: &NodeId) -> Vec<u8> {
+    let mut key = keys::run_prefix(run_id);
+    key.extend(hex::decode(&id.0).unwrap_or_else(|_| id.0.as_bytes().to_vec()));
+    key
+}
+
+fn corrupt(reason: impl Into<String>) -> StoreError {
+    StoreError::Corrupt {
+        cf: cf::HISTORY,
+        reason: reason.into(),
+    }
+}
+
+impl WriteBatch<'_> {
+    /// Puts one history node of a run.
+    pub fn put_node(&mut self, run_id: &str, id: &NodeId, node: &HistoryNode) {
+        let mut value = Vec::with_capacity(NODE_ID_BYTES + 32);
+        if let Some(parent) = &node.parent {
+            value.extend(hex::decode(&parent.0).unwrap_or_default());
+        }
+        value.extend(hex::decode(&node.message.0).unwrap_or_default());
+        self.put_raw(cf::HISTORY, &node_key(run_id, id), &value);
+    }
+}
+
+impl Store {
+    /// The cached node ids of the run's last stored input history (empty when none).
+    pub fn take_chain(&self, run_id: &str) -> ChainIds {
+        let Ok(mut cache) = self.chains.lock() else {
+            return ChainIds::default();
+        };
+        match cache.runs.remove(run_id) {
+            Some((_, chain)) => {
+                cache.held = cache.held.saturating_sub(chain.node_ids().len());
+                chain
+            }
+            None => ChainIds::default(),
+        }
+    }
+
+    /// Keeps the node ids of the run's last stored input history for the next request.
+    pub fn keep_chain(&self, run_id: &str, chain: ChainIds) {
+        let Ok(mut cache) = self.chains.lock() else {
+            return;
+        };
+        let len = chain.node_ids().len();
+        if len > CHAIN_CACHE_MESSAGES {
+            return;
+        }
+        cache.tick += 1;
+        let tick = cache.tick;
+        cache.held += len;
+        if let Some((_, old)) = cache.runs.insert(run_id.to_string(), (tick, chain)) {
+            cache.held = cache.held.saturating_sub(old.node_ids().len());
+        }
+        while cache.held > CHAIN_CACHE_MESSAGES {
+            let Some(oldest) = cache
+                .runs
+                .iter()
+                .min_by_key(|(_, (t, _))| *t)
+                .map(|(id, _)| id.clone())
+            else {
+                break;
+            };
+            if let Some((_, evicted)) = cache.runs.remove(&oldest) {
+                cache.held = cache.held.saturating_sub(evicted.node_ids().len());
+            }
+        }
+    }
+
+    /// True when the run has the node (and therefore every node before it).
+    pub fn has_node(&self, run_id: &str, id: &NodeId) -> Result<bool, StoreError> {
+        let handle = self.handle(cf::HISTORY)?;
+        Ok(self
+            .db
+            .get_pinned_cf(handle, node_key(run_id, id))?
+            .is_some())
+    }
+
+    /// Every history node of a run.
+    pub fn run_nodes(&self, run_id: &str) -> Result<RunNodes, StoreError> {
+        let prefix = keys::run_prefix(run_id);
+        let mut nodes = HashMap::new();
+        let handle = self.handle(cf::HISTORY)?;
+        let mut iter = self.db.raw_iterator_cf(handle);
+        iter.seek(&prefix);
+        while let (Some(key), Some(value)) = (iter.key(), iter.value()) {
+            if !key.starts_with(&prefix) {
+                break;
+            }
+            let id: [u8; NODE_ID_BYTES] = key[prefix.len()..]
+                .try_into()
+                .map_err(|_| corrupt("node key of the wrong length"))?;
+            let (parent, message) = match value.len() {
+                32 => (None, value),
+                48 => {
+                    let parent: [u8; NODE_ID_BYTES] = value[..NODE_ID_BYTES]
+                        .try_into()
+                        .map_err(|_| corrupt("node parent"))?;
+                    (Some(parent), &value[NODE_ID_BYTES..])
+                }
+                n => return Err(corrupt(format!("node value of {n} bytes"))),
+            };
+            let message: [u8; 32] = message.try_into().map_err(|_| corrupt("node message"))?;
+            nodes.insert(id, StoredNode { parent, message });
+            iter.next();
+        }
+        iter.status()?;
+        Ok(RunNodes(nodes))
+    }
+}
+
+impl RunNodes {
+    /// The node with this id.
+    pub fn get(&self, id: &NodeId) -> Option<HistoryNode> {
+        let node = self.0.get(&binary_id(id)?)?;
+        Some(HistoryNode {
+            parent: node.parent.map(|p| NodeId(hex::encode(p))),
+            message: MessageHash(hex::encode(node.message)),
+        })
+    }
+
+    /// The message hashes of a history, in order.
+    pub fn resolve(&self, chain: &ChainRef) -> Result<Vec<MessageHash>, StoreError> {
+        let mut out = Vec::with_capacity(chain.len as usize);
+        let mut at = match &chain.tip {
+            Some(tip) => {
+                Some(binary_id(tip).ok_or_else(|| corrupt(format!("node id {:?}", tip.0)))?)
+            }
+            None => None,
+        };
+        while let Some(id) = at {
+            let node = self
+                .0
+                .get(&id)
+                .ok_or_else(|| corrupt(format!("history node {} is missing", hex::encode(id))))?;
+            out.push(MessageHash(hex::encode(node.message)));
+            if out.len() > chain.len as usize {
+                return Err(corrupt(format!(
+                    "history {} is longer than its {} messages",
+                    hex::encode(id),
+                    chain.len
+                )));
+            }
+            at = node.parent;
+        }
+        if out.len() != chain.len as usize {
+            return Err(corrupt(format!(
+                "history of {} messages has {}",
+                chain.len,
+                out.len()
+            )));
+        }
+        out.reverse();
+        Ok(out)
+    }
+}
