@@ -293,17 +293,7 @@ fn build_effects(
             e.status = EffectStatus::Started;
             continue;
         }
-        e.ended_at = Some(format_timestamp(tool.end_ns));
-        e.result = tool.result.clone();
-        e.error = tool.error.clone();
-        e.retry = tool.retry.clone();
-        e.idempotency_key = tool.idempotency_key.clone();
-        e.status = if tool.error.is_some() {
-            EffectStatus::Failed
-        } else {
-            EffectStatus::Completed
-        };
-        entry.ended_ns = Some(tool.end_ns);
+        settle(entry, tool);
     }
 
     // A result that shows up in a later history settles a call whose tool span never came
@@ -339,6 +329,23 @@ fn build_effects(
         }
     }
     ledger
+}
+
+/// Records what a finished tool span says on its ledger entry: end time, result or error, and
+/// the status they give. The full and the incremental derivation both settle calls this way.
+pub(super) fn settle(entry: &mut EffectBuild, tool: &SpanFact) {
+    let e = &mut entry.effect;
+    e.ended_at = Some(format_timestamp(tool.end_ns));
+    e.result = tool.result.clone();
+    e.error = tool.error.clone();
+    e.retry = tool.retry.clone();
+    e.idempotency_key = tool.idempotency_key.clone();
+    e.status = if tool.error.is_some() {
+        EffectStatus::Failed
+    } else {
+        EffectStatus::Completed
+    };
+    entry.ended_ns = Some(tool.end_ns);
 }
 
 /// The run's events, chronological and numbered from 0; with `meta` none, only the events of

@@ -12,7 +12,9 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use super::derive::{build_events, reconstructed_answer, EffectBuild, LastFull, SnapshotBuilder};
+use super::derive::{
+    build_events, reconstructed_answer, settle, EffectBuild, LastFull, SnapshotBuilder,
+};
 use super::fact::{FactKind, SpanFact};
 use super::validity::{Walk, WalkState};
 use crate::domain::{
@@ -278,17 +280,7 @@ pub fn append(
             e.arguments = t.arguments.clone();
         }
         e.started_at = Some(format_timestamp(t.start_ns));
-        e.ended_at = Some(format_timestamp(t.end_ns));
-        e.result = t.result.clone();
-        e.error = t.error.clone();
-        e.retry = t.retry.clone();
-        e.idempotency_key = t.idempotency_key.clone();
-        e.status = if t.error.is_some() {
-            EffectStatus::Failed
-        } else {
-            EffectStatus::Completed
-        };
-        entry.ended_ns = Some(t.end_ns);
+        settle(entry, t);
         changed.insert(index);
     }
 
