@@ -322,6 +322,19 @@ async fn wait_until(what: &str, timeout: Duration, stepline: &Stepline, probe: i
     }
 }
 
+/// The value of `name{exporter="id"}` once it reaches `want`, or its last value after 10 s: an
+/// exporter counts a request after the downstream answers, so it may lag what the sink holds.
+async fn settled_metric(stepline: &Stepline, name: &str, exporter: &str, want: u64) -> u64 {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let value = metric(stepline, name, exporter).await;
+        if value == want || Instant::now() >= deadline {
+            return value;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+}
+
 /// The value of `name{exporter="id"}` in `/metrics`.
 async fn metric(stepline: &Stepline, name: &str, exporter: &str) -> u64 {
     let text = stepline
@@ -422,15 +435,27 @@ async fn forwards_every_signal_unchanged_over_both_exporter_kinds() {
         assert_eq!(received.1, [logs(1, 8), logs(2, 8), logs(3, 8)], "{name}");
         assert_eq!(received.2, [metrics(1), metrics(2), metrics(3)], "{name}");
         assert_eq!(
-            metric(&stepline, "otelcol_exporter_sent_spans_total", name).await,
+            settled_metric(&stepline, "otelcol_exporter_sent_spans_total", name, 9).await,
             9
         );
         assert_eq!(
-            metric(&stepline, "otelcol_exporter_sent_log_records_total", name).await,
+            settled_metric(
+                &stepline,
+                "otelcol_exporter_sent_log_records_total",
+                name,
+                6
+            )
+            .await,
             6
         );
         assert_eq!(
-            metric(&stepline, "otelcol_exporter_sent_metric_points_total", name).await,
+            settled_metric(
+                &stepline,
+                "otelcol_exporter_sent_metric_points_total",
+                name,
+                3
+            )
+            .await,
             3
         );
         assert_eq!(
@@ -663,7 +688,7 @@ async fn permanent_errors_are_dropped_and_counted_and_the_pipeline_moves_on() {
         2
     );
     assert_eq!(
-        metric(&stepline, "otelcol_exporter_sent_log_records_total", id).await,
+        settled_metric(&stepline, "otelcol_exporter_sent_log_records_total", id, 4).await,
         4
     );
     assert_eq!(
@@ -981,7 +1006,7 @@ async fn tls_and_mutual_tls_deliver_over_both_exporter_kinds() {
         })
         .await;
         assert_eq!(
-            metric(&stepline, "otelcol_exporter_sent_spans_total", id).await,
+            settled_metric(&stepline, "otelcol_exporter_sent_spans_total", id, 6).await,
             6
         );
     }
