@@ -1178,6 +1178,43 @@ mod tests {
 
     /// The spans of two traces: the Pydantic-AI-shaped delegate scenario, and the Strands run
     /// (moved to its own trace so span ids do not clash).
+    /// Applies `all` as one request into a fresh store (the reference), then `sequence` (indexes
+    /// into `all`) into another, cut into requests after each `true` in `cuts` and consecutive
+    /// requests into commits after each `true` in `commit_cuts`. Returns the reference and the
+    /// replayed store (with its directory, which must outlive it).
+    fn replay(
+        all: &[Span],
+        sequence: &[usize],
+        cuts: &[bool],
+        commit_cuts: &[bool],
+    ) -> (Everything, tempfile::TempDir, Store) {
+        let reference = {
+            let dir = tempfile::tempdir().unwrap();
+            let store = Store::open(dir.path(), false).unwrap();
+            apply_group(&store, &[spans_work(interpreted(all))], 1).unwrap();
+            everything(&store)
+        };
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path(), false).unwrap();
+        let mut requests: Vec<Vec<Span>> = vec![Vec::new()];
+        for (n, &i) in sequence.iter().enumerate() {
+            requests.last_mut().unwrap().push(all[i].clone());
+            if cuts[n % cuts.len()] {
+                requests.push(Vec::new());
+            }
+        }
+        let mut group: Vec<Work> = Vec::new();
+        for (n, request) in requests.iter().enumerate() {
+            group.push(spans_work(interpreted(request)));
+            if commit_cuts[n % commit_cuts.len()] {
+                apply_group(&store, &group, n as u64).unwrap();
+                group.clear();
+            }
+        }
+        apply_group(&store, &group, 99).unwrap();
+        (reference, dir, store)
+    }
+
     fn two_traces() -> Vec<Span> {
         let mut all = spans();
         all.extend(crate::test_fixtures::pending_spans());
@@ -1204,32 +1241,8 @@ mod tests {
             dups in proptest::collection::vec(0..16usize, 0..4),
         ) {
             let all = two_traces();
-            let reference = {
-                let dir = tempfile::tempdir().unwrap();
-                let store = Store::open(dir.path(), false).unwrap();
-                apply_group(&store, &[spans_work(interpreted(&all))], 1).unwrap();
-                everything(&store)
-            };
-            let dir = tempfile::tempdir().unwrap();
-            let store = Store::open(dir.path(), false).unwrap();
             let sequence: Vec<usize> = order.iter().copied().chain(dups.iter().copied()).collect();
-            // Split the sequence into requests, and consecutive requests into commits.
-            let mut requests: Vec<Vec<Span>> = vec![Vec::new()];
-            for (n, &i) in sequence.iter().enumerate() {
-                requests.last_mut().unwrap().push(all[i].clone());
-                if cuts[n % cuts.len()] {
-                    requests.push(Vec::new());
-                }
-            }
-            let mut group: Vec<Work> = Vec::new();
-            for (n, request) in requests.iter().enumerate() {
-                group.push(spans_work(interpreted(request)));
-                if commit_cuts[n % commit_cuts.len()] {
-                    apply_group(&store, &group, n as u64).unwrap();
-                    group.clear();
-                }
-            }
-            apply_group(&store, &group, 99).unwrap();
+            let (reference, _dir, store) = replay(&all, &sequence, &cuts, &commit_cuts);
             let got = everything(&store);
             proptest::prop_assert_eq!(got.len(), 4);
             proptest::prop_assert_eq!(reference, got);
@@ -1480,31 +1493,8 @@ mod tests {
         ) {
             let all = new_conventions();
             proptest::prop_assert_eq!(all.len(), 18);
-            let reference = {
-                let dir = tempfile::tempdir().unwrap();
-                let store = Store::open(dir.path(), false).unwrap();
-                apply_group(&store, &[spans_work(interpreted(&all))], 1).unwrap();
-                everything(&store)
-            };
-            let dir = tempfile::tempdir().unwrap();
-            let store = Store::open(dir.path(), false).unwrap();
             let sequence: Vec<usize> = order.iter().copied().chain(dups.iter().copied()).collect();
-            let mut requests: Vec<Vec<Span>> = vec![Vec::new()];
-            for (n, &i) in sequence.iter().enumerate() {
-                requests.last_mut().unwrap().push(all[i].clone());
-                if cuts[n % cuts.len()] {
-                    requests.push(Vec::new());
-                }
-            }
-            let mut group: Vec<Work> = Vec::new();
-            for (n, request) in requests.iter().enumerate() {
-                group.push(spans_work(interpreted(request)));
-                if commit_cuts[n % commit_cuts.len()] {
-                    apply_group(&store, &group, n as u64).unwrap();
-                    group.clear();
-                }
-            }
-            apply_group(&store, &group, 99).unwrap();
+            let (reference, _dir, store) = replay(&all, &sequence, &cuts, &commit_cuts);
             let got = everything(&store);
             proptest::prop_assert_eq!(reference.clone(), got);
             // calc, helper (OpenInference) and calc (OpenLLMetry); no run for the workflow or a turn.
