@@ -22,8 +22,8 @@ use writer::Writer;
 
 use crate::config::SignalKind;
 use crate::exporter::Outbox;
-use crate::interpreter::{interpret_log, interpret_span, Interpreted};
-use crate::media::{Media, MediaError};
+use crate::interpreter::{interpret_log, interpret_span};
+use crate::media::{Blob, Media, MediaError};
 use crate::service_error::{ServiceError, ServiceErrorCode};
 use crate::store::Store;
 
@@ -205,38 +205,39 @@ impl Ingest {
             }
         };
         let forward = self.outbox.wants(SignalKind::Traces);
-        let (interpreted, total, invalid, payload) = tokio::task::spawn_blocking(move || {
-            let mut out = Vec::new();
-            let (mut total, mut invalid) = (0u64, 0u64);
-            for span in request
-                .resource_spans
-                .iter()
-                .flat_map(|r| &r.scope_spans)
-                .flat_map(|s| &s.spans)
-            {
-                total += 1;
-                if span.trace_id.len() != 16 || span.span_id.len() != 8 {
-                    invalid += 1;
-                    continue;
+        let media = self.media.clone();
+        let (interpreted, blobs, total, invalid, payload) =
+            tokio::task::spawn_blocking(move || {
+                let mut out = Vec::new();
+                let (mut total, mut invalid) = (0u64, 0u64);
+                for span in request
+                    .resource_spans
+                    .iter()
+                    .flat_map(|r| &r.scope_spans)
+                    .flat_map(|s| &s.spans)
+                {
+                    total += 1;
+                    if span.trace_id.len() != 16 || span.span_id.len() != 8 {
+                        invalid += 1;
+                        continue;
+                    }
+                    if let Some(i) = interpret_span(span) {
+                        out.push(i);
+                    }
                 }
-                if let Some(i) = interpret_span(span) {
-                    out.push(i);
-                }
-            }
-            let payload = forward.then(|| request.encode_to_vec());
-            (out, total, invalid, payload)
-        })
-        .await
-        .map_err(|e| IngestError::Storage(format!("interpreter task failed: {e}")))?;
-        let interpreted = match self.store_media(interpreted).await {
-            Ok(interpreted) => interpreted,
-            Err(error) => {
-                self.counters
-                    .refused_spans
-                    .fetch_add(total, Ordering::Relaxed);
-                return Err(error);
-            }
-        };
+                // Large blobs leave the messages here, on the blocking pool, before anything is stored.
+                let blobs = media.map(|m| m.offload(&mut out)).unwrap_or_default();
+                let payload = forward.then(|| request.encode_to_vec());
+                (out, blobs, total, invalid, payload)
+            })
+            .await
+            .map_err(|e| IngestError::Storage(format!("interpreter task failed: {e}")))?;
+        if let Err(error) = self.save_media(blobs).await {
+            self.counters
+                .refused_spans
+                .fetch_add(total, Ordering::Relaxed);
+            return Err(error);
+        }
 
         let interpreted_count = interpreted.len() as u64;
         let outbox = payload.map(|payload| NewOutboxEntry {
@@ -280,27 +281,14 @@ impl Ingest {
         })
     }
 
-    /// Moves the large blobs of the interpreted spans to the media store, leaving references in
-    /// their messages. When this returns, the blobs those references name are durably stored,
-    /// so the messages may be committed.
-    async fn store_media(
-        &self,
-        mut interpreted: Vec<Interpreted>,
-    ) -> Result<Vec<Interpreted>, IngestError> {
-        let Some(media) = self.media.clone().filter(|_| !interpreted.is_empty()) else {
-            return Ok(interpreted);
-        };
-        let offload = media.clone();
-        let (interpreted, blobs) = tokio::task::spawn_blocking(move || {
-            let blobs = offload.offload(&mut interpreted);
-            (interpreted, blobs)
-        })
-        .await
-        .map_err(|e| IngestError::Storage(format!("media task failed: {e}")))?;
-        if !blobs.is_empty() {
-            media.save(blobs).await?;
+    /// Stores the blobs taken out of a request's messages in the media store. When this returns
+    /// `Ok`, the blobs the messages' references name are durably stored, so the messages may be
+    /// committed.
+    async fn save_media(&self, blobs: Vec<Blob>) -> Result<(), IngestError> {
+        match &self.media {
+            Some(media) if !blobs.is_empty() => Ok(media.save(blobs).await?),
+            _ => Ok(()),
         }
-        Ok(interpreted)
     }
 
     /// Accepts a logs export request: legacy GenAI events correlated to a span (trace and span
