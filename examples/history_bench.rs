@@ -351,10 +351,11 @@ async fn report(
         .ok_or_else(|| anyhow!("the bench run was not stored"))?;
     println!(
         "continuation of the latest snapshot ({} iterations each, load + render + JSON); cold: the \
-         history cache emptied before each read (RocksDB's block cache stays warm), warm: served \
-         from it:",
+         history and context caches emptied before each read (RocksDB's block cache stays warm), \
+         warm: served from them:",
         iterations
     );
+    let contexts = continuation::ContextCache::default();
     for name in Format::NAMES {
         let format = Format::parse(name).ok_or_else(|| anyhow!("format {name}"))?;
         for cold in [true, false] {
@@ -364,6 +365,7 @@ async fn report(
             for _ in 0..iterations {
                 if cold {
                     store.clear_history_cache();
+                    contexts.clear();
                 }
                 let started = Instant::now();
                 let run = store
@@ -373,7 +375,7 @@ async fn report(
                     provenance: format.needs_provenance(),
                     ..Selector::default()
                 };
-                let history = continuation::load(store, run, selector)?;
+                let history = continuation::load(store, &contexts, run, selector)?;
                 loads.push(started.elapsed());
                 let (fields, _warnings) = continuation::render(format, &history);
                 size = serde_json::to_vec(&fields)?.len();

@@ -102,6 +102,7 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
         ingest: ingest.clone(),
         bearer_token: config.api.bearer_token.clone(),
         media,
+        contexts: Arc::default(),
     });
     let stop = stopped();
     tasks.spawn(async move {

@@ -11,7 +11,7 @@ use axum::{Json, Router};
 use serde_json::{json, Map, Value};
 
 use super::error::ApiError;
-use crate::continuation::{self, Format, Selector};
+use crate::continuation::{self, ContextCache, Format, Selector};
 use crate::domain::{EffectStatus, Run, SnapshotMeta, SnapshotState};
 use crate::ingest::{Applied, Ingest};
 use crate::media::{self, Media};
@@ -28,6 +28,8 @@ pub struct ApiState {
     pub bearer_token: Option<String>,
     /// The media store, for restoring large binary parts in continuations.
     pub media: Arc<Media>,
+    /// Effects and provenance of recently continued runs, per run revision.
+    pub contexts: Arc<ContextCache>,
 }
 
 /// Page size of `GET /v1/runs` when `limit` is not given, and its maximum.
@@ -334,9 +336,10 @@ async fn get_continuation(
         provenance: format.needs_provenance(),
     };
     let media_mode = parse_media(&params)?;
+    let contexts = state.contexts.clone();
     let mut history = blocking(&state, move |s| {
         let run = find_run(s, &run_id)?;
-        Ok(continuation::load(s, run, selector)?)
+        Ok(continuation::load(s, &contexts, run, selector)?)
     })
     .await?;
     // The loaded history may be shared with the store's snapshot cache: media goes into a copy,
@@ -441,6 +444,7 @@ mod tests_support {
             ingest,
             bearer_token: token.map(str::to_string),
             media: Arc::new(Media::in_memory(Some(64 * 1024))),
+            contexts: Arc::default(),
         };
         (router(state), dir)
     }

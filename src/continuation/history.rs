@@ -1,14 +1,15 @@
 //! Loading the history of a snapshot, with what the renderers need to know about it.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use serde_json::Value;
 
-use crate::domain::{MessageHash, NodeId, Run, SnapshotRecord, SnapshotState, ToolEffect};
-use crate::interpreter::{FactKind, SpanFact, StoredFact};
+use super::context::{ContextCache, Provenance};
+use crate::domain::{MessageHash, Run, SnapshotRecord, SnapshotState, ToolEffect};
+use crate::interpreter::SpanFact;
 use crate::service_error::{ServiceError, ServiceErrorCode};
-use crate::store::{RunNodes, Store, StoreError};
+use crate::store::{Store, StoreError};
 
 /// Which snapshot to continue from.
 #[derive(Debug, Clone, Copy, Default)]
@@ -57,49 +58,51 @@ pub struct History {
     pub hashes: Arc<[MessageHash]>,
     /// System instructions in force at the snapshot (array of parts).
     pub system_instructions: Option<Value>,
-    /// The run's model-request facts, in start order.
-    pub models: Vec<SpanFact>,
-    /// The run's tool-effect ledger.
-    pub effects: Vec<ToolEffect>,
-    /// Start of the first model request whose input holds each message (see [`History::first_sent`]).
-    pub(super) sent_at: HashMap<MessageHash, u64>,
-    /// Index in `models` of the first model request whose output holds each message.
-    pub(super) produced_by: HashMap<MessageHash, usize>,
+    /// The run's tool-effect ledger (shared with the [`ContextCache`]).
+    pub effects: Arc<[ToolEffect]>,
+    /// Which model request sent and produced each message (empty unless
+    /// [`Selector::provenance`] asked for it).
+    pub provenance: Arc<Provenance>,
 }
 
 impl History {
     /// The model request whose output contains the message, if any.
     pub fn producer_of(&self, hash: &MessageHash) -> Option<&SpanFact> {
-        self.produced_by.get(hash).and_then(|&i| self.models.get(i))
+        let p = &self.provenance;
+        p.produced_by.get(hash).and_then(|&i| p.models.get(i))
     }
 
     /// Start of the first model request whose input contains the message, if any.
     pub fn first_sent(&self, hash: &MessageHash) -> Option<u64> {
-        self.sent_at.get(hash).copied()
+        self.provenance.sent_at.get(hash).copied()
     }
 
-    /// Indexes the model requests (in start order) by the messages they produced, so the lookup
-    /// above costs O(1) instead of a scan of every request's output.
-    fn index_models(&mut self) {
-        for (i, m) in self.models.iter().enumerate() {
-            for r in m.output.iter().flatten() {
-                self.produced_by.entry(r.hash.clone()).or_insert(i);
-            }
-        }
+    /// The run's model-request facts, in start order (empty without provenance).
+    pub fn models(&self) -> &[SpanFact] {
+        &self.provenance.models
     }
 
     /// Index of effects by tool-call id, in ledger order.
     pub fn effects_by_id(&self) -> HashMap<&str, Vec<&ToolEffect>> {
         let mut map: HashMap<&str, Vec<&ToolEffect>> = HashMap::new();
-        for e in &self.effects {
+        for e in self.effects.iter() {
             map.entry(e.tool_call_id.as_str()).or_default().push(e);
         }
         map
     }
 }
 
-/// Loads the history of the snapshot `selector` picks for `run`.
-pub fn load(store: &Store, run: Run, selector: Selector) -> Result<History, ContinuationError> {
+/// Loads the history of the snapshot `selector` picks for `run`; the run's effects and
+/// provenance come from `contexts` while the run is unchanged.
+pub fn load(
+    store: &Store,
+    contexts: &ContextCache,
+    run: Run,
+    selector: Selector,
+) -> Result<History, ContinuationError> {
+    // The revision is read before anything it vouches for, so a context kept under it is at
+    // least as new as the revision.
+    let revision = store.run_meta(&run.run_id)?.map_or(0, |meta| meta.revision);
     let chosen = match selector.at {
         Some(seq) => store.snapshot(&run.run_id, seq)?.ok_or_else(|| {
             ContinuationError::NoSnapshot(format!(
@@ -131,52 +134,14 @@ pub fn load(store: &Store, run: Run, selector: Selector) -> Result<History, Cont
             .pop(),
         None => None,
     };
-
-    let mut stored: Vec<StoredFact> = if selector.provenance {
-        store
-            .stored_facts(&run.run_id)?
-            .into_iter()
-            .filter(|f| f.fact.kind == FactKind::ModelRequest)
-            .collect()
-    } else {
-        Vec::new()
-    };
-    stored.sort_by(|a, b| {
-        (a.fact.start_ns, &a.fact.span_id).cmp(&(b.fact.start_ns, &b.fact.span_id))
-    });
-    // The first request that sent each message: walk each request's input chain back until a
-    // node an earlier request already covered (its ancestors are covered too).
-    let mut sent_at: HashMap<MessageHash, u64> = HashMap::new();
-    let mut seen: HashSet<NodeId> = HashSet::new();
-    let nodes = if stored.is_empty() {
-        RunNodes::default()
-    } else {
-        store.run_nodes(&run.run_id)?
-    };
-    for s in &stored {
-        let mut at = s.input_chain.as_ref().and_then(|c| c.tip.clone());
-        while let Some(id) = at {
-            let Some(node) = nodes.get(&id) else { break };
-            if !seen.insert(id) {
-                break;
-            }
-            sent_at.entry(node.message).or_insert(s.fact.start_ns);
-            at = node.parent;
-        }
-    }
-    let models: Vec<SpanFact> = stored.into_iter().map(|s| s.fact).collect();
-    let effects = store.effects(&run.run_id)?;
-    let mut history = History {
+    let context = contexts.get(store, &run.run_id, revision, selector.provenance)?;
+    Ok(History {
         run,
         snapshot: chosen,
         messages: resolved.messages,
         hashes: resolved.hashes,
         system_instructions,
-        models,
-        effects,
-        sent_at,
-        produced_by: HashMap::new(),
-    };
-    history.index_models();
-    Ok(history)
+        effects: context.effects,
+        provenance: context.provenance.unwrap_or_default(),
+    })
 }

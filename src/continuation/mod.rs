@@ -3,6 +3,7 @@
 //! format.
 
 mod anthropic;
+mod context;
 mod gemini;
 mod history;
 mod openai_chat;
@@ -13,6 +14,7 @@ mod pydantic_ai;
 mod repair;
 mod strands;
 
+pub use context::{ContextCache, Provenance, RunContext, CONTEXT_CACHE_ITEMS};
 pub use history::{load, ContinuationError, History, Selector};
 pub use repair::{RepairedCall, INTERRUPTED_CONTENT};
 
@@ -101,12 +103,14 @@ pub fn render(format: Format, history: &History) -> (Map<String, Value>, Vec<Str
 mod tests {
     //! Provider rules the oracle scenario does not reach: merging, ordering, orphans, references.
 
+    use std::sync::Arc;
+
     use serde_json::{json, Value};
 
     use super::{render, Format, History};
     use crate::domain::{MessageHash, Run, SnapshotRecord};
 
-    fn history(messages: Vec<Value>, instructions: Option<&str>) -> History {
+    pub(super) fn history(messages: Vec<Value>, instructions: Option<&str>) -> History {
         let run: Run = serde_json::from_value(json!({
             "run_id": "r", "aliases": [], "trace_id": "t", "agent_name": null,
             "conversation_id": null, "parent_run_id": null, "status": "running",
@@ -127,10 +131,8 @@ mod tests {
             hashes: messages.iter().map(MessageHash::of).collect(),
             messages: messages.into(),
             system_instructions: instructions.map(|t| json!([{"type": "text", "content": t}])),
-            models: Vec::new(),
-            effects: Vec::new(),
-            sent_at: Default::default(),
-            produced_by: Default::default(),
+            effects: Arc::from(Vec::new()),
+            provenance: Default::default(),
         }
     }
 

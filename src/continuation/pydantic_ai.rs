@@ -16,7 +16,7 @@ use crate::domain::{format_timestamp, MessageHash};
 pub fn render(history: &History) -> (Map<String, Value>, Vec<String>) {
     let mut warnings = Vec::new();
     let instructions = instructions_text(history.system_instructions.as_ref());
-    let fallback_ns = history.models.last().map(|m| m.end_ns).unwrap_or(0);
+    let fallback_ns = history.models().last().map(|m| m.end_ns).unwrap_or(0);
     let run_alias = history.run.aliases.first().cloned();
     let conversation = history.run.conversation_id.clone();
     let effects = history.effects_by_id();

@@ -851,6 +851,7 @@ fn write_run(
     runs: &mut HashMap<String, RunWork>,
     run_id: &str,
 ) -> Result<(), StoreError> {
+    load(store, runs, run_id)?.meta.revision += 1;
     if try_append(store, batch, runs, run_id)? {
         return Ok(());
     }
@@ -1439,9 +1440,10 @@ mod tests {
             include_interrupted: true,
             ..Selector::default()
         };
+        let contexts = crate::continuation::ContextCache::default();
         let read = |store: &Store| {
             let run = store.run(&run_id(1)).unwrap().unwrap();
-            let h = load_history(store, run, selector).unwrap();
+            let h = load_history(store, &contexts, run, selector).unwrap();
             (h.snapshot.meta.seq, h.messages.to_vec(), h.hashes.to_vec())
         };
         let store = Store::open(dir.path(), false).unwrap();
@@ -1470,6 +1472,62 @@ mod tests {
         let store = Store::open(dir.path(), false).unwrap();
         assert_eq!(store.history_cache_messages(), 0, "the cache starts empty");
         assert_eq!(later, read(&store));
+    }
+
+    /// The effects and provenance a continuation reads are reused only while the run's revision
+    /// is unchanged: a write that changes the ledger without moving the snapshot (an abandon) is
+    /// seen by the next read.
+    #[test]
+    fn continuation_context_follows_the_run_revision() {
+        use crate::continuation::{load as load_history, ContextCache, Selector};
+        let all = linear_run(6, 0, false);
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path(), false).unwrap();
+        let contexts = ContextCache::default();
+        let selector = Selector {
+            include_interrupted: true,
+            provenance: true,
+            ..Selector::default()
+        };
+        let revision = |store: &Store| store.run_meta(&run_id(1)).unwrap().unwrap().revision;
+        let read = |store: &Store| {
+            let run = store.run(&run_id(1)).unwrap().unwrap();
+            load_history(store, &contexts, run, selector).unwrap()
+        };
+        // Up to a model request whose tool call has not finished: one effect is open.
+        apply_group(&store, &[spans_work(interpreted(&all[..3]))], 1).unwrap();
+        let first = revision(&store);
+        let h = read(&store);
+        assert_eq!(&h.effects[..], &store.effects(&run_id(1)).unwrap()[..]);
+        assert!(h.effects.iter().any(|e| e.status.is_unresolved()));
+        assert!(!h.models().is_empty(), "provenance was read");
+        assert!(contexts.held() > 0);
+        let again = read(&store);
+        assert!(
+            std::sync::Arc::ptr_eq(&h.effects, &again.effects),
+            "an unchanged run is served from the cache"
+        );
+        // A duplicate delivery changes nothing and keeps the revision.
+        apply_group(&store, &[spans_work(interpreted(&all[..3]))], 2).unwrap();
+        assert_eq!(revision(&store), first);
+        // Abandoning changes the ledger, not the snapshot.
+        apply_group(
+            &store,
+            &[Work::Abandon {
+                run: run_id(1),
+                reason: "test".into(),
+                at_ns: 3,
+                silent_since_ns: 0,
+            }],
+            3,
+        )
+        .unwrap();
+        assert!(revision(&store) > first);
+        let after = read(&store);
+        assert_eq!(after.snapshot.history, h.snapshot.history);
+        assert_ne!(&after.effects[..], &h.effects[..]);
+        assert_eq!(&after.effects[..], &store.effects(&run_id(1)).unwrap()[..]);
+        assert_eq!(after.models().len(), h.models().len());
     }
 
     fn new_conventions() -> Vec<Span> {

@@ -26,6 +26,11 @@ pub struct RunMeta {
     pub abandoned: Option<Abandonment>,
     /// Wall-clock nanoseconds when a new fact of the run last arrived.
     pub last_seen_ns: u64,
+    /// Counts the writes of the run's derived state (run record, events, effects, snapshots):
+    /// every batch that changes any of them raises it, so state read at one revision can be
+    /// reused while the revision is unchanged.
+    #[serde(default)]
+    pub revision: u64,
 }
 
 /// A run declared dead.
