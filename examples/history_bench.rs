@@ -378,7 +378,7 @@ async fn report(
                 let history = continuation::load(store, &contexts, run, selector)?;
                 loads.push(started.elapsed());
                 let (fields, _warnings) = continuation::render(format, &history);
-                size = serde_json::to_vec(&fields)?.len();
+                size = serde_json::to_vec(&continuation::Out::Object(fields))?.len();
                 times.push(started.elapsed());
             }
             times.sort();

@@ -4,14 +4,15 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use axum::extract::{Path, Query, Request, State};
+use axum::http::header;
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
-use serde_json::{json, Map, Value};
+use serde_json::{json, Value};
 
 use super::error::ApiError;
-use crate::continuation::{self, ContextCache, Format, Selector};
+use crate::continuation::{self, ContextCache, Format, Out, Selector};
 use crate::domain::{EffectStatus, Run, SnapshotMeta, SnapshotState};
 use crate::ingest::{Applied, Ingest};
 use crate::media::{self, Media};
@@ -310,7 +311,7 @@ async fn get_continuation(
     State(state): State<ApiState>,
     Path(run_id): Path<String>,
     Query(params): Query<HashMap<String, String>>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Response, ApiError> {
     check_params(
         &params,
         &["format", "include_interrupted", "at", "repair", "media"],
@@ -357,7 +358,7 @@ async fn get_continuation(
         }
         history.messages = messages.into();
     }
-    tokio::task::spawn_blocking(move || {
+    let body = tokio::task::spawn_blocking(move || {
         let repaired = if selector.repair {
             Some(history.repair())
         } else {
@@ -370,33 +371,35 @@ async fn get_continuation(
             .effects
             .iter()
             .filter(|e| e.status.is_unresolved())
-            .cloned()
             .collect();
         let meta = &history.snapshot.meta;
-        let mut body = Map::new();
-        body.insert("run_id".into(), json!(history.run.run_id));
-        body.insert("format".into(), json!(format.as_str()));
-        body.insert(
-            "snapshot".into(),
-            json!({
-                "seq": meta.seq,
-                "step_index": meta.step_index,
-                "state": meta.state,
-                "source": meta.source,
-                "message_count": meta.message_count,
-                "timestamp": meta.timestamp,
-            }),
-        );
-        body.insert("unresolved_effects".into(), json!(unresolved));
-        body.insert("warnings".into(), json!(warnings));
+        let mut body = vec![
+            ("run_id", Out::Str(&history.run.run_id)),
+            ("format", Out::Str(format.as_str())),
+            (
+                "snapshot",
+                Out::Value(json!({
+                    "seq": meta.seq,
+                    "step_index": meta.step_index,
+                    "state": meta.state,
+                    "source": meta.source,
+                    "message_count": meta.message_count,
+                    "timestamp": meta.timestamp,
+                })),
+            ),
+            ("unresolved_effects", Out::Value(json!(unresolved))),
+            ("warnings", Out::Value(json!(warnings))),
+        ];
         if let Some(repaired) = repaired {
-            body.insert("repaired".into(), json!(repaired));
+            body.push(("repaired", Out::Value(json!(repaired))));
         }
         body.extend(fields);
-        Json(Value::Object(body))
+        serde_json::to_vec(&Out::Object(body))
     })
     .await
-    .map_err(|e| ApiError::Internal(e.to_string()))
+    .map_err(|e| ApiError::Internal(e.to_string()))?
+    .map_err(|e| ApiError::Internal(format!("continuation could not be encoded: {e}")))?;
+    Ok(([(header::CONTENT_TYPE, "application/json")], body).into_response())
 }
 
 async fn abandon(

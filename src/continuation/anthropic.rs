@@ -6,15 +6,16 @@
 //! the history starts with a user turn. Thinking needs its byte-exact `signature`: without one it
 //! is dropped, with a warning.
 
-use serde_json::{json, Map, Value};
+use serde_json::Value;
 
 use super::parts::{self, Outcomes, Pairing};
-use super::History;
+use super::{Fields, History, Out};
+use crate::obj;
 
 const FORMAT: &str = "Anthropic Messages";
 
 /// Renders `system` (omitted when there is none) and `messages`.
-pub fn render(history: &History) -> (Map<String, Value>, Vec<String>) {
+pub fn render(history: &History) -> (Fields<'_>, Vec<String>) {
     let messages = &history.messages;
     let mut warnings = Vec::new();
     let pairing = Pairing::of(messages);
@@ -35,29 +36,29 @@ pub fn render(history: &History) -> (Map<String, Value>, Vec<String>) {
             system.extend(
                 parts::parts(message)
                     .iter()
-                    .map(parts::text)
+                    .map(|p| parts::text(p).into_owned())
                     .filter(|t| !t.is_empty()),
             );
             continue;
         }
         let assistant = role == "assistant";
-        let mut blocks: Vec<Value> = Vec::new();
+        let mut blocks: Vec<Out> = Vec::new();
         for (pi, part) in parts::parts(message).iter().enumerate() {
             match parts::kind(part) {
                 "text" => {
                     let t = parts::text(part);
                     if !t.is_empty() {
-                        blocks.push(json!({"type": "text", "text": t}));
+                        blocks.push(obj! {"type" => "text", "text" => parts::cow_out(t)});
                     }
                 }
                 "tool_call" if assistant => {
                     if !pairing.skip(mi, pi) {
-                        blocks.push(json!({
-                            "type": "tool_use",
-                            "id": parts::field(part, "id"),
-                            "name": parts::field(part, "name"),
-                            "input": parts::arguments_object(part),
-                        }));
+                        blocks.push(obj! {
+                            "type" => "tool_use",
+                            "id" => parts::field(part, "id"),
+                            "name" => parts::field(part, "name"),
+                            "input" => parts::arguments_object(part),
+                        });
                     }
                 }
                 "tool_call_response" if !assistant => {
@@ -65,16 +66,18 @@ pub fn render(history: &History) -> (Map<String, Value>, Vec<String>) {
                     if pairing.skip(mi, pi) {
                         continue;
                     }
-                    let (text, _) = parts::result_text(&parts::tool_result(part));
-                    let mut block = Map::new();
-                    block.insert("type".into(), json!("tool_result"));
-                    block.insert("tool_use_id".into(), json!(parts::field(part, "id")));
+                    let (text, _) = parts::result_text(parts::tool_result(part));
+                    let mut block = obj! {
+                        "type" => "tool_result",
+                        "tool_use_id" => parts::field(part, "id"),
+                    };
                     // Text blocks must not be empty: an empty result has no content.
                     if !text.is_empty() {
-                        block.insert("content".into(), json!([{"type": "text", "text": text}]));
+                        let text = obj! {"type" => "text", "text" => parts::cow_out(text)};
+                        block.set("content", vec![text]);
                     }
-                    block.insert("is_error".into(), json!(outcome.is_error()));
-                    blocks.push(Value::Object(block));
+                    block.set("is_error", outcome.is_error());
+                    blocks.push(block);
                 }
                 "thinking" | "reasoning" if assistant => {
                     let signature = parts::field(part, "signature");
@@ -83,11 +86,11 @@ pub fn render(history: &History) -> (Map<String, Value>, Vec<String>) {
                             "message {mi}: thinking without a signature was dropped ({FORMAT} needs the byte-exact signature)"
                         ));
                     } else {
-                        blocks.push(json!({
-                            "type": "thinking",
-                            "thinking": parts::text(part),
-                            "signature": signature,
-                        }));
+                        blocks.push(obj! {
+                            "type" => "thinking",
+                            "thinking" => parts::text_out(part),
+                            "signature" => signature,
+                        });
                     }
                 }
                 "blob" | "uri" if !assistant => {
@@ -109,33 +112,34 @@ pub fn render(history: &History) -> (Map<String, Value>, Vec<String>) {
     parts::start_with_user(
         &mut turns,
         "assistant",
-        json!({"type": "text", "text": "..."}),
+        obj! {"type" => "text", "text" => "..."},
         "a user turn \"...\"",
         FORMAT,
         &mut warnings,
     );
 
-    let out: Vec<Value> = turns
+    let out: Vec<Out> = turns
         .into_iter()
         .map(|(role, blocks)| {
             // tool_result blocks first, others in their order.
-            let (mut results, rest): (Vec<Value>, Vec<Value>) =
-                blocks.into_iter().partition(|b| b["type"] == "tool_result");
+            let (mut results, rest): (Vec<Out>, Vec<Out>) = blocks
+                .into_iter()
+                .partition(|b| b.get("type") == Some(&Out::Str("tool_result")));
             results.extend(rest);
-            json!({"role": role, "content": results})
+            obj! {"role" => role, "content" => results}
         })
         .collect();
 
-    let mut fields = Map::new();
+    let mut fields = Vec::new();
     if !system.is_empty() {
-        fields.insert("system".into(), Value::String(system.join("\n\n")));
+        fields.push(("system", Out::String(system.join("\n\n"))));
     }
-    fields.insert("messages".into(), Value::Array(out));
+    fields.push(("messages", Out::Array(out)));
     (fields, warnings)
 }
 
 /// A user media part as an image or document block.
-fn media(part: &Value, mi: usize, warnings: &mut Vec<String>) -> Option<Value> {
+fn media<'a>(part: &'a Value, mi: usize, warnings: &mut Vec<String>) -> Option<Out<'a>> {
     let (mime, data) = parts::media(part);
     if data.is_empty() {
         warnings.push(format!(
@@ -158,7 +162,10 @@ fn media(part: &Value, mi: usize, warnings: &mut Vec<String>) -> Option<Value> {
         warnings.push(format!(
             "message {mi}: {block} given only by reference ({data}); the provider must be able to fetch it"
         ));
-        return Some(json!({"type": block, "source": {"type": "url", "url": data}}));
+        return Some(obj! {"type" => block, "source" => obj! {"type" => "url", "url" => data}});
     }
-    Some(json!({"type": block, "source": {"type": "base64", "media_type": mime, "data": data}}))
+    Some(obj! {
+        "type" => block,
+        "source" => obj! {"type" => "base64", "media_type" => mime, "data" => data},
+    })
 }

@@ -7,10 +7,13 @@
 //! wrapped as `{"return_value": ...}`); the history starts with a user turn. Thought signatures
 //! must come back unchanged: thinking without one is dropped, with a warning.
 
-use serde_json::{json, Map, Value};
+use std::collections::HashMap;
+
+use serde_json::Value;
 
 use super::parts::{self, Outcomes, Pairing};
-use super::History;
+use super::{Fields, History, Out};
+use crate::obj;
 
 const FORMAT: &str = "Gemini";
 
@@ -19,18 +22,20 @@ const FORMAT: &str = "Gemini";
 const SKIP_SIGNATURE: &str = "c2tpcF90aG91Z2h0X3NpZ25hdHVyZV92YWxpZGF0b3I=";
 
 /// Renders `system_instruction` (null when there is none) and `contents`.
-pub fn render(history: &History) -> (Map<String, Value>, Vec<String>) {
+pub fn render(history: &History) -> (Fields<'_>, Vec<String>) {
     let messages = &history.messages;
     let mut warnings = Vec::new();
     let pairing = Pairing::of(messages);
     pairing.warnings(messages, FORMAT, &mut warnings);
     let mut outcomes = Outcomes::new(history);
 
-    let mut system: Vec<Value> = parts::instructions_text(history)
-        .map(|t| json!({"text": t}))
+    let mut system: Vec<Out> = parts::instructions_text(history)
+        .map(|t| obj! {"text" => t})
         .into_iter()
         .collect();
     let mut turns: parts::Turns = Vec::new();
+    // Tool names of calls by id, for responses that do not name their tool.
+    let mut call_names: HashMap<&str, &str> = HashMap::new();
 
     for (mi, message) in messages.iter().enumerate() {
         let role = parts::role(message);
@@ -43,32 +48,35 @@ pub fn render(history: &History) -> (Map<String, Value>, Vec<String>) {
             system.extend(
                 parts::parts(message)
                     .iter()
-                    .map(|p| json!({"text": parts::text(p)})),
+                    .map(|p| obj! {"text" => parts::text_out(p)}),
             );
             continue;
         }
         let model = role == "assistant";
-        let mut out: Vec<Value> = Vec::new();
+        let mut out: Vec<Out> = Vec::new();
         let mut signed_call = false;
         for (pi, part) in parts::parts(message).iter().enumerate() {
             match parts::kind(part) {
-                "text" => out.push(json!({"text": parts::text(part)})),
+                "text" => out.push(obj! {"text" => parts::text_out(part)}),
                 "tool_call" if model => {
+                    let id = parts::field(part, "id");
+                    call_names
+                        .entry(id)
+                        .or_insert_with(|| parts::field(part, "name"));
                     if !pairing.skip(mi, pi) {
-                        let mut p = json!({"functionCall": {
-                            "id": parts::field(part, "id"),
-                            "name": parts::field(part, "name"),
-                            "args": parts::arguments_object(part),
-                        }});
+                        let mut p = obj! {"functionCall" => obj! {
+                            "id" => id,
+                            "name" => parts::field(part, "name"),
+                            "args" => parts::arguments_object(part),
+                        }};
                         // The first call of a turn must carry a thought signature; a history
                         // from elsewhere has none, so it gets Google's documented skip value.
                         if !signed_call {
                             let sig = parts::field(part, "signature");
-                            p["thoughtSignature"] = json!(if sig.is_empty() {
-                                SKIP_SIGNATURE
-                            } else {
-                                sig
-                            });
+                            p.set(
+                                "thoughtSignature",
+                                if sig.is_empty() { SKIP_SIGNATURE } else { sig },
+                            );
                             signed_call = true;
                         }
                         out.push(p);
@@ -81,19 +89,19 @@ pub fn render(history: &History) -> (Map<String, Value>, Vec<String>) {
                     }
                     let value = parts::tool_result(part);
                     let response = if outcome.is_error() {
-                        json!({"error": parts::result_text(&value).0})
+                        obj! {"error" => parts::cow_out(parts::result_text(value).0)}
                     } else {
                         match value {
-                            Value::Object(_) => value,
-                            Value::Null => json!({}),
-                            other => json!({"return_value": other}),
+                            Value::Object(_) => Out::Raw(value),
+                            Value::Null => Out::Object(Vec::new()),
+                            other => obj! {"return_value" => other},
                         }
                     };
-                    out.push(json!({"functionResponse": {
-                        "id": parts::field(part, "id"),
-                        "name": response_name(messages, part),
-                        "response": response,
-                    }}));
+                    out.push(obj! {"functionResponse" => obj! {
+                        "id" => parts::field(part, "id"),
+                        "name" => response_name(messages, &call_names, part),
+                        "response" => response,
+                    }});
                 }
                 "thinking" | "reasoning" if model => {
                     let signature = parts::field(part, "signature");
@@ -102,11 +110,11 @@ pub fn render(history: &History) -> (Map<String, Value>, Vec<String>) {
                             "message {mi}: thinking without a thought signature was dropped ({FORMAT} needs it returned unchanged)"
                         ));
                     } else {
-                        out.push(json!({
-                            "text": parts::text(part),
-                            "thought": true,
-                            "thoughtSignature": signature,
-                        }));
+                        out.push(obj! {
+                            "text" => parts::text_out(part),
+                            "thought" => true,
+                            "thoughtSignature" => signature,
+                        });
                     }
                 }
                 "blob" | "uri" if !model => {
@@ -119,9 +127,9 @@ pub fn render(history: &History) -> (Map<String, Value>, Vec<String>) {
                         warnings.push(format!(
                             "message {mi}: media given only by reference ({data}); the provider must be able to fetch it"
                         ));
-                        out.push(json!({"fileData": {"fileUri": data, "mimeType": mime}}));
+                        out.push(obj! {"fileData" => obj! {"fileUri" => data, "mimeType" => mime}});
                     } else {
-                        out.push(json!({"inlineData": {"mimeType": mime, "data": data}}));
+                        out.push(obj! {"inlineData" => obj! {"mimeType" => mime, "data" => data}});
                     }
                 }
                 other => warnings.push(format!(
@@ -138,43 +146,52 @@ pub fn render(history: &History) -> (Map<String, Value>, Vec<String>) {
     parts::start_with_user(
         &mut turns,
         "model",
-        json!({"text": ""}),
+        obj! {"text" => ""},
         "an empty user turn",
         FORMAT,
         &mut warnings,
     );
 
-    let contents: Vec<Value> = turns
+    let contents: Vec<Out> = turns
         .into_iter()
         .map(|(role, ps)| {
-            let (mut responses, rest): (Vec<Value>, Vec<Value>) = ps
+            let (mut responses, rest): (Vec<Out>, Vec<Out>) = ps
                 .into_iter()
                 .partition(|p| p.get("functionResponse").is_some());
             responses.extend(rest);
-            json!({"role": role, "parts": responses})
+            obj! {"role" => role, "parts" => responses}
         })
         .collect();
 
-    let mut fields = Map::new();
-    fields.insert(
-        "system_instruction".into(),
-        if system.is_empty() {
-            Value::Null
-        } else {
-            json!({"parts": system})
-        },
-    );
-    fields.insert("contents".into(), Value::Array(contents));
-    (fields, warnings)
+    let system = if system.is_empty() {
+        Out::Null
+    } else {
+        obj! {"parts" => system}
+    };
+    (
+        vec![
+            ("system_instruction", system),
+            ("contents", Out::Array(contents)),
+        ],
+        warnings,
+    )
 }
 
-/// The tool name of a response: its own, or the name of the call it answers.
-fn response_name<'a>(messages: &'a [Value], part: &'a Value) -> &'a str {
+/// The tool name of a response: its own, or the name of the call it answers (the first call
+/// with its id, earlier in the history or, failing that, anywhere in it).
+fn response_name<'a>(
+    messages: &'a [Value],
+    earlier: &HashMap<&'a str, &'a str>,
+    part: &'a Value,
+) -> &'a str {
     let own = parts::field(part, "name");
     if !own.is_empty() {
         return own;
     }
     let id = parts::field(part, "id");
+    if let Some(name) = earlier.get(id) {
+        return name;
+    }
     messages
         .iter()
         .flat_map(parts::parts)

@@ -9,6 +9,7 @@ mod history;
 mod openai_chat;
 mod openai_responses;
 mod otel;
+mod out;
 mod parts;
 mod pydantic_ai;
 mod repair;
@@ -16,9 +17,11 @@ mod strands;
 
 pub use context::{ContextCache, Provenance, RunContext, CONTEXT_CACHE_ITEMS};
 pub use history::{load, ContinuationError, History, Selector};
+pub use out::Out;
 pub use repair::{RepairedCall, INTERRUPTED_CONTENT};
 
-use serde_json::{Map, Value};
+/// A rendered format's own request fields, in order.
+pub type Fields<'a> = Vec<(&'static str, Out<'a>)>;
 
 /// Output formats.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -87,7 +90,7 @@ impl Format {
 
 /// Renders a history: the format's own request fields, ready to splat into a request, plus
 /// warnings for anything the format could not carry.
-pub fn render(format: Format, history: &History) -> (Map<String, Value>, Vec<String>) {
+pub fn render(format: Format, history: &History) -> (Fields<'_>, Vec<String>) {
     match format {
         Format::Otel => otel::render(history),
         Format::PydanticAi => pydantic_ai::render(history),
@@ -107,10 +110,10 @@ mod tests {
 
     use serde_json::{json, Value};
 
-    use super::{render, Format, History};
+    use super::{Format, History, Out};
     use crate::domain::{MessageHash, Run, SnapshotRecord};
 
-    pub(super) fn history(messages: Vec<Value>, instructions: Option<&str>) -> History {
+    fn history(messages: Vec<Value>, instructions: Option<&str>) -> History {
         let run: Run = serde_json::from_value(json!({
             "run_id": "r", "aliases": [], "trace_id": "t", "agent_name": null,
             "conversation_id": null, "parent_run_id": null, "status": "running",
@@ -134,6 +137,12 @@ mod tests {
             effects: Arc::from(Vec::new()),
             provenance: Default::default(),
         }
+    }
+
+    /// The rendered fields as one JSON object, for inspection.
+    fn render(format: Format, history: &History) -> (Value, Vec<String>) {
+        let (fields, warnings) = super::render(format, history);
+        (Out::Object(fields).to_value(), warnings)
     }
 
     fn call(id: &str) -> Value {

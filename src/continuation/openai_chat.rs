@@ -7,27 +7,28 @@
 //! reasoning input, so thinking is dropped; tool messages carry text only, so structured results
 //! are stringified; both are reported in warnings.
 
-use serde_json::{json, Map, Value};
+use serde_json::Value;
 
 use super::parts::{self, Outcomes, Pairing};
-use super::History;
+use super::{Fields, History, Out};
+use crate::obj;
 
 const FORMAT: &str = "OpenAI Chat Completions";
 
 /// Renders `messages`.
-pub fn render(history: &History) -> (Map<String, Value>, Vec<String>) {
+pub fn render(history: &History) -> (Fields<'_>, Vec<String>) {
     let messages = &history.messages;
     let mut warnings = Vec::new();
     let pairing = Pairing::of(messages);
     pairing.warnings(messages, FORMAT, &mut warnings);
     let mut outcomes = Outcomes::new(history);
 
-    let mut out: Vec<Value> = Vec::new();
+    let mut out: Vec<Out> = Vec::new();
     if let Some(text) = parts::instructions_text(history) {
-        out.push(json!({"role": "system", "content": text}));
+        out.push(obj! {"role" => "system", "content" => text});
     }
     // Messages that arrive while the last assistant's calls are still unanswered.
-    let mut deferred: Vec<Value> = Vec::new();
+    let mut deferred: Vec<Out> = Vec::new();
     let mut open = 0usize;
 
     for (mi, message) in messages.iter().enumerate() {
@@ -41,7 +42,7 @@ pub fn render(history: &History) -> (Map<String, Value>, Vec<String>) {
             open = calls;
             continue;
         }
-        let mut content: Vec<Value> = Vec::new();
+        let mut content: Vec<Out> = Vec::new();
         for (pi, part) in parts::parts(message).iter().enumerate() {
             match parts::kind(part) {
                 "tool_call_response" => {
@@ -57,14 +58,14 @@ pub fn render(history: &History) -> (Map<String, Value>, Vec<String>) {
                         "tool messages",
                         &mut warnings,
                     );
-                    out.push(json!({
-                        "role": "tool",
-                        "tool_call_id": parts::field(part, "id"),
-                        "content": text,
-                    }));
+                    out.push(obj! {
+                        "role" => "tool",
+                        "tool_call_id" => parts::field(part, "id"),
+                        "content" => text,
+                    });
                     open = open.saturating_sub(1);
                 }
-                "text" => content.push(json!({"type": "text", "text": parts::text(part)})),
+                "text" => content.push(obj! {"type" => "text", "text" => parts::text_out(part)}),
                 "blob" | "uri" => {
                     if let Some(c) = media(part, mi, &mut warnings) {
                         content.push(c);
@@ -79,18 +80,18 @@ pub fn render(history: &History) -> (Map<String, Value>, Vec<String>) {
             continue;
         }
         let role = if role == "system" { "system" } else { "user" };
-        let body = match content.as_slice() {
-            [only] if only["type"] == "text" => only["text"].clone(),
-            _ if role == "system" => Value::String(
+        let body = match content.as_mut_slice() {
+            [only] if only.get("type") == Some(&Out::Str("text")) => only.take("text"),
+            _ if role == "system" => Out::String(
                 content
                     .iter()
-                    .filter_map(|c| c["text"].as_str())
+                    .filter_map(|c| c.get("text").and_then(Out::as_str))
                     .collect::<Vec<_>>()
                     .join("\n\n"),
             ),
-            _ => Value::Array(content),
+            _ => Out::Array(content),
         };
-        let m = json!({"role": role, "content": body});
+        let m = obj! {"role" => role, "content" => body};
         if open > 0 {
             deferred.push(m);
         } else {
@@ -100,31 +101,28 @@ pub fn render(history: &History) -> (Map<String, Value>, Vec<String>) {
     }
     out.append(&mut deferred);
 
-    let mut fields = Map::new();
-    fields.insert("messages".into(), Value::Array(out));
-    (fields, warnings)
+    (vec![("messages", Out::Array(out))], warnings)
 }
 
-/// An assistant message and the number of tool calls it keeps.
-fn assistant(
-    message: &Value,
+fn assistant<'a>(
+    message: &'a Value,
     mi: usize,
     pairing: &Pairing,
     warnings: &mut Vec<String>,
-) -> (Option<Value>, usize) {
-    let mut texts: Vec<String> = Vec::new();
-    let mut calls: Vec<Value> = Vec::new();
+) -> (Option<Out<'a>>, usize) {
+    let mut texts: Vec<std::borrow::Cow<'a, str>> = Vec::new();
+    let mut calls: Vec<Out> = Vec::new();
     for (pi, part) in parts::parts(message).iter().enumerate() {
         match parts::kind(part) {
             "text" => texts.push(parts::text(part)),
-            "tool_call" if !pairing.skip(mi, pi) => calls.push(json!({
-                "id": parts::field(part, "id"),
-                "type": "function",
-                "function": {
-                    "name": parts::field(part, "name"),
-                    "arguments": parts::arguments_text(part),
+            "tool_call" if !pairing.skip(mi, pi) => calls.push(obj! {
+                "id" => parts::field(part, "id"),
+                "type" => "function",
+                "function" => obj! {
+                    "name" => parts::field(part, "name"),
+                    "arguments" => parts::arguments_text(part),
                 },
-            })),
+            }),
             "tool_call" => {}
             "thinking" | "reasoning" => warnings.push(format!(
                 "message {mi}: thinking was dropped ({FORMAT} takes no reasoning input)"
@@ -141,24 +139,20 @@ fn assistant(
         return (None, 0);
     }
     let n = calls.len();
-    let mut m = Map::new();
-    m.insert("role".into(), json!("assistant"));
-    m.insert(
-        "content".into(),
-        if texts.is_empty() {
-            Value::Null
-        } else {
-            Value::String(texts.join("\n\n"))
-        },
-    );
+    let content = match texts.len() {
+        0 => Out::Null,
+        1 => parts::cow_out(texts.swap_remove(0)),
+        _ => Out::String(texts.join("\n\n")),
+    };
+    let mut m = obj! {"role" => "assistant", "content" => content};
     if !calls.is_empty() {
-        m.insert("tool_calls".into(), Value::Array(calls));
+        m.set("tool_calls", calls);
     }
-    (Some(Value::Object(m)), n)
+    (Some(m), n)
 }
 
 /// A user media part as a content part.
-fn media(part: &Value, mi: usize, warnings: &mut Vec<String>) -> Option<Value> {
+fn media<'a>(part: &'a Value, mi: usize, warnings: &mut Vec<String>) -> Option<Out<'a>> {
     let (mime, data) = parts::media(part);
     if data.is_empty() {
         warnings.push(format!(
@@ -173,7 +167,7 @@ fn media(part: &Value, mi: usize, warnings: &mut Vec<String>) -> Option<Value> {
             warnings.push(format!(
                 "message {mi}: image given only by reference ({data}); the provider must be able to fetch it"
             ));
-            return Some(json!({"type": "image_url", "image_url": {"url": data}}));
+            return Some(obj! {"type" => "image_url", "image_url" => obj! {"url" => data}});
         }
         warnings.push(format!(
             "message {mi}: {mime} given only by reference cannot be sent to {FORMAT} and was dropped"
@@ -181,19 +175,21 @@ fn media(part: &Value, mi: usize, warnings: &mut Vec<String>) -> Option<Value> {
         return None;
     }
     if image {
-        return Some(
-            json!({"type": "image_url", "image_url": {"url": format!("data:{mime};base64,{data}")}}),
-        );
+        let url = format!("data:{mime};base64,{data}");
+        return Some(obj! {"type" => "image_url", "image_url" => obj! {"url" => url}});
     }
     match mime {
         "audio/wav" | "audio/x-wav" | "audio/mpeg" | "audio/mp3" => {
             let format = if mime.ends_with("wav") { "wav" } else { "mp3" };
-            Some(json!({"type": "input_audio", "input_audio": {"data": data, "format": format}}))
+            Some(obj! {
+                "type" => "input_audio",
+                "input_audio" => obj! {"data" => data, "format" => format},
+            })
         }
-        "application/pdf" => Some(json!({"type": "file", "file": {
-            "file_data": format!("data:{mime};base64,{data}"),
-            "filename": "document.pdf",
-        }})),
+        "application/pdf" => Some(obj! {"type" => "file", "file" => obj! {
+            "file_data" => format!("data:{mime};base64,{data}"),
+            "filename" => "document.pdf",
+        }}),
         _ => {
             warnings.push(format!(
                 "message {mi}: {mime} content cannot be sent to {FORMAT} and was dropped"

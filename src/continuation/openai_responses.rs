@@ -6,59 +6,73 @@
 //! does not carry, so thinking is dropped with a warning; outputs are text, so structured results
 //! are stringified with a warning.
 
-use serde_json::{json, Map, Value};
+use serde_json::Value;
 
 use super::parts::{self, Outcomes, Pairing};
-use super::History;
+use super::{Fields, History, Out};
+use crate::obj;
 
 const FORMAT: &str = "OpenAI Responses";
 
 /// Renders `instructions` and `input`.
-pub fn render(history: &History) -> (Map<String, Value>, Vec<String>) {
+pub fn render<'h>(history: &'h History) -> (Fields<'h>, Vec<String>) {
     let messages = &history.messages;
     let mut warnings = Vec::new();
     let pairing = Pairing::of(messages);
     pairing.warnings(messages, FORMAT, &mut warnings);
     let mut outcomes = Outcomes::new(history);
-    let mut input: Vec<Value> = Vec::new();
+    let mut input: Vec<Out> = Vec::new();
 
     for (mi, message) in messages.iter().enumerate() {
         let role = parts::role(message);
-        let mut content: Vec<Value> = Vec::new();
-        let flush = |content: &mut Vec<Value>, input: &mut Vec<Value>| {
+        let mut content: Vec<Out> = Vec::new();
+        let flush = |content: &mut Vec<Out<'h>>, input: &mut Vec<Out<'h>>| {
             if content.is_empty() {
                 return;
             }
-            let items = std::mem::take(content);
+            let mut items = std::mem::take(content);
             if role == "assistant" {
-                let text: Vec<&str> = items.iter().filter_map(|c| c["text"].as_str()).collect();
-                input.push(json!({"role": "assistant", "content": text.join("\n\n")}));
+                let text = match items.as_mut_slice() {
+                    [only] => only.take("text"),
+                    _ => Out::String(
+                        items
+                            .iter()
+                            .filter_map(|c| c.get("text").and_then(Out::as_str))
+                            .collect::<Vec<_>>()
+                            .join("\n\n"),
+                    ),
+                };
+                input.push(obj! {"role" => "assistant", "content" => text});
             } else {
                 let r = if role == "system" { "system" } else { "user" };
-                let content = match items.as_slice() {
-                    [only] if only["type"] == "input_text" => only["text"].clone(),
-                    _ => Value::Array(items),
+                let content = match items.as_mut_slice() {
+                    [only] if only.get("type") == Some(&Out::Str("input_text")) => {
+                        only.take("text")
+                    }
+                    _ => Out::Array(items),
                 };
-                input.push(json!({"role": r, "content": content}));
+                input.push(obj! {"role" => r, "content" => content});
             }
         };
         for (pi, part) in parts::parts(message).iter().enumerate() {
             match parts::kind(part) {
                 "text" if role == "assistant" => {
-                    content.push(json!({"type": "output_text", "text": parts::text(part)}))
+                    content.push(obj! {"type" => "output_text", "text" => parts::text_out(part)})
                 }
-                "text" => content.push(json!({"type": "input_text", "text": parts::text(part)})),
+                "text" => {
+                    content.push(obj! {"type" => "input_text", "text" => parts::text_out(part)})
+                }
                 "tool_call" => {
                     if pairing.skip(mi, pi) {
                         continue;
                     }
                     flush(&mut content, &mut input);
-                    input.push(json!({
-                        "type": "function_call",
-                        "call_id": parts::field(part, "id"),
-                        "name": parts::field(part, "name"),
-                        "arguments": parts::arguments_text(part),
-                    }));
+                    input.push(obj! {
+                        "type" => "function_call",
+                        "call_id" => parts::field(part, "id"),
+                        "name" => parts::field(part, "name"),
+                        "arguments" => parts::arguments_text(part),
+                    });
                 }
                 "tool_call_response" => {
                     let outcome = outcomes.next(part);
@@ -74,11 +88,11 @@ pub fn render(history: &History) -> (Map<String, Value>, Vec<String>) {
                         "function_call_output items",
                         &mut warnings,
                     );
-                    input.push(json!({
-                        "type": "function_call_output",
-                        "call_id": parts::field(part, "id"),
-                        "output": text,
-                    }));
+                    input.push(obj! {
+                        "type" => "function_call_output",
+                        "call_id" => parts::field(part, "id"),
+                        "output" => text,
+                    });
                 }
                 "thinking" | "reasoning" => warnings.push(format!(
                     "message {mi}: thinking was dropped ({FORMAT} reasoning items need the provider's id and encrypted content)"
@@ -96,17 +110,17 @@ pub fn render(history: &History) -> (Map<String, Value>, Vec<String>) {
         flush(&mut content, &mut input);
     }
 
-    let mut fields = Map::new();
-    fields.insert(
-        "instructions".into(),
-        parts::instructions_text(history).map_or(Value::Null, Value::String),
-    );
-    fields.insert("input".into(), Value::Array(input));
-    (fields, warnings)
+    (
+        vec![
+            ("instructions", parts::instructions_text(history).into()),
+            ("input", Out::Array(input)),
+        ],
+        warnings,
+    )
 }
 
 /// A user media part as an input content part.
-fn media(part: &Value, mi: usize, warnings: &mut Vec<String>) -> Option<Value> {
+fn media<'a>(part: &'a Value, mi: usize, warnings: &mut Vec<String>) -> Option<Out<'a>> {
     let (mime, data) = parts::media(part);
     if data.is_empty() {
         warnings.push(format!(
@@ -121,23 +135,23 @@ fn media(part: &Value, mi: usize, warnings: &mut Vec<String>) -> Option<Value> {
             warnings.push(format!(
                 "message {mi}: image given only by reference ({data}); the provider must be able to fetch it"
             ));
-            Some(json!({"type": "input_image", "image_url": data, "detail": "auto"}))
+            Some(obj! {"type" => "input_image", "image_url" => data, "detail" => "auto"})
         }
-        (true, false) => Some(json!({
-            "type": "input_image",
-            "image_url": format!("data:{mime};base64,{data}"),
-            "detail": "auto",
-        })),
+        (true, false) => Some(obj! {
+            "type" => "input_image",
+            "image_url" => format!("data:{mime};base64,{data}"),
+            "detail" => "auto",
+        }),
         (false, true) => {
             warnings.push(format!(
                 "message {mi}: file given only by reference ({data}); the provider must be able to fetch it"
             ));
-            Some(json!({"type": "input_file", "file_url": data}))
+            Some(obj! {"type" => "input_file", "file_url" => data})
         }
-        (false, false) => Some(json!({
-            "type": "input_file",
-            "file_data": format!("data:{mime};base64,{data}"),
-            "filename": "file",
-        })),
+        (false, false) => Some(obj! {
+            "type" => "input_file",
+            "file_data" => format!("data:{mime};base64,{data}"),
+            "filename" => "file",
+        }),
     }
 }

@@ -1,19 +1,19 @@
 //! The canonical format: OTel GenAI messages plus system instructions.
 
-use serde_json::{Map, Value};
-
-use super::History;
+use super::{Fields, History, Out};
 
 /// `messages` and `system_instructions`, as stored.
-pub fn render(history: &History) -> (Map<String, Value>, Vec<String>) {
-    let mut out = Map::new();
-    out.insert("messages".into(), Value::Array(history.messages.to_vec()));
-    out.insert(
-        "system_instructions".into(),
-        history
-            .system_instructions
-            .clone()
-            .unwrap_or(Value::Array(Vec::new())),
-    );
-    (out, Vec::new())
+pub fn render(history: &History) -> (Fields<'_>, Vec<String>) {
+    let messages = history.messages.iter().map(Out::Raw).collect();
+    let instructions = match &history.system_instructions {
+        Some(v) => Out::Raw(v),
+        None => Out::Array(Vec::new()),
+    };
+    (
+        vec![
+            ("messages", Out::Array(messages)),
+            ("system_instructions", instructions),
+        ],
+        Vec::new(),
+    )
 }

@@ -2,11 +2,12 @@
 //! parts, tool calls and their outcomes. Every renderer reads the history through these helpers;
 //! none reads another renderer's output.
 
+use std::borrow::Cow;
 use std::collections::HashMap;
 
 use serde_json::{Map, Value};
 
-use super::History;
+use super::{History, Out};
 
 /// How a tool call ended, as far as the history and the effect ledger tell.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -57,72 +58,82 @@ pub fn field<'a>(part: &'a Value, name: &str) -> &'a str {
 }
 
 /// The text of a text-like part: a string content as is, anything else as JSON text.
-pub fn text(part: &Value) -> String {
+pub fn text(part: &Value) -> Cow<'_, str> {
     match part.get("content") {
-        Some(Value::String(s)) => s.clone(),
-        None | Some(Value::Null) => String::new(),
-        Some(other) => other.to_string(),
+        Some(Value::String(s)) => Cow::Borrowed(s),
+        None | Some(Value::Null) => Cow::Borrowed(""),
+        Some(other) => Cow::Owned(other.to_string()),
+    }
+}
+
+/// [`text`] as output (borrowed when the content is a string).
+pub fn text_out(part: &Value) -> Out<'_> {
+    cow_out(text(part))
+}
+
+/// A possibly borrowed string as output.
+pub fn cow_out(text: Cow<'_, str>) -> Out<'_> {
+    match text {
+        Cow::Borrowed(s) => Out::Str(s),
+        Cow::Owned(s) => Out::String(s),
     }
 }
 
 /// The arguments of a `tool_call` part as a JSON object (a JSON string is parsed; anything that is
 /// not an object is wrapped as `{"value": ...}`: providers require an object).
-pub fn arguments_object(part: &Value) -> Value {
-    let value = match part.get("arguments") {
-        Some(Value::String(s)) => serde_json::from_str(s).unwrap_or(Value::String(s.clone())),
-        Some(v) => v.clone(),
-        None => Value::Object(Map::new()),
-    };
-    match value {
-        Value::Object(_) => value,
-        Value::Null => Value::Object(Map::new()),
-        other => {
-            let mut m = Map::new();
-            m.insert("value".into(), other);
-            Value::Object(m)
-        }
+pub fn arguments_object(part: &Value) -> Out<'_> {
+    match part.get("arguments") {
+        Some(v @ Value::Object(_)) => Out::Raw(v),
+        None | Some(Value::Null) => Out::Object(Vec::new()),
+        Some(Value::String(s)) => match serde_json::from_str::<Value>(s) {
+            Ok(v @ Value::Object(_)) => Out::Value(v),
+            Ok(Value::Null) => Out::Object(Vec::new()),
+            Ok(other) => Out::Object(vec![("value", Out::Value(other))]),
+            Err(_) => Out::Object(vec![("value", Out::Str(s))]),
+        },
+        Some(other) => Out::Object(vec![("value", Out::Raw(other))]),
     }
 }
 
 /// The arguments of a `tool_call` part as JSON text (what OpenAI APIs carry).
-pub fn arguments_text(part: &Value) -> String {
+pub fn arguments_text(part: &Value) -> Out<'_> {
     match part.get("arguments") {
-        Some(Value::String(s)) => s.clone(),
-        None | Some(Value::Null) => "{}".into(),
-        Some(v) => v.to_string(),
+        Some(Value::String(s)) => Out::Str(s),
+        None | Some(Value::Null) => Out::Str("{}"),
+        Some(v) => Out::String(v.to_string()),
     }
 }
 
-/// The result carried by a `tool_call_response` part (`response` or `result`).
-pub fn tool_result(part: &Value) -> Value {
+/// The result carried by a `tool_call_response` part (`response` or `result`; null when neither).
+pub fn tool_result(part: &Value) -> &Value {
+    static NULL: Value = Value::Null;
     part.get("response")
         .or_else(|| part.get("result"))
-        .cloned()
-        .unwrap_or(Value::Null)
+        .unwrap_or(&NULL)
 }
 
 /// A tool result as text: strings as is, null as empty, anything else as its JSON text. The flag
 /// says whether a structured value had to be stringified.
-pub fn result_text(value: &Value) -> (String, bool) {
+pub fn result_text(value: &Value) -> (Cow<'_, str>, bool) {
     match value {
-        Value::String(s) => (s.clone(), false),
-        Value::Null => (String::new(), false),
-        other => (other.to_string(), true),
+        Value::String(s) => (Cow::Borrowed(s), false),
+        Value::Null => (Cow::Borrowed(""), false),
+        other => (Cow::Owned(other.to_string()), true),
     }
 }
 
 /// A tool-call-response part as the text an OpenAI-style tool message carries: an error outcome
 /// is wrapped as `{"error": ...}` (the model must see that the call failed); a structured success
 /// is JSON text, and a warning says so (`carrier` names what carries it, e.g. "tool messages").
-pub fn tool_result_text(
-    part: &Value,
+pub fn tool_result_text<'a>(
+    part: &'a Value,
     outcome: Outcome,
     mi: usize,
     format: &str,
     carrier: &str,
     warnings: &mut Vec<String>,
-) -> String {
-    let (text, stringified) = result_text(&tool_result(part));
+) -> Out<'a> {
+    let (text, stringified) = result_text(tool_result(part));
     if stringified {
         warnings.push(format!(
             "message {mi}: tool result {:?} is not text; {format} {carrier} carry text, so it was sent as JSON text",
@@ -131,15 +142,15 @@ pub fn tool_result_text(
     }
     if outcome.is_error() {
         let mut m = Map::new();
-        m.insert("error".into(), Value::String(text));
-        return Value::Object(m).to_string();
+        m.insert("error".into(), Value::String(text.into_owned()));
+        return Out::String(Value::Object(m).to_string());
     }
-    text
+    cow_out(text)
 }
 
 /// The system instructions in force, joined as one text (none when empty).
 pub fn instructions_text(history: &History) -> Option<String> {
-    let texts: Vec<String> = history
+    let texts: Vec<Cow<'_, str>> = history
         .system_instructions
         .as_ref()
         .and_then(Value::as_array)
@@ -155,7 +166,7 @@ pub fn instructions_text(history: &History) -> Option<String> {
 /// its own outcome; otherwise the n-th response with an id matches the n-th ledger entry with it.
 pub struct Outcomes<'h> {
     effects: HashMap<&'h str, Vec<&'h crate::domain::ToolEffect>>,
-    seen: HashMap<String, usize>,
+    seen: HashMap<&'h str, usize>,
 }
 
 impl<'h> Outcomes<'h> {
@@ -168,14 +179,10 @@ impl<'h> Outcomes<'h> {
     }
 
     /// The outcome of the next response part (call in history order).
-    pub fn next(&mut self, part: &Value) -> Outcome {
-        let id = field(part, "id").to_string();
-        let n = self.seen.entry(id.clone()).or_insert(0);
-        let effect = self
-            .effects
-            .get(id.as_str())
-            .and_then(|list| list.get(*n))
-            .copied();
+    pub fn next(&mut self, part: &'h Value) -> Outcome {
+        let id = field(part, "id");
+        let n = self.seen.entry(id).or_insert(0);
+        let effect = self.effects.get(id).and_then(|list| list.get(*n)).copied();
         *n += 1;
         match part.get("outcome").and_then(Value::as_str) {
             Some("interrupted") => return Outcome::Interrupted,
@@ -275,11 +282,11 @@ pub fn media(part: &Value) -> (&str, &str) {
 }
 
 /// Turns of a provider that wants alternating roles: `(role, blocks)`.
-pub type Turns = Vec<(&'static str, Vec<Value>)>;
+pub type Turns<'a> = Vec<(&'static str, Vec<Out<'a>>)>;
 
 /// Appends `blocks` to the last turn when it has the same role (consecutive same-role turns
 /// merge), else starts a new turn.
-pub fn push_turn(turns: &mut Turns, role: &'static str, mut blocks: Vec<Value>) {
+pub fn push_turn<'a>(turns: &mut Turns<'a>, role: &'static str, mut blocks: Vec<Out<'a>>) {
     match turns.last_mut() {
         Some((r, existing)) if *r == role => existing.append(&mut blocks),
         _ => turns.push((role, blocks)),
@@ -288,10 +295,10 @@ pub fn push_turn(turns: &mut Turns, role: &'static str, mut blocks: Vec<Value>) 
 
 /// For providers whose history must start with a user turn: when it starts with
 /// `model_role`, puts a `filler` user turn (described by `filler_text`) first and says so.
-pub fn start_with_user(
-    turns: &mut Turns,
+pub fn start_with_user<'a>(
+    turns: &mut Turns<'a>,
     model_role: &str,
-    filler: Value,
+    filler: Out<'a>,
     filler_text: &str,
     format: &str,
     warnings: &mut Vec<String>,
@@ -324,11 +331,18 @@ mod tests {
     #[test]
     fn arguments_are_objects_or_text() {
         let part = json!({"type":"tool_call","arguments":"{\"x\":1}"});
-        assert_eq!(arguments_object(&part), json!({"x":1}));
-        assert_eq!(arguments_text(&json!({"arguments":{"x":1}})), "{\"x\":1}");
+        assert_eq!(arguments_object(&part).to_value(), json!({"x":1}));
         assert_eq!(
-            arguments_object(&json!({"arguments":3})),
+            arguments_text(&json!({"arguments":{"x":1}})).to_value(),
+            "{\"x\":1}"
+        );
+        assert_eq!(
+            arguments_object(&json!({"arguments":3})).to_value(),
             json!({"value":3})
+        );
+        assert_eq!(
+            arguments_object(&json!({"arguments":"not json"})).to_value(),
+            json!({"value":"not json"})
         );
     }
 }

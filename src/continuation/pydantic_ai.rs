@@ -7,37 +7,58 @@
 
 use std::collections::HashMap;
 
-use serde_json::{json, Map, Value};
+use serde_json::Value;
 
-use super::History;
+use super::parts;
+use super::{Fields, History, Out};
 use crate::domain::{format_timestamp, MessageHash};
+use crate::obj;
+
+/// What every message of the run carries besides its parts.
+struct Common<'h> {
+    instructions: Option<String>,
+    run_alias: Option<&'h str>,
+    conversation: Option<&'h str>,
+}
+
+impl<'h> Common<'h> {
+    /// Adds `instructions` (requests only), `run_id` and `conversation_id` to a message.
+    fn stamp(&self, message: &mut Out<'h>, request: bool) {
+        if request {
+            message.set("instructions", self.instructions.clone());
+        }
+        if let Some(id) = self.run_alias {
+            message.set("run_id", id);
+        }
+        if let Some(c) = self.conversation {
+            message.set("conversation_id", c);
+        }
+    }
+}
 
 /// Renders `messages` as a list of `ModelMessage`.
-pub fn render(history: &History) -> (Map<String, Value>, Vec<String>) {
+pub fn render<'h>(history: &'h History) -> (Fields<'h>, Vec<String>) {
     let mut warnings = Vec::new();
-    let instructions = instructions_text(history.system_instructions.as_ref());
+    let common = Common {
+        instructions: instructions_text(history.system_instructions.as_ref()),
+        run_alias: history.run.aliases.first().map(String::as_str),
+        conversation: history.run.conversation_id.as_deref(),
+    };
     let fallback_ns = history.models().last().map(|m| m.end_ns).unwrap_or(0);
-    let run_alias = history.run.aliases.first().cloned();
-    let conversation = history.run.conversation_id.clone();
     let effects = history.effects_by_id();
-    let mut seen_returns: HashMap<String, usize> = HashMap::new();
+    let mut seen_returns: HashMap<&str, usize> = HashMap::new();
 
-    let mut out: Vec<Value> = Vec::new();
-    let mut request: Option<(Vec<Value>, u64)> = None;
-    let flush = |request: &mut Option<(Vec<Value>, u64)>, out: &mut Vec<Value>| {
+    let mut out: Vec<Out> = Vec::new();
+    let mut request: Option<(Vec<Out>, u64)> = None;
+    let flush = |request: &mut Option<(Vec<Out<'h>>, u64)>, out: &mut Vec<Out<'h>>| {
         if let Some((parts, at)) = request.take() {
-            let mut m = Map::new();
-            m.insert("kind".into(), json!("request"));
-            m.insert("parts".into(), Value::Array(parts));
-            m.insert("timestamp".into(), json!(format_timestamp(at)));
-            m.insert("instructions".into(), json!(instructions));
-            if let Some(id) = &run_alias {
-                m.insert("run_id".into(), json!(id));
-            }
-            if let Some(c) = &conversation {
-                m.insert("conversation_id".into(), json!(c));
-            }
-            out.push(Value::Object(m));
+            let mut m = obj! {
+                "kind" => "request",
+                "parts" => parts,
+                "timestamp" => format_timestamp(at),
+            };
+            common.stamp(&mut m, true);
+            out.push(m);
         }
     };
 
@@ -51,24 +72,12 @@ pub fn render(history: &History) -> (Map<String, Value>, Vec<String>) {
             .get("role")
             .and_then(Value::as_str)
             .unwrap_or("user");
-        let parts = message
-            .get("parts")
-            .and_then(Value::as_array)
-            .cloned()
-            .unwrap_or_default();
+        let parts = parts::parts(message);
         if role == "assistant" {
             flush(&mut request, &mut out);
-            out.push(response(
-                history,
-                message,
-                hash,
-                &parts,
-                index,
-                &mut warnings,
-                fallback_ns,
-                run_alias.as_deref(),
-                conversation.as_deref(),
-            ));
+            let mut m = response(history, hash, parts, index, &mut warnings, fallback_ns);
+            common.stamp(&mut m, false);
+            out.push(m);
             continue;
         }
         let at = history.first_sent(hash).unwrap_or(fallback_ns);
@@ -79,8 +88,8 @@ pub fn render(history: &History) -> (Map<String, Value>, Vec<String>) {
             && parts
                 .iter()
                 .any(|p| matches!(p.get("type").and_then(Value::as_str), Some("blob" | "uri")));
-        let mut prompt_items: Vec<Value> = Vec::new();
-        for part in &parts {
+        let mut prompt_items: Vec<Out> = Vec::new();
+        for part in parts {
             let kind = part.get("type").and_then(Value::as_str).unwrap_or("");
             match kind {
                 "text" if multimodal => prompt_items.push(text_of(part)),
@@ -90,63 +99,57 @@ pub fn render(history: &History) -> (Map<String, Value>, Vec<String>) {
                         "message {index}: {kind} part without data or uri was dropped"
                     )),
                 },
-                "text" if role == "system" => parts_out.push(json!({
-                    "part_kind": "system-prompt",
-                    "content": text_of(part),
-                    "timestamp": stamp,
-                })),
-                "text" => parts_out.push(json!({
-                    "part_kind": "user-prompt",
-                    "content": text_of(part),
-                    "timestamp": stamp,
-                })),
+                "text" if role == "system" => parts_out.push(obj! {
+                    "part_kind" => "system-prompt",
+                    "content" => text_of(part),
+                    "timestamp" => stamp.clone(),
+                }),
+                "text" => parts_out.push(obj! {
+                    "part_kind" => "user-prompt",
+                    "content" => text_of(part),
+                    "timestamp" => stamp.clone(),
+                }),
                 "tool_call_response" => {
-                    let id = part.get("id").and_then(Value::as_str).unwrap_or("").to_string();
-                    let n = seen_returns.entry(id.clone()).or_insert(0);
-                    let effect = effects.get(id.as_str()).and_then(|list| list.get(*n)).copied();
+                    let id = part.get("id").and_then(Value::as_str).unwrap_or("");
+                    let n = seen_returns.entry(id).or_insert(0);
+                    let effect = effects.get(id).and_then(|list| list.get(*n)).copied();
                     *n += 1;
-                    let content = part
-                        .get("response")
-                        .or_else(|| part.get("result"))
-                        .cloned()
-                        .unwrap_or(Value::Null);
-                    let mut p = Map::new();
-                    p.insert("part_kind".into(), json!("tool-return"));
-                    p.insert(
-                        "tool_name".into(),
-                        json!(part
-                            .get("name")
-                            .and_then(Value::as_str)
-                            .or(effect.map(|e| e.tool_name.as_str()))
-                            .unwrap_or("")),
-                    );
-                    p.insert("content".into(), content);
-                    p.insert("tool_call_id".into(), json!(id));
-                    p.insert("timestamp".into(), json!(stamp));
+                    let tool_name = part
+                        .get("name")
+                        .and_then(Value::as_str)
+                        .or(effect.map(|e| e.tool_name.as_str()))
+                        .unwrap_or("");
+                    let mut p = obj! {
+                        "part_kind" => "tool-return",
+                        "tool_name" => tool_name,
+                        "content" => parts::tool_result(part),
+                        "tool_call_id" => id,
+                        "timestamp" => stamp.clone(),
+                    };
+                    // A synthesized result (repair=true) says its own outcome.
                     if let Some(outcome) = part.get("outcome").and_then(Value::as_str) {
-                        // A synthesized result (repair=true) says its own outcome.
-                        p.insert("outcome".into(), json!(outcome));
-                        parts_out.push(Value::Object(p));
+                        p.set("outcome", outcome);
+                        parts_out.push(p);
                         continue;
                     }
-                    match effect.and_then(|e| e.retry.clone()) {
+                    match effect.and_then(|e| e.retry.as_ref()) {
                         Some(retry) => {
-                            p.insert("outcome".into(), json!("retried"));
-                            p.insert("retry".into(), retry);
+                            p.set("outcome", "retried");
+                            p.set("retry", retry);
                         }
                         None => {
                             let failed = effect.is_some_and(|e| e.error.is_some());
-                            p.insert("outcome".into(), json!(if failed { "failed" } else { "success" }));
+                            p.set("outcome", if failed { "failed" } else { "success" });
                         }
                     }
-                    parts_out.push(Value::Object(p));
+                    parts_out.push(p);
                 }
                 "blob" | "uri" => match media_content(part) {
-                    Some(content) => parts_out.push(json!({
-                        "part_kind": "user-prompt",
-                        "content": [content],
-                        "timestamp": stamp,
-                    })),
+                    Some(content) => parts_out.push(obj! {
+                        "part_kind" => "user-prompt",
+                        "content" => vec![content],
+                        "timestamp" => stamp.clone(),
+                    }),
                     None => warnings.push(format!(
                         "message {index}: {kind} part without data or uri was dropped"
                     )),
@@ -157,93 +160,81 @@ pub fn render(history: &History) -> (Map<String, Value>, Vec<String>) {
             }
         }
         if !prompt_items.is_empty() {
-            parts_out.push(json!({
-                "part_kind": "user-prompt",
-                "content": prompt_items,
-                "timestamp": stamp,
-            }));
+            parts_out.push(obj! {
+                "part_kind" => "user-prompt",
+                "content" => prompt_items,
+                "timestamp" => stamp,
+            });
         }
     }
     flush(&mut request, &mut out);
 
-    let mut fields = Map::new();
-    fields.insert("messages".into(), Value::Array(out));
-    (fields, warnings)
+    (vec![("messages", Out::Array(out))], warnings)
 }
 
-#[allow(clippy::too_many_arguments)]
-fn response(
-    history: &History,
-    _message: &Value,
+/// A `ModelResponse` for an assistant message: model name, usage and time from the model request
+/// that produced it.
+fn response<'h>(
+    history: &'h History,
     hash: &MessageHash,
-    parts: &[Value],
+    parts: &'h [Value],
     index: usize,
     warnings: &mut Vec<String>,
     fallback_ns: u64,
-    run_alias: Option<&str>,
-    conversation: Option<&str>,
-) -> Value {
+) -> Out<'h> {
     let producer = history.producer_of(hash);
     let mut parts_out = Vec::new();
     for part in parts {
         match part.get("type").and_then(Value::as_str).unwrap_or("") {
-            "text" => parts_out.push(json!({"part_kind": "text", "content": text_of(part)})),
-            "tool_call" => parts_out.push(json!({
-                "part_kind": "tool-call",
-                "tool_name": part.get("name").cloned().unwrap_or(json!("")),
-                "args": part.get("arguments").cloned().unwrap_or(Value::Null),
-                "tool_call_id": part.get("id").cloned().unwrap_or(json!("")),
-            })),
-            "reasoning" | "thinking" => parts_out.push(json!({"part_kind": "thinking", "content": text_of(part)})),
+            "text" => parts_out.push(obj! {"part_kind" => "text", "content" => text_of(part)}),
+            "tool_call" => parts_out.push(obj! {
+                "part_kind" => "tool-call",
+                "tool_name" => part.get("name").map_or(Out::Str(""), Out::Raw),
+                "args" => part.get("arguments"),
+                "tool_call_id" => part.get("id").map_or(Out::Str(""), Out::Raw),
+            }),
+            "reasoning" | "thinking" => {
+                parts_out.push(obj! {"part_kind" => "thinking", "content" => text_of(part)})
+            }
             other => warnings.push(format!(
                 "message {index}: part type {other:?} has no Pydantic AI response equivalent and was dropped"
             )),
         }
     }
-    let mut m = Map::new();
-    m.insert("kind".into(), json!("response"));
-    m.insert("parts".into(), Value::Array(parts_out));
-    m.insert(
-        "timestamp".into(),
-        json!(format_timestamp(
-            producer.map(|p| p.end_ns).unwrap_or(fallback_ns)
-        )),
-    );
+    let mut m = obj! {
+        "kind" => "response",
+        "parts" => parts_out,
+        "timestamp" => format_timestamp(producer.map(|p| p.end_ns).unwrap_or(fallback_ns)),
+    };
     if let Some(p) = producer {
         if let Some(model) = &p.model {
-            m.insert("model_name".into(), json!(model));
+            m.set("model_name", model.as_str());
         }
-        m.insert(
-            "usage".into(),
-            json!({
-                "input_tokens": p.input_tokens.unwrap_or(0),
-                "output_tokens": p.output_tokens.unwrap_or(0),
-            }),
+        m.set(
+            "usage",
+            obj! {
+                "input_tokens" => p.input_tokens.unwrap_or(0),
+                "output_tokens" => p.output_tokens.unwrap_or(0),
+            },
         );
     }
-    if let Some(id) = run_alias {
-        m.insert("run_id".into(), json!(id));
-    }
-    if let Some(c) = conversation {
-        m.insert("conversation_id".into(), json!(c));
-    }
-    Value::Object(m)
+    m
 }
 
-fn text_of(part: &Value) -> Value {
-    part.get("content").cloned().unwrap_or(json!(""))
+fn text_of(part: &Value) -> Out<'_> {
+    part.get("content").map_or(Out::Str(""), Out::Raw)
 }
 
 /// A `blob` or `uri` part as Pydantic AI user content (`BinaryContent` / `ImageUrl`...).
-fn media_content(part: &Value) -> Option<Value> {
+fn media_content(part: &Value) -> Option<Out<'_>> {
     let mime = part.get("mime_type").and_then(Value::as_str);
     let modality = part.get("modality").and_then(Value::as_str).unwrap_or("");
     if let Some(data) = part.get("content").and_then(Value::as_str) {
-        return Some(json!({
-            "kind": "binary",
-            "data": data,
-            "media_type": mime.unwrap_or("application/octet-stream"),
-        }));
+        return Some(obj! {
+            "kind" => "binary",
+            "data" => data,
+            "media_type" => mime.unwrap_or("application/octet-stream"),
+        });
     }
     let uri = part.get("uri").and_then(Value::as_str)?;
     let kind = match modality {
@@ -252,7 +243,7 @@ fn media_content(part: &Value) -> Option<Value> {
         "video" => "video-url",
         _ => "document-url",
     };
-    Some(json!({"kind": kind, "url": uri}))
+    Some(obj! {"kind" => kind, "url" => uri})
 }
 
 /// Pydantic AI keeps instructions as one string on each request.

@@ -6,20 +6,21 @@
 //! `{t: content}`, so blocks stepline does not know survive the round trip. Tool results of role
 //! `tool` go into a user message, as Converse wants.
 
-use serde_json::{json, Map, Value};
+use serde_json::{json, Value};
 
-use super::History;
+use super::{Fields, History, Out};
+use crate::obj;
 
-/// Renders `messages` (Converse messages) and `system_prompt` (text, or absent).
-pub fn render(history: &History) -> (Map<String, Value>, Vec<String>) {
+/// `messages` (Converse messages) and `system_prompt` (null when there are no instructions).
+pub fn render(history: &History) -> (Fields<'_>, Vec<String>) {
     let mut warnings = Vec::new();
-    let mut messages: Vec<Value> = Vec::new();
+    let mut messages: Vec<(&'static str, Vec<Out>)> = Vec::new();
     for (index, message) in history.messages.iter().enumerate() {
         let role = match message.get("role").and_then(Value::as_str) {
             Some("assistant") => "assistant",
             _ => "user",
         };
-        let blocks: Vec<Value> = message
+        let blocks = message
             .get("parts")
             .and_then(Value::as_array)
             .into_iter()
@@ -33,25 +34,27 @@ pub fn render(history: &History) -> (Map<String, Value>, Vec<String>) {
                     ));
                 }
                 block
-            })
-            .collect();
+            });
         // Converse alternates roles: consecutive messages of one role become one message.
         match messages.last_mut() {
-            Some(last) if last["role"] == role => {
-                if let Some(content) = last["content"].as_array_mut() {
-                    content.extend(blocks);
-                }
-            }
-            _ => messages.push(json!({"role": role, "content": blocks})),
+            Some((last, content)) if *last == role => content.extend(blocks),
+            _ => messages.push((role, blocks.collect())),
         }
     }
-    let mut out = Map::new();
-    out.insert("messages".into(), Value::Array(messages));
-    out.insert(
-        "system_prompt".into(),
-        system_prompt(history.system_instructions.as_ref()).map_or(Value::Null, Value::String),
-    );
-    (out, warnings)
+    let messages = messages
+        .into_iter()
+        .map(|(role, content)| obj! {"role" => role, "content" => content})
+        .collect();
+    (
+        vec![
+            ("messages", Out::Array(messages)),
+            (
+                "system_prompt",
+                system_prompt(history.system_instructions.as_ref()).into(),
+            ),
+        ],
+        warnings,
+    )
 }
 
 fn system_prompt(instructions: Option<&Value>) -> Option<String> {
@@ -63,47 +66,55 @@ fn system_prompt(instructions: Option<&Value>) -> Option<String> {
     (!texts.is_empty()).then(|| texts.join("\n\n"))
 }
 
-fn part_to_block(part: &Value) -> Option<Value> {
+/// The Converse block of one part (none for a part without a type, or of an unknown type
+/// without content).
+fn part_to_block(part: &Value) -> Option<Out<'_>> {
     let kind = part.get("type").and_then(Value::as_str)?;
-    let field = |k: &str| part.get(k).cloned().unwrap_or(Value::Null);
+    let field = |k: &str| part.get(k).map_or(Out::Null, Out::Raw);
     Some(match kind {
-        "text" => json!({"text": field("content")}),
+        "text" => obj! {"text" => field("content")},
         "tool_call" => {
-            let input = match field("arguments") {
-                Value::String(s) => serde_json::from_str(&s).unwrap_or(Value::String(s)),
-                Value::Null => json!({}),
-                v => v,
+            let input = match part.get("arguments") {
+                Some(Value::String(s)) => match serde_json::from_str::<Value>(s) {
+                    Ok(v) => Out::Value(v),
+                    Err(_) => Out::Str(s),
+                },
+                None | Some(Value::Null) => Out::Object(Vec::new()),
+                Some(v) => Out::Raw(v),
             };
-            json!({"toolUse": {"toolUseId": field("id"), "name": field("name"), "input": input}})
+            obj! {"toolUse" => obj! {
+                "toolUseId" => field("id"),
+                "name" => field("name"),
+                "input" => input,
+            }}
         }
         "tool_call_response" => {
-            let response = part
-                .get("response")
-                .or_else(|| part.get("result"))
-                .cloned()
-                .unwrap_or(Value::Null);
+            let response = part.get("response").or_else(|| part.get("result"));
             let content = match response {
-                Value::Array(items) if items.iter().all(Value::is_object) => Value::Array(items),
-                Value::String(s) => json!([{"text": s}]),
-                Value::Null => json!([]),
-                other => json!([{"json": other}]),
+                Some(items @ Value::Array(list)) if list.iter().all(Value::is_object) => {
+                    Out::Raw(items)
+                }
+                Some(Value::String(s)) => Out::Array(vec![obj! {"text" => s.as_str()}]),
+                None | Some(Value::Null) => Out::Array(Vec::new()),
+                Some(other) => Out::Array(vec![obj! {"json" => other}]),
             };
-            let status = part
-                .get("status")
-                .cloned()
-                .unwrap_or_else(|| json!("success"));
-            json!({"toolResult": {"toolUseId": field("id"), "status": status, "content": content}})
+            let status = part.get("status").map_or(Out::Str("success"), Out::Raw);
+            obj! {"toolResult" => obj! {
+                "toolUseId" => field("id"),
+                "status" => status,
+                "content" => content,
+            }}
         }
         "reasoning" => {
-            let mut text = json!({"text": field("content")});
+            let mut text = obj! {"text" => field("content")};
             if let Some(sig) = part.get("signature") {
-                text["signature"] = sig.clone();
+                text.set("signature", sig);
             }
-            json!({"reasoningContent": {"reasoningText": text}})
+            obj! {"reasoningContent" => obj! {"reasoningText" => text}}
         }
         other => {
             let content = part.get("content")?;
-            json!({ other: content })
+            Out::Value(json!({ other: content }))
         }
     })
 }
@@ -121,7 +132,11 @@ mod tests {
             json!({"type":"reasoning","content":"hm","signature":"s"}),
             json!({"type":"citationsContent","content":{"x":1}}),
         ];
-        let blocks: Vec<Value> = cases.iter().filter_map(part_to_block).collect();
+        let blocks: Vec<Value> = cases
+            .iter()
+            .filter_map(part_to_block)
+            .map(|b| b.to_value())
+            .collect();
         assert_eq!(blocks[0], json!({"text":"hi"}));
         assert_eq!(blocks[1]["toolUse"]["input"]["a"], 1);
         assert_eq!(blocks[2]["toolResult"]["status"], "error");

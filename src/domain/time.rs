@@ -1,6 +1,6 @@
 //! Timestamps: nanoseconds since the Unix epoch inside, RFC 3339 UTC with nanoseconds outside.
 
-use chrono::{DateTime, Utc};
+use chrono::{DateTime, SecondsFormat, Utc};
 
 /// Nanoseconds since the Unix epoch, as OTLP carries them.
 pub type Nanos = u64;
@@ -11,7 +11,7 @@ pub fn format_timestamp(nanos: Nanos) -> String {
     let secs = (nanos / 1_000_000_000) as i64;
     let sub = (nanos % 1_000_000_000) as u32;
     match DateTime::<Utc>::from_timestamp(secs, sub) {
-        Some(t) => t.format("%Y-%m-%dT%H:%M:%S%.9fZ").to_string(),
+        Some(t) => t.to_rfc3339_opts(SecondsFormat::Nanos, true),
         None => "1970-01-01T00:00:00.000000000Z".to_string(),
     }
 }
