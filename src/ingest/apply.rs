@@ -981,12 +981,24 @@ fn try_append(
     let Some(state) = store.run_state(run_id)? else {
         return Ok(false);
     };
+    // The run's last stored input chain (the cache's) gives the node ids of the prefixes of the
+    // fact's input it names, so the append walks only what the input adds.
+    let chain = store.take_chain(run_id);
+    let current = chain.current();
     let new: Vec<NewFact<'_>> = work
         .added
         .values()
-        .map(|fact| NewFact {
-            fact,
-            input_chain: work.input_chains.get(&fact.span_id).cloned(),
+        .map(|fact| {
+            let input_chain = work.input_chains.get(&fact.span_id).cloned();
+            let input_prefixes = input_chain
+                .as_ref()
+                .filter(|c| **c == current)
+                .map(|_| chain.node_ids());
+            NewFact {
+                fact,
+                input_chain,
+                input_prefixes,
+            }
         })
         .collect();
     let mut failed = None;
@@ -999,6 +1011,8 @@ fn try_append(
             }
         }
     });
+    drop(new);
+    store.keep_chain(run_id, chain);
     if let Some(e) = failed {
         return Err(e);
     }
