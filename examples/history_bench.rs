@@ -29,7 +29,7 @@ use stepline::continuation::{self, Format, Selector};
 use stepline::domain::MessageHash;
 use stepline::exporter::Outbox;
 use stepline::ingest::{apply_group, Ingest, Work};
-use stepline::interpreter::interpret_span;
+use stepline::interpreter::{interpret_span_with, PrefixMemo};
 use stepline::store::{keys::cf, Store};
 
 const TRACE: [u8; 16] = [9; 16];
@@ -135,6 +135,9 @@ async fn main() -> anyhow::Result<()> {
     let mut step_bytes: Vec<u64> = Vec::with_capacity(args.steps);
     let mut interpret_times: Vec<Duration> = Vec::with_capacity(args.steps);
     let mut apply_times: Vec<Duration> = Vec::with_capacity(args.steps);
+    // The interpretation alone runs with a memo of its own, as the ingest service's does (the
+    // service's memo sees each history once too, so neither reads the other's work).
+    let memo = PrefixMemo::default();
 
     for step in 1..=args.steps {
         let t = base_ns + step as u64 * 1_000_000;
@@ -179,7 +182,7 @@ async fn main() -> anyhow::Result<()> {
         let started = Instant::now();
         let interpreted: Vec<_> = [&chat, &tool]
             .into_iter()
-            .filter_map(interpret_span)
+            .filter_map(|span| interpret_span_with(span, &memo))
             .collect();
         interpret_times.push(started.elapsed());
         if interpreted.len() != 2 {

@@ -7,7 +7,7 @@ use crate::config::SignalKind;
 use crate::domain::{ChainIds, ChainRef, MessageHash, NodeId, Run};
 use crate::interpreter::{
     append, derive, with_log_content, Abandonment, FactKind, Interpreted, LogEvent, NewFact,
-    RunMeta, SpanFact, StoredFact,
+    RunMeta, SharedMessages, SpanFact, StoredFact,
 };
 use crate::store::keys::{self, cf};
 use crate::store::{Store, StoreError, WriteBatch};
@@ -217,6 +217,7 @@ pub fn apply_group(store: &Store, works: &[Work], now_ns: u64) -> Result<Vec<App
                         run_span_id: String::new(),
                         fact,
                         messages: Vec::new(),
+                        shared: SharedMessages::default(),
                     };
                     let i = with_logs(store, &logs, &i)?.unwrap_or(i);
                     add_fact(
@@ -316,6 +317,7 @@ fn with_logs(
         run_span_id: i.run_span_id.clone(),
         fact,
         messages,
+        shared: i.shared.clone(),
     }))
 }
 
@@ -406,12 +408,14 @@ fn merge_run(
     }
     load_full(store, runs, into)?;
     for fact in facts.values() {
-        let hashes: Vec<MessageHash> = [&fact.input, &fact.output, &fact.all_messages]
-            .into_iter()
-            .flatten()
-            .flatten()
-            .map(|r| r.hash.clone())
-            .collect();
+        let input = fact.input.as_deref().map(Vec::as_slice);
+        let hashes: Vec<MessageHash> =
+            [input, fact.output.as_deref(), fact.all_messages.as_deref()]
+                .into_iter()
+                .flatten()
+                .flatten()
+                .map(|r| r.hash.clone())
+                .collect();
         let values = store.messages(from, &hashes)?;
         let bodies: Vec<(MessageHash, serde_json::Value)> =
             hashes.into_iter().zip(values).collect();
@@ -543,6 +547,10 @@ fn write_fact(
     bodies: &[(MessageHash, serde_json::Value)],
 ) -> Result<(), StoreError> {
     let chains = FactChains::of(store, run_id, fact);
+    let bodies = Bodies {
+        listed: bodies,
+        shared: &SharedMessages::default(),
+    };
     write_fact_with(store, batch, run_id, work, fact, &chains, bodies)?;
     chains.keep(store, run_id);
     Ok(())
@@ -590,6 +598,14 @@ impl FactChains {
     }
 }
 
+/// The message bodies an interpreted fact carries: listed with their hashes, and the input's
+/// shared with the interpreter's memo (by position in the input).
+#[derive(Clone, Copy)]
+struct Bodies<'a> {
+    listed: &'a [(MessageHash, serde_json::Value)],
+    shared: &'a SharedMessages,
+}
+
 fn write_fact_with(
     store: &Store,
     batch: &mut WriteBatch<'_>,
@@ -597,7 +613,7 @@ fn write_fact_with(
     work: &mut RunWork,
     fact: &SpanFact,
     chains: &FactChains,
-    bodies: &[(MessageHash, serde_json::Value)],
+    bodies: Bodies<'_>,
 ) -> Result<(), StoreError> {
     batch.put_json(
         cf::FACTS,
@@ -607,9 +623,12 @@ fn write_fact_with(
     // Messages before the first new node of a history are stored already (a node is written
     // with its message); the others may be new.
     let mut maybe_new: HashSet<&MessageHash> = HashSet::new();
+    // Shared input bodies of the messages from the first new node on (the ones before are
+    // stored), when the reference at their position is theirs.
+    let mut shared: Vec<(&MessageHash, &serde_json::Value)> = Vec::new();
     for (n, (refs, ids)) in [
-        (&fact.input, &chains.input),
-        (&fact.all_messages, &chains.all_messages),
+        (fact.input.as_deref().map(Vec::as_slice), &chains.input),
+        (fact.all_messages.as_deref(), &chains.all_messages),
     ]
     .into_iter()
     .enumerate()
@@ -622,10 +641,16 @@ fn write_fact_with(
         if n == 0 {
             work.input_chains
                 .insert(fact.span_id.clone(), ids.current());
+            for (index, m) in bodies.shared.iter_from(from) {
+                if refs.get(index).is_some_and(|r| r.hash == m.reference.hash) {
+                    shared.push((&m.reference.hash, &m.body));
+                }
+            }
         }
     }
     maybe_new.extend(fact.output.iter().flatten().map(|r| &r.hash));
-    for (hash, body) in bodies {
+    let listed = bodies.listed.iter().map(|(hash, body)| (hash, body));
+    for (hash, body) in shared.into_iter().chain(listed) {
         if !maybe_new.contains(hash) || work.known_messages.contains(hash) {
             continue;
         }
@@ -691,7 +716,11 @@ fn add_fact(
         Some(_) => work.full = true,
         None => {}
     }
-    write_fact_with(store, batch, &run_id, work, &i.fact, &chains, &i.messages)?;
+    let bodies = Bodies {
+        listed: &i.messages,
+        shared: &i.shared,
+    };
+    write_fact_with(store, batch, &run_id, work, &i.fact, &chains, bodies)?;
     chains.keep(store, &run_id);
     work.added.insert(i.fact.span_id.clone(), i.fact.clone());
     if let Some(all) = &mut work.all {
@@ -953,12 +982,24 @@ fn try_append(
     let Some(state) = store.run_state(run_id)? else {
         return Ok(false);
     };
+    // The run's last stored input chain (the cache's) gives the node ids of the prefixes of the
+    // fact's input it names, so the append walks only what the input adds.
+    let chain = store.take_chain(run_id);
+    let current = chain.current();
     let new: Vec<NewFact<'_>> = work
         .added
         .values()
-        .map(|fact| NewFact {
-            fact,
-            input_chain: work.input_chains.get(&fact.span_id).cloned(),
+        .map(|fact| {
+            let input_chain = work.input_chains.get(&fact.span_id).cloned();
+            let input_prefixes = input_chain
+                .as_ref()
+                .filter(|c| **c == current)
+                .map(|_| chain.node_ids());
+            NewFact {
+                fact,
+                input_chain,
+                input_prefixes,
+            }
         })
         .collect();
     let mut failed = None;
@@ -971,6 +1012,8 @@ fn try_append(
             }
         }
     });
+    drop(new);
+    store.keep_chain(run_id, chain);
     if let Some(e) = failed {
         return Err(e);
     }
@@ -1054,7 +1097,7 @@ mod tests {
         }
     }
     use crate::domain::{EffectStatus, RunStatus};
-    use crate::interpreter::interpret_span;
+    use crate::interpreter::{interpret_span, interpret_span_with, PrefixMemo};
     use crate::test_fixtures::{delegate_scenario as spans, run_id};
     use opentelemetry_proto::tonic::trace::v1::Span;
 
@@ -1429,6 +1472,71 @@ mod tests {
         }
     }
 
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig { cases: 32, ..Default::default() })]
+
+        /// Inputs read through the interpreter's memo (reused prefixes, bodies shared rather than
+        /// copied) store exactly what full parses store, also when requests interpreted through
+        /// the memo are refused before their commit (the memo then holds histories the store
+        /// never got) and sent again at once, at the end, or never.
+        #[test]
+        fn memoised_interpretation_stores_what_full_parses_store(
+            steps in 2u8..9,
+            variant in 0u8..32,
+            with_agent in proptest::bool::ANY,
+            cuts in proptest::collection::vec(proptest::bool::ANY, 24),
+            refusals in proptest::collection::vec(0u8..5, 24),
+        ) {
+            let all = linear_run(steps, variant, with_agent);
+            let memo = PrefixMemo::default();
+            let through_memo = |spans: &[Span]| -> Vec<Interpreted> {
+                spans.iter().filter_map(|s| interpret_span_with(s, &memo)).collect()
+            };
+            let mut requests: Vec<Vec<Span>> = vec![Vec::new()];
+            for (n, span) in all.iter().enumerate() {
+                requests.last_mut().unwrap().push(span.clone());
+                if cuts[n % cuts.len()] {
+                    requests.push(Vec::new());
+                }
+            }
+            let (full_dir, memo_dir) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+            let full = Store::open(full_dir.path(), false).unwrap();
+            let memoised = Store::open(memo_dir.path(), false).unwrap();
+            let mut later = Vec::new();
+            for (n, request) in requests.iter().enumerate() {
+                let refusal = refusals[n % refusals.len()];
+                if refusal <= 2 {
+                    // Interpreted, then refused (overload, a failed commit): never stored.
+                    drop(through_memo(request));
+                }
+                match refusal {
+                    0 => continue, // never sent again
+                    1 => {
+                        later.push(request.clone());
+                        continue;
+                    }
+                    _ => {}
+                }
+                apply_group(&memoised, &[spans_work(through_memo(request))], n as u64).unwrap();
+                apply_group(&full, &[spans_work(interpreted(request))], n as u64).unwrap();
+            }
+            for request in &later {
+                apply_group(&memoised, &[spans_work(through_memo(request))], 50).unwrap();
+                apply_group(&full, &[spans_work(interpreted(request))], 50).unwrap();
+            }
+            let reference = everything(&full);
+            proptest::prop_assert_eq!(&reference, &everything(&memoised));
+            // Every snapshot's history has its bodies stored, the same as the full parse's.
+            for (run, _, _, snapshots) in &reference {
+                for s in snapshots {
+                    let expected = full.history(&run.run_id, &s.history).unwrap();
+                    let got = memoised.history(&run.run_id, &s.history).unwrap();
+                    proptest::prop_assert_eq!(&expected.messages, &got.messages);
+                }
+            }
+        }
+    }
+
     /// The history cache serves a continuation only for the snapshot it was read for: a new step
     /// (a new tip) is read from disk, and after a reopen the first read is cold and the same.
     #[test]
@@ -1729,7 +1837,11 @@ mod tests {
                 .iter()
                 .find(|f| f.kind == FactKind::ModelRequest)
                 .unwrap();
-            assert_eq!(model.input.as_ref().map(Vec::len), Some(3), "scenario {n}");
+            assert_eq!(
+                model.input.as_ref().map(|i| i.len()),
+                Some(3),
+                "scenario {n}"
+            );
             assert_eq!(
                 model.system_instructions,
                 Some(serde_json::json!([{"type": "text", "content": "be brief"}]))

@@ -22,7 +22,7 @@ use writer::Writer;
 
 use crate::config::SignalKind;
 use crate::exporter::Outbox;
-use crate::interpreter::{interpret_log, interpret_span};
+use crate::interpreter::{interpret_log, interpret_span_with, PrefixMemo};
 use crate::media::{Blob, Media, MediaError};
 use crate::service_error::{ServiceError, ServiceErrorCode};
 use crate::store::Store;
@@ -101,6 +101,8 @@ pub struct Ingest {
     /// Encoded bytes of the requests being interpreted or waiting for the writer.
     admitted_bytes: AtomicU64,
     media: Option<Arc<Media>>,
+    /// The last input history interpreted per run, shared by the interpretation tasks.
+    memo: Arc<PrefixMemo>,
 }
 
 /// Requests that may wait for the writer before new ones are refused with a retryable error.
@@ -132,6 +134,7 @@ impl Ingest {
             counters: Arc::new(IngestCounters::default()),
             admitted_bytes: AtomicU64::new(0),
             media: None,
+            memo: Arc::new(PrefixMemo::default()),
         }
     }
 
@@ -206,6 +209,7 @@ impl Ingest {
         };
         let forward = self.outbox.wants(SignalKind::Traces);
         let media = self.media.clone();
+        let memo = self.memo.clone();
         let (interpreted, blobs, total, invalid, payload) =
             tokio::task::spawn_blocking(move || {
                 let mut out = Vec::new();
@@ -221,7 +225,7 @@ impl Ingest {
                         invalid += 1;
                         continue;
                     }
-                    if let Some(i) = interpret_span(span) {
+                    if let Some(i) = interpret_span_with(span, &memo) {
                         out.push(i);
                     }
                 }

@@ -106,7 +106,11 @@ fn run(store: Arc<Store>, outbox: Arc<Outbox>, mut rx: mpsc::Receiver<Job>) {
         if works.is_empty() {
             continue;
         }
-        match apply_group(&store, &works, now_ns()) {
+        let applied = apply_group(&store, &works, now_ns());
+        // Freed before answering: the next request of a run then finds the input history it
+        // shares with these (the interpreter's memo) held by nobody else, and extends it in place.
+        drop(works);
+        match applied {
             Ok(results) => {
                 if !reserved.is_empty() {
                     outbox.committed();

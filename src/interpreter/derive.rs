@@ -309,17 +309,21 @@ fn build_effects(
         }
         let after = entry.requested_ns.unwrap_or(0);
         let id = entry.effect.tool_call_id.as_str();
-        let closes = |history: &Option<Vec<MessageRef>>| {
+        let closes = |history: Option<&[MessageRef]>| {
             history
-                .iter()
+                .into_iter()
                 .flatten()
                 .any(|m| m.shape.closes.iter().any(|c| c == id))
         };
         let answered = models
             .iter()
-            .find(|m| m.start_ns >= after && closes(&m.input))
+            .find(|m| m.start_ns >= after && closes(m.input.as_deref().map(Vec::as_slice)))
             .map(|m| m.start_ns)
-            .or_else(|| agent.filter(|a| closes(&a.all_messages)).map(|a| a.end_ns));
+            .or_else(|| {
+                agent
+                    .filter(|a| closes(a.all_messages.as_deref()))
+                    .map(|a| a.end_ns)
+            });
         if let Some(at) = answered {
             entry.effect.status = EffectStatus::Completed;
             entry.effect.ended_at = Some(format_timestamp(at));
@@ -779,7 +783,7 @@ mod tests {
                 arguments: Some(p["arguments"].clone()),
             })
             .collect();
-        f.input = Some(input.into_iter().map(msg).collect());
+        f.input = Some(std::sync::Arc::new(input.into_iter().map(msg).collect()));
         f.output = Some(output.into_iter().map(msg).collect());
         f.agent_call_id = Some("call-1".into());
         f

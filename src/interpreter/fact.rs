@@ -1,8 +1,11 @@
 //! Span facts: what one recognised span says about its run.
 
+use std::sync::Arc;
+
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use super::prefix_memo::SharedMessages;
 use crate::domain::{ChainRef, MessageHash, MessageRef};
 
 /// The role a span plays in a run.
@@ -45,9 +48,10 @@ pub struct SpanFact {
     pub agent_call_id: Option<String>,
     /// `gen_ai.conversation.id`.
     pub conversation_id: Option<String>,
-    /// Model request input history.
+    /// Model request input history (shared: consecutive requests of a run mostly repeat the
+    /// same long history, which the interpreter's memo hands out without copying it).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub input: Option<Vec<MessageRef>>,
+    pub input: Option<Arc<Vec<MessageRef>>>,
     /// Model request output messages.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub output: Option<Vec<MessageRef>>,
@@ -119,7 +123,7 @@ pub struct StoredFact {
 impl StoredFact {
     /// The stored form of a fact.
     pub fn of(fact: &SpanFact) -> StoredFact {
-        let input_chain = fact.input.as_deref().map(ChainRef::of);
+        let input_chain = fact.input.as_deref().map(|refs| ChainRef::of(refs));
         let all_messages_chain = fact.all_messages.as_deref().map(ChainRef::of);
         Self::with_chains(fact, input_chain, all_messages_chain)
     }
@@ -219,8 +223,13 @@ pub struct Interpreted {
     pub run_span_id: String,
     /// The fact.
     pub fact: SpanFact,
-    /// Message bodies referenced by the fact, with their hashes, to store once per run.
+    /// Message bodies referenced by the fact, with their hashes, to store once per run (the
+    /// input's bodies that `shared` holds are not repeated here).
     pub messages: Vec<(MessageHash, Value)>,
+    /// Bodies of the fact's input, by position, shared with the interpreter's memo rather than
+    /// copied: the `i`-th holds the body of `fact.input[i]` when their hashes are equal (media
+    /// offloading may rename a message, whose new body is then in `messages`).
+    pub shared: SharedMessages,
 }
 
 impl SpanFact {
@@ -299,6 +308,14 @@ impl Interpreted {
             run_span_id,
             fact,
             messages,
+            shared: SharedMessages::default(),
         }
+    }
+
+    /// Every message body the interpretation carries, with its hash: the shared ones, then
+    /// `messages`.
+    pub fn bodies(&self) -> impl Iterator<Item = (&MessageHash, &Value)> + '_ {
+        let shared = self.shared.iter().map(|m| (&m.reference.hash, &m.body));
+        shared.chain(self.messages.iter().map(|(h, v)| (h, v)))
     }
 }

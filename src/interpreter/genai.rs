@@ -2,6 +2,9 @@
 //! GenAI-instrumented producers emit it: which spans are agent runs, model requests and tool
 //! calls, and where their ids, messages and results live.
 
+use std::sync::Arc;
+
+use opentelemetry_proto::tonic::common::v1::any_value::Value as Any;
 use opentelemetry_proto::tonic::common::v1::KeyValue;
 use opentelemetry_proto::tonic::trace::v1::{status::StatusCode, Span};
 use serde_json::{Map, Value};
@@ -9,6 +12,7 @@ use serde_json::{Map, Value};
 use super::attributes::{any_to_json, Attributes};
 use super::events::{is_legacy_event, map_event, Slot};
 use super::fact::{FactKind, Interpreted, RequestedCall, SpanFact};
+use super::prefix_memo::{MemoRead, PrefixMemo, SharedMessages};
 use crate::domain::{MessageHash, MessageRef};
 
 const MODEL_OPERATIONS: &[&str] = &["chat", "generate_content", "text_completion"];
@@ -22,7 +26,9 @@ const GROUP_OPERATIONS: &[&str] = &["execute_event_loop_cycle"];
 const DETAILS_EVENT: &str = "gen_ai.client.inference.operation.details";
 
 /// Interprets one span. Spans that are not agent runs, model requests or tool calls give `None`.
-pub fn interpret_span(span: &Span) -> Option<Interpreted> {
+/// With a memo, a model request's input history reuses what the last input of its run left
+/// there (see [`PrefixMemo`]); the result is the same with or without it.
+pub fn interpret_span(span: &Span, memo: Option<&PrefixMemo>) -> Option<Interpreted> {
     // Content written as `gen_ai.client.inference.operation.details` events reads like attributes.
     let merged: Vec<KeyValue>;
     let attrs = if span.events.iter().any(|e| e.name == DETAILS_EVENT) {
@@ -80,6 +86,7 @@ pub fn interpret_span(span: &Span) -> Option<Interpreted> {
     ]);
 
     let mut messages = Vec::new();
+    let mut shared = SharedMessages::default();
     match kind {
         FactKind::Group => {}
         _ if pending => {
@@ -93,7 +100,21 @@ pub fn interpret_span(span: &Span) -> Option<Interpreted> {
             fact.system_instructions = read_instructions(&attrs);
         }
         FactKind::ModelRequest => {
-            fact.input = read_messages(&attrs, "gen_ai.input.messages", &mut fact, &mut messages);
+            let key = "gen_ai.input.messages";
+            let memo_key = format!(
+                "{}-{}\0{key}",
+                fact.trace_id,
+                parent_span_id.as_deref().unwrap_or(&span_id)
+            );
+            match memo.and_then(|memo| read_memoised(memo, &memo_key, &attrs, key)) {
+                Some(read) => {
+                    fact.input = Some(read.references);
+                    shared = read.messages;
+                }
+                None => {
+                    fact.input = read_messages(&attrs, key, &mut fact, &mut messages).map(Arc::new);
+                }
+            }
             fact.output = read_messages(&attrs, "gen_ai.output.messages", &mut fact, &mut messages);
             if fact.input.is_none() && fact.output.is_none() {
                 read_legacy_events(span, &mut fact, &mut messages);
@@ -152,7 +173,30 @@ pub fn interpret_span(span: &Span) -> Option<Interpreted> {
     }
 
     // Model requests and tool calls are children of the agent-run span.
-    Some(Interpreted::keyed(fact, messages))
+    let mut interpreted = Interpreted::keyed(fact, messages);
+    interpreted.shared = shared;
+    Some(interpreted)
+}
+
+/// A message-list attribute given as a JSON string, read through the memo; `None` when it is
+/// not a string or not a non-empty array of messages (the caller reads it in full, which gives
+/// the same messages or the reason they are unusable).
+fn read_memoised(
+    memo: &PrefixMemo,
+    memo_key: &str,
+    attrs: &Attributes<'_>,
+    key: &str,
+) -> Option<MemoRead> {
+    let Some(Any::StringValue(raw)) = attrs.get(key)?.value.as_ref() else {
+        return None;
+    };
+    memo.read(memo_key, raw, is_message)
+}
+
+/// Whether a JSON value is a message in the canonical shape (a role string and a parts array).
+fn is_message(item: &Value) -> bool {
+    item.get("role").map(Value::is_string).unwrap_or(false)
+        && item.get("parts").map(Value::is_array).unwrap_or(false)
 }
 
 /// Fills a fact's content from legacy GenAI span events (Strands' default mode, older
@@ -238,7 +282,7 @@ pub(crate) fn apply_legacy_events(
         fact.system_instructions = Some(Value::Array(system));
     }
     if !input.is_empty() {
-        fact.input = Some(store_bodies(input, bodies));
+        fact.input = Some(Arc::new(store_bodies(input, bodies)));
     }
     if !output.is_empty() {
         fact.output = Some(store_bodies(output, bodies));
@@ -363,9 +407,7 @@ fn read_messages(
     };
     let mut refs = Vec::with_capacity(items.len());
     for item in items {
-        let valid = item.get("role").map(Value::is_string).unwrap_or(false)
-            && item.get("parts").map(Value::is_array).unwrap_or(false);
-        if !valid {
+        if !is_message(&item) {
             fact.content_problem
                 .get_or_insert(format!("{key} holds a message without role and parts"));
             return None;
@@ -405,11 +447,60 @@ mod tests {
                 ),
             ],
         );
-        let i = interpret_span(&s).unwrap();
+        let i = interpret_span(&s, None).unwrap();
         assert_eq!(i.run_span_id, "0303030303030303");
         assert_eq!(i.fact.kind, FactKind::ModelRequest);
         assert_eq!(i.fact.output.as_ref().unwrap()[0].shape.opens, vec!["c1"]);
         assert_eq!(i.messages.len(), 2);
+    }
+
+    #[test]
+    fn the_memo_gives_what_a_full_parse_gives() {
+        let memo = PrefixMemo::default();
+        let mut history =
+            vec![serde_json::json!({"role":"user","parts":[{"type":"text","content":"go"}]})];
+        for k in 0..6 {
+            let output = serde_json::json!([{"role":"assistant","parts":[
+                {"type":"tool_call","id":format!("c{k}"),"name":"f","arguments":{"k":k}}]}]);
+            let s = span(
+                "chat m",
+                vec![
+                    kv("gen_ai.operation.name", "chat"),
+                    kv(
+                        "gen_ai.input.messages",
+                        &Value::Array(history.clone()).to_string(),
+                    ),
+                    kv("gen_ai.output.messages", &output.to_string()),
+                ],
+            );
+            let plain = interpret_span(&s, None).unwrap();
+            let memoised = interpret_span(&s, Some(&memo)).unwrap();
+            assert_eq!(plain.fact, memoised.fact);
+            assert_eq!(plain.run_span_id, memoised.run_span_id);
+            let bodies = |i: &Interpreted| -> Vec<(MessageHash, Value)> {
+                i.bodies().map(|(h, v)| (h.clone(), v.clone())).collect()
+            };
+            assert_eq!(bodies(&plain), bodies(&memoised));
+            assert_eq!(memoised.shared.len(), history.len());
+            history.push(output[0].clone());
+            history.push(serde_json::json!({"role":"user","parts":[
+                {"type":"tool_call_response","id":format!("c{k}"),"result":"ok"}]}));
+        }
+        // A damaged history is the same content problem with or without the memo.
+        let s = span(
+            "chat m",
+            vec![
+                kv("gen_ai.operation.name", "chat"),
+                kv(
+                    "gen_ai.input.messages",
+                    r#"[{"role":"user","parts":[]}, {"role":"user"}]"#,
+                ),
+            ],
+        );
+        assert_eq!(
+            interpret_span(&s, None).unwrap(),
+            interpret_span(&s, Some(&memo)).unwrap()
+        );
     }
 
     #[test]
@@ -424,7 +515,7 @@ mod tests {
                 ),
             ],
         );
-        let i = interpret_span(&s).unwrap();
+        let i = interpret_span(&s, None).unwrap();
         assert!(i.fact.input.is_none());
         assert!(i.fact.content_problem.unwrap().contains("not valid JSON"));
     }
@@ -473,7 +564,7 @@ mod tests {
                 }),
             },
         ];
-        let i = interpret_span(&span("chat m", attrs)).unwrap();
+        let i = interpret_span(&span("chat m", attrs), None).unwrap();
         assert_eq!(i.messages[0].1["parts"][0]["content"], "hi");
     }
 
@@ -494,7 +585,7 @@ mod tests {
             code: StatusCode::Error as i32,
             message: "busy".into(),
         });
-        let i = interpret_span(&s).unwrap();
+        let i = interpret_span(&s, None).unwrap();
         assert_eq!(i.fact.error.as_deref(), Some("busy"));
         assert_eq!(i.fact.arguments.unwrap()["city"], "Paris");
         assert_eq!(i.fact.result.unwrap(), "busy, try again");

@@ -68,6 +68,10 @@ pub struct NewFact<'a> {
     pub fact: &'a SpanFact,
     /// Its input as a chain reference, when it has an input.
     pub input_chain: Option<ChainRef>,
+    /// The node ids of every prefix of its input (`[i]` names the first `i + 1` messages), when
+    /// known: an input that extends the previous request's full history is then walked on from
+    /// where that history's walk ended, not from its first message.
+    pub input_prefixes: Option<&'a [NodeId]>,
 }
 
 /// The records an append changes.
@@ -337,11 +341,10 @@ pub fn append(
             model_instructions = Some(hash);
         }
         fixed = (out.next_seq, out.previous.clone());
-        last_full = None;
+        let previous_full = last_full.take();
         let Some(input) = &m.input else { continue };
         let instructions = model_instructions.clone().or(agent_instructions.clone());
-        let mut walk = WalkState::default();
-        input.iter().for_each(|r| walk.push(&r.shape));
+        let mut walk = walk_input(input, n.input_prefixes, previous_full.as_ref());
         let history = n.input_chain.clone().unwrap_or_else(|| ChainRef::of(input));
         out.push(
             history.clone(),
@@ -475,6 +478,31 @@ pub fn append(
     })
 }
 
+/// The validity walk over a request's input. When the input starts with the previous request's
+/// full history (its node ids say so: a node id names its whole history), the walk goes on from
+/// where that history's walk ended, which is where a walk from the first message would be.
+fn walk_input(
+    input: &[MessageRef],
+    prefixes: Option<&[NodeId]>,
+    previous: Option<&LastFull>,
+) -> WalkState {
+    if let (Some(ids), Some(full)) = (prefixes, previous) {
+        let len = full.history.len as usize;
+        let extends = ids.len() == input.len()
+            && len > 0
+            && len <= input.len()
+            && full.history.tip.as_ref() == ids.get(len - 1);
+        if extends {
+            let mut walk = full.walk.clone();
+            input[len..].iter().for_each(|r| walk.push(&r.shape));
+            return walk;
+        }
+    }
+    let mut walk = WalkState::default();
+    input.iter().for_each(|r| walk.push(&r.shape));
+    walk
+}
+
 /// A reconstructed snapshot: the last request's full history answered from the tool spans.
 struct Reconstructed {
     history: ChainRef,
@@ -532,4 +560,58 @@ fn reconstruct(full: &LastFull, entries: &[EffectBuild]) -> Option<Reconstructed
         ),
         message,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::domain::ChainIds;
+    use serde_json::json;
+
+    #[test]
+    fn an_input_that_extends_the_last_full_history_is_walked_from_its_end() {
+        let history: Vec<MessageRef> = [
+            json!({"role": "user", "parts": [{"type": "text", "content": "go"}]}),
+            json!({"role": "assistant", "parts": [{"type": "tool_call", "id": "a", "name": "f"}]}),
+            json!({"role": "user", "parts": [{"type": "tool_call_response", "id": "a"}]}),
+            json!({"role": "assistant", "parts": [{"type": "tool_call", "id": "b", "name": "f"}]}),
+            json!({"role": "assistant", "parts": [{"type": "text", "content": "too early"}]}),
+        ]
+        .iter()
+        .map(MessageRef::of)
+        .collect();
+        let mut chain = ChainIds::default();
+        let ids = chain.ids(history.iter().map(|r| &r.hash)).to_vec();
+        let full_walk = |refs: &[MessageRef]| {
+            let mut walk = WalkState::default();
+            refs.iter().for_each(|r| walk.push(&r.shape));
+            walk
+        };
+        for len in 1..=history.len() {
+            let previous = LastFull {
+                history: ChainRef::of(&history[..len]),
+                walk: full_walk(&history[..len]),
+                end_ns: 0,
+            };
+            assert_eq!(
+                walk_input(&history, Some(&ids), Some(&previous)),
+                full_walk(&history),
+                "from {len}"
+            );
+        }
+        // A last history the input does not start with (or ids of another input) is not used.
+        let other = LastFull {
+            history: ChainRef::of(&history[1..3]),
+            walk: WalkState::default(),
+            end_ns: 0,
+        };
+        assert_eq!(
+            walk_input(&history, Some(&ids), Some(&other)),
+            full_walk(&history)
+        );
+        assert_eq!(
+            walk_input(&history[..3], Some(&ids), Some(&other)),
+            full_walk(&history[..3])
+        );
+    }
 }

@@ -62,7 +62,10 @@ pub fn interpret_span(span: &Span) -> Option<Interpreted> {
                 fact.system_instructions = Some(Value::Array(system));
             }
             if let Some(input) = input {
-                fact.input = Some(store_bodies(input.messages, &mut messages));
+                fact.input = Some(std::sync::Arc::new(store_bodies(
+                    input.messages,
+                    &mut messages,
+                )));
             }
             if let Some((output, _)) = output {
                 fact.requested_calls = output.messages.iter().flat_map(requested_calls).collect();

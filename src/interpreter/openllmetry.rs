@@ -86,7 +86,10 @@ pub fn interpret_span(span: &Span) -> Option<Interpreted> {
                 if !mapped.system.is_empty() {
                     fact.system_instructions = Some(Value::Array(mapped.system));
                 }
-                fact.input = Some(store_bodies(mapped.messages, &mut messages));
+                fact.input = Some(std::sync::Arc::new(store_bodies(
+                    mapped.messages,
+                    &mut messages,
+                )));
             }
             if !completion.is_empty() {
                 let mapped = openai_items::map_history(&completion);

@@ -187,11 +187,26 @@ impl Media {
                     renamed.insert(std::mem::replace(hash, new.clone()), new);
                 }
             }
+            // Shared input bodies are read only: one with a blob to take out is copied into
+            // `messages` under its new hash (the fact's reference is renamed below).
+            for m in item.shared.iter() {
+                if !parts::may_offload(&m.body, threshold) {
+                    continue;
+                }
+                let mut body = m.body.clone();
+                if parts::offload(&mut body, threshold, &mut blobs) {
+                    let new = MessageHash::of(&body);
+                    renamed.insert(m.reference.hash.clone(), new.clone());
+                    item.messages.push((new, body));
+                }
+            }
             if renamed.is_empty() {
                 continue;
             }
             let fact = &mut item.fact;
-            for list in [&mut fact.input, &mut fact.output, &mut fact.all_messages]
+            // The input may be shared with the memo: copied on write.
+            let input = fact.input.as_mut().map(std::sync::Arc::make_mut);
+            for list in [input, fact.output.as_mut(), fact.all_messages.as_mut()]
                 .into_iter()
                 .flatten()
             {
@@ -404,7 +419,7 @@ mod tests {
             "s".repeat(16),
             "chat".into(),
         );
-        fact.input = Some(messages.iter().map(MessageRef::of).collect());
+        fact.input = Some(Arc::new(messages.iter().map(MessageRef::of).collect()));
         Interpreted {
             run_span_id: "r".repeat(16),
             fact,
@@ -412,11 +427,52 @@ mod tests {
                 .into_iter()
                 .map(|m| (MessageHash::of(&m), m))
                 .collect(),
+            shared: Default::default(),
         }
     }
 
     fn user(parts: Value) -> Value {
         json!({"role": "user", "parts": parts})
+    }
+
+    #[test]
+    fn shared_input_bodies_are_offloaded_without_changing_the_memo() {
+        use crate::interpreter::{interpret_span, interpret_span_with, PrefixMemo};
+        use crate::test_fixtures::{kv, span};
+        let media = Media::in_memory(Some(64 * 1024));
+        let (big, big_text) = picture(7, 64 * 1024);
+        let history = vec![
+            user(json!([{"type": "blob", "mime_type": "image/png", "content": big_text}])),
+            user(json!([{"type": "text", "content": "what is it?"}])),
+        ];
+        let chat = span(
+            2,
+            1,
+            "chat m",
+            10,
+            vec![
+                kv("gen_ai.operation.name", "chat"),
+                kv("gen_ai.input.messages", &Value::Array(history).to_string()),
+            ],
+        );
+        let memo = PrefixMemo::default();
+        let mut memoised = vec![interpret_span_with(&chat, &memo).unwrap()];
+        let mut plain = vec![interpret_span(&chat).unwrap()];
+        let blobs = media.offload(&mut memoised);
+        assert_eq!(blobs, media.offload(&mut plain));
+        assert_eq!(blobs[0].reference, MediaRef::of(&big));
+        // The same fact; every body it names is carried, the offloaded one in `messages`.
+        assert_eq!(memoised[0].fact, plain[0].fact);
+        let bodies: HashMap<&MessageHash, &Value> = memoised[0].bodies().collect();
+        for (hash, body) in plain[0].bodies() {
+            assert_eq!(bodies.get(hash), Some(&body));
+        }
+        // The memo still holds what the producer sent, for the next request.
+        let again = interpret_span_with(&chat, &memo).unwrap();
+        assert_eq!(
+            again.shared.iter().next().unwrap().body["parts"][0]["content"],
+            json!(big_text)
+        );
     }
 
     #[tokio::test]
@@ -451,7 +507,11 @@ mod tests {
         assert!(!serde_json::to_string(&stored)
             .unwrap()
             .contains(&big_text[..100]));
-        for ((hash, body), r) in item.messages.iter().zip(item.fact.input.as_ref().unwrap()) {
+        for ((hash, body), r) in item
+            .messages
+            .iter()
+            .zip(item.fact.input.as_ref().unwrap().iter())
+        {
             assert_eq!(hash, &MessageHash::of(body));
             assert_eq!(&r.hash, hash);
         }

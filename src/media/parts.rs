@@ -65,6 +65,20 @@ fn decoded_len(text: &str) -> Option<usize> {
     (padding <= 2).then(|| text.len() / 4 * 3 - padding)
 }
 
+/// Whether [`offload`] would move something out of `message` (read only; it may still keep data
+/// that is not valid base64).
+pub fn may_offload(message: &Value, threshold: u64) -> bool {
+    parts(message).any(|part| {
+        carries_inline_data(part)
+            && !part.contains_key(SIZE)
+            && part
+                .get("content")
+                .and_then(Value::as_str)
+                .and_then(decoded_len)
+                .is_some_and(|n| n as u64 >= threshold)
+    })
+}
+
 /// Moves every inline blob of at least `threshold` decoded bytes out of `message`, appending
 /// it to `blobs`. Returns whether the message changed. Data that is not standard base64 stays.
 pub fn offload(message: &mut Value, threshold: u64, blobs: &mut Vec<Blob>) -> bool {

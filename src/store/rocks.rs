@@ -390,7 +390,7 @@ impl Store {
             .map(|s| {
                 let mut fact = s.fact;
                 if let Some(chain) = &s.input_chain {
-                    fact.input = Some(refs(chain)?);
+                    fact.input = Some(std::sync::Arc::new(refs(chain)?));
                 }
                 if let Some(chain) = &s.all_messages_chain {
                     fact.all_messages = Some(refs(chain)?);

@@ -1,0 +1,539 @@
+//! A memo of the last message history interpreted per run, so a span that carries the previous
+//! span's history plus a few messages parses and hashes only the new ones.
+//!
+//! Agent frameworks send the whole conversation so far on every model request as one JSON array
+//! string (`gen_ai.input.messages`): at step 1,000 it holds 2,000 messages, 1,998 of them exactly
+//! the bytes of the previous request's array. The memo keeps, per run key, the raw bytes of the
+//! last array up to the end of its last element together with what interpreting each element
+//! gave (hash, shape, body). A new string whose first bytes are exactly those bytes, followed by
+//! JSON whitespace and `,` (more elements) or `]` (none), reuses the memoised results and parses
+//! only the rest.
+//!
+//! Why the result equals a full parse: the prefix is compared byte for byte (no hash that could
+//! collide), JSON elements are parsed independently of one another (the same bytes give the same
+//! value, at the same nesting depth, whatever follows), and the rest is parsed as an array of its
+//! own that must hold at least one element and end the input, which is exactly what the grammar
+//! of the whole array asks of it (`[a, ]` and trailing garbage stay errors). Anything else (no
+//! entry, different bytes, a parse error, a message without role and parts) is a miss, and the
+//! caller interprets the string in full as before.
+//!
+//! Message bodies are shared ([`Arc`]) between the memo and the interpretations that reuse them,
+//! never copied. The memo is only a shortcut for interpretation: it says nothing about what the
+//! store holds, so the writer still decides from the store which bodies to write.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use serde_json::Value;
+
+use crate::domain::MessageRef;
+
+/// Most messages the memo holds over all its entries.
+pub const MEMO_MESSAGES: usize = 200_000;
+/// Most raw JSON bytes the memo holds over all its entries.
+pub const MEMO_BYTES: usize = 64 * 1024 * 1024;
+
+/// One interpreted element of a memoised history.
+#[derive(Debug)]
+pub struct MemoMessage {
+    /// Its hash and shape.
+    pub reference: MessageRef,
+    /// Its body.
+    pub body: Value,
+}
+
+/// Consecutive elements of a history and the raw bytes they were parsed from (for the first
+/// segment, from the start of the string; for the others, from the end of the previous element,
+/// separator included).
+#[derive(Debug)]
+struct Segment {
+    raw: Box<str>,
+    messages: Vec<MemoMessage>,
+}
+
+/// The first messages of a history, interpreted once and shared: cloning is cheap (one pointer
+/// per segment), bodies are never copied.
+#[derive(Debug, Clone, Default)]
+pub struct SharedMessages {
+    segments: Vec<Arc<Segment>>,
+    len: usize,
+    raw_len: usize,
+}
+
+impl SharedMessages {
+    /// Messages held.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// True when no message is held.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// The messages, in order.
+    pub fn iter(&self) -> impl Iterator<Item = &MemoMessage> + '_ {
+        self.segments.iter().flat_map(|s| s.messages.iter())
+    }
+
+    /// The messages from index `from` on, with their index; whole segments before it are
+    /// skipped without being walked.
+    pub fn iter_from(&self, from: usize) -> impl Iterator<Item = (usize, &MemoMessage)> + '_ {
+        let mut start = 0;
+        self.segments.iter().flat_map(move |s| {
+            let first = start;
+            start += s.messages.len();
+            let skip = from.saturating_sub(first).min(s.messages.len());
+            s.messages
+                .iter()
+                .enumerate()
+                .skip(skip)
+                .map(move |(i, m)| (first + i, m))
+        })
+    }
+
+    /// The messages, followed by `segment` when it holds any.
+    fn extended(&self, segment: Segment) -> SharedMessages {
+        let mut out = self.clone();
+        if !segment.messages.is_empty() {
+            out.len += segment.messages.len();
+            out.raw_len += segment.raw.len();
+            out.segments.push(Arc::new(segment));
+        }
+        out
+    }
+
+    /// The length of the raw bytes the messages were parsed from, when `raw` starts with them.
+    fn prefix_of(&self, raw: &str) -> Option<usize> {
+        let bytes = raw.as_bytes();
+        let mut at = 0;
+        for s in &self.segments {
+            let expected = s.raw.as_bytes();
+            if bytes.get(at..at + expected.len())? != expected {
+                return None;
+            }
+            at += expected.len();
+        }
+        Some(at)
+    }
+}
+
+impl PartialEq for SharedMessages {
+    /// Equal when they hold the same messages (references and bodies) in the same order.
+    fn eq(&self, other: &Self) -> bool {
+        self.len == other.len
+            && self
+                .iter()
+                .zip(other.iter())
+                .all(|(a, b)| a.reference == b.reference && a.body == b.body)
+    }
+}
+
+/// What reading a message array through the memo gave: every message, the memoised ones and the
+/// ones parsed now, as one shared history.
+#[derive(Debug)]
+pub struct MemoRead {
+    /// The array's messages, in order.
+    pub messages: SharedMessages,
+    /// Their references, in order (shared with the memo, which extends the list in place for
+    /// the next read when nobody else holds it any more).
+    pub references: Arc<Vec<MessageRef>>,
+    /// How many of them were reused from the memo (the others were parsed and hashed now).
+    pub reused: usize,
+}
+
+/// A memoised history: its messages and their references.
+struct Entry {
+    tick: u64,
+    messages: SharedMessages,
+    references: Arc<Vec<MessageRef>>,
+}
+
+/// The memo: the last history read per key, least recently used key first out, bounded by
+/// [`MEMO_MESSAGES`] and [`MEMO_BYTES`] over all keys. Safe to share between threads; the lock is
+/// held only to look an entry up or put one in, never while parsing or hashing.
+pub struct PrefixMemo {
+    inner: Mutex<Lru>,
+    max_messages: usize,
+    max_bytes: usize,
+}
+
+#[derive(Default)]
+struct Lru {
+    entries: HashMap<String, Entry>,
+    messages: usize,
+    bytes: usize,
+    tick: u64,
+}
+
+impl Lru {
+    /// Uncounts an entry taken out.
+    fn forget(&mut self, entry: &Entry) {
+        self.messages = self.messages.saturating_sub(entry.messages.len);
+        self.bytes = self.bytes.saturating_sub(entry.messages.raw_len);
+    }
+}
+
+impl Default for PrefixMemo {
+    fn default() -> Self {
+        Self::new(MEMO_MESSAGES, MEMO_BYTES)
+    }
+}
+
+fn is_json_whitespace(c: char) -> bool {
+    matches!(c, ' ' | '\t' | '\n' | '\r')
+}
+
+/// The end of the last element of a string holding a non-empty JSON array (the byte after it).
+fn end_of_last_element(raw: &str) -> Option<usize> {
+    let inner = raw
+        .trim_end_matches(is_json_whitespace)
+        .strip_suffix(']')?
+        .trim_end_matches(is_json_whitespace);
+    Some(inner.len())
+}
+
+/// Interprets parsed elements: `None` when one is not a message (`accept` says no).
+fn interpret(items: Vec<Value>, accept: impl Fn(&Value) -> bool) -> Option<Vec<MemoMessage>> {
+    items
+        .into_iter()
+        .map(|body| {
+            accept(&body).then(|| MemoMessage {
+                reference: MessageRef::of(&body),
+                body,
+            })
+        })
+        .collect()
+}
+
+impl PrefixMemo {
+    /// An empty memo holding at most `max_messages` messages and `max_bytes` raw bytes.
+    pub fn new(max_messages: usize, max_bytes: usize) -> Self {
+        Self {
+            inner: Mutex::new(Lru::default()),
+            max_messages,
+            max_bytes,
+        }
+    }
+
+    /// Reads the JSON array of messages `raw` for `key`, reusing the memoised history of `key`
+    /// when `raw` extends it, and keeps the result for the next read. `None` when `raw` is not a
+    /// non-empty array of elements `accept`ed (the caller then interprets it in full, which
+    /// also gives the reason).
+    pub fn read(&self, key: &str, raw: &str, accept: impl Fn(&Value) -> bool) -> Option<MemoRead> {
+        // Taken out while extending, so its reference list is not shared and grows in place.
+        let read = match self.take(key) {
+            Some(previous) => match Self::extend(previous, raw, &accept) {
+                Some(read) => read,
+                None => Self::parse(raw, &accept)?,
+            },
+            None => Self::parse(raw, &accept)?,
+        };
+        self.put(key, read.messages.clone(), read.references.clone());
+        Some(read)
+    }
+
+    /// `previous` followed by the elements of `raw` after it, when `raw` extends it.
+    fn extend(previous: Entry, raw: &str, accept: &impl Fn(&Value) -> bool) -> Option<MemoRead> {
+        let Entry {
+            messages: previous,
+            mut references,
+            ..
+        } = previous;
+        if references.len() != previous.len() {
+            return None;
+        }
+        let at = previous.prefix_of(raw)?;
+        let rest = raw.get(at..)?;
+        let after = rest.trim_start_matches(is_json_whitespace);
+        if let Some(end) = after.strip_prefix(']') {
+            // The same history again (a retried or duplicated span).
+            return end
+                .trim_start_matches(is_json_whitespace)
+                .is_empty()
+                .then(|| MemoRead {
+                    reused: previous.len(),
+                    messages: previous,
+                    references,
+                });
+        }
+        let more = after.strip_prefix(',')?;
+        let Ok(Value::Array(items)) = serde_json::from_str::<Value>(&format!("[{more}")) else {
+            return None;
+        };
+        if items.is_empty() {
+            return None; // `[a, ]` is not JSON
+        }
+        let messages = interpret(items, accept)?;
+        let end = at + end_of_last_element(rest)?;
+        let segment = Segment {
+            raw: raw.get(at..end)?.into(),
+            messages,
+        };
+        // In place unless an interpretation still holds the list (then it is copied).
+        Arc::make_mut(&mut references).extend(segment.messages.iter().map(|m| m.reference.clone()));
+        Some(MemoRead {
+            reused: previous.len(),
+            messages: previous.extended(segment),
+            references,
+        })
+    }
+
+    /// Every element of `raw`, parsed and hashed now.
+    fn parse(raw: &str, accept: &impl Fn(&Value) -> bool) -> Option<MemoRead> {
+        let Ok(Value::Array(items)) = serde_json::from_str::<Value>(raw) else {
+            return None;
+        };
+        if items.is_empty() {
+            return None;
+        }
+        let messages = interpret(items, accept)?;
+        let segment = Segment {
+            raw: raw.get(..end_of_last_element(raw)?)?.into(),
+            messages,
+        };
+        let references = segment
+            .messages
+            .iter()
+            .map(|m| m.reference.clone())
+            .collect();
+        Some(MemoRead {
+            messages: SharedMessages::default().extended(segment),
+            references: Arc::new(references),
+            reused: 0,
+        })
+    }
+
+    /// Takes the entry of `key` out of the memo (it is put back, extended, by [`Self::put`]).
+    fn take(&self, key: &str) -> Option<Entry> {
+        let mut lru = self.inner.lock().ok()?;
+        let entry = lru.entries.remove(key)?;
+        lru.forget(&entry);
+        Some(entry)
+    }
+
+    fn put(&self, key: &str, messages: SharedMessages, references: Arc<Vec<MessageRef>>) {
+        if messages.len > self.max_messages || messages.raw_len > self.max_bytes {
+            return;
+        }
+        let Ok(mut lru) = self.inner.lock() else {
+            return;
+        };
+        lru.tick += 1;
+        lru.messages += messages.len;
+        lru.bytes += messages.raw_len;
+        let entry = Entry {
+            tick: lru.tick,
+            messages,
+            references,
+        };
+        if let Some(old) = lru.entries.insert(key.to_string(), entry) {
+            lru.forget(&old);
+        }
+        while lru.messages > self.max_messages || lru.bytes > self.max_bytes {
+            let Some(oldest) = lru
+                .entries
+                .iter()
+                .min_by_key(|(_, e)| e.tick)
+                .map(|(k, _)| k.clone())
+            else {
+                break;
+            };
+            if let Some(evicted) = lru.entries.remove(&oldest) {
+                lru.forget(&evicted);
+            }
+        }
+    }
+
+    /// Messages held over all entries.
+    pub fn messages(&self) -> usize {
+        self.inner.lock().map(|l| l.messages).unwrap_or(0)
+    }
+
+    /// Raw bytes held over all entries.
+    pub fn bytes(&self) -> usize {
+        self.inner.lock().map(|l| l.bytes).unwrap_or(0)
+    }
+
+    /// True when the memo holds a history for `key`.
+    pub fn holds(&self, key: &str) -> bool {
+        self.inner
+            .lock()
+            .map(|l| l.entries.contains_key(key))
+            .unwrap_or(false)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn message(role: &str, text: &str) -> Value {
+        json!({"role": role, "parts": [{"type": "text", "content": text}]})
+    }
+
+    fn is_message(v: &Value) -> bool {
+        v.get("role").is_some_and(Value::is_string) && v.get("parts").is_some_and(Value::is_array)
+    }
+
+    /// What a full parse of `raw` gives: references and bodies, in order.
+    fn full(raw: &str) -> (Vec<MessageRef>, Vec<Value>) {
+        let Ok(Value::Array(items)) = serde_json::from_str::<Value>(raw) else {
+            panic!("not an array: {raw}");
+        };
+        (items.iter().map(MessageRef::of).collect(), items)
+    }
+
+    /// The memo's read of `raw` equals the full parse; returns how many messages it reused.
+    fn read_as_full(memo: &PrefixMemo, key: &str, raw: &str) -> usize {
+        let read = memo
+            .read(key, raw, is_message)
+            .expect("an array of messages");
+        let (references, bodies) = full(raw);
+        assert_eq!(*read.references, references, "{raw}");
+        let memo_refs: Vec<MessageRef> =
+            read.messages.iter().map(|m| m.reference.clone()).collect();
+        assert_eq!(memo_refs, references);
+        let memo_bodies: Vec<Value> = read.messages.iter().map(|m| m.body.clone()).collect();
+        assert_eq!(memo_bodies, bodies);
+        read.reused
+    }
+
+    fn array(messages: &[Value]) -> String {
+        Value::Array(messages.to_vec()).to_string()
+    }
+
+    #[test]
+    fn an_extended_history_reuses_the_memoised_messages() {
+        let memo = PrefixMemo::default();
+        let mut history = vec![message("user", "go")];
+        assert_eq!(read_as_full(&memo, "run", &array(&history)), 0);
+        for k in 0..5 {
+            let previous = history.len();
+            history.push(message("assistant", &format!("step {k}")));
+            history.push(message("user", &format!("answer {k}")));
+            assert_eq!(read_as_full(&memo, "run", &array(&history)), previous);
+        }
+        // The same history again (a retried span) reuses everything.
+        assert_eq!(read_as_full(&memo, "run", &array(&history)), history.len());
+        // Another key does not see this run's history.
+        assert_eq!(read_as_full(&memo, "other", &array(&history)), 0);
+    }
+
+    #[test]
+    fn whitespace_between_elements_is_followed_exactly() {
+        let memo = PrefixMemo::default();
+        let a = r#" [ {"role":"user","parts":[]} ,
+            {"role":"assistant","parts":[{"type":"text","content":"x"}]} ] "#;
+        assert_eq!(read_as_full(&memo, "k", a), 0);
+        let b = r#" [ {"role":"user","parts":[]} ,
+            {"role":"assistant","parts":[{"type":"text","content":"x"}]}	,
+            {"role":"user","parts":[]}]"#;
+        assert_eq!(read_as_full(&memo, "k", b), 2);
+    }
+
+    #[test]
+    fn a_changed_prefix_is_a_miss_and_parsed_in_full() {
+        let memo = PrefixMemo::default();
+        let first = vec![message("user", "go"), message("assistant", "hi")];
+        read_as_full(&memo, "run", &array(&first));
+        // A rewritten history (compaction): the first message differs.
+        let rewritten = vec![
+            message("user", "summary"),
+            message("assistant", "hi"),
+            message("user", "more"),
+        ];
+        assert_eq!(read_as_full(&memo, "run", &array(&rewritten)), 0);
+        // A shorter history than the memoised one.
+        assert_eq!(read_as_full(&memo, "run", &array(&rewritten[..1])), 0);
+    }
+
+    #[test]
+    fn changed_bytes_of_equal_length_are_a_miss() {
+        let memo = PrefixMemo::default();
+        let first = vec![message("user", "hello"), message("assistant", "there")];
+        let raw = array(&first);
+        read_as_full(&memo, "run", &raw);
+        let mut next = array(&[first.clone(), vec![message("user", "more")]].concat());
+        assert!(next.starts_with(&raw[..raw.len() - 1]));
+        // One byte inside the memoised prefix changes, the length stays.
+        next = next.replacen("hello", "hellp", 1);
+        assert_eq!(
+            next.len(),
+            array(&[first, vec![message("user", "more")]].concat()).len()
+        );
+        assert_eq!(read_as_full(&memo, "run", &next), 0);
+        let read = memo.read("run", &next, is_message).unwrap();
+        assert_eq!(
+            read.messages.iter().next().unwrap().body["parts"][0]["content"],
+            "hellp"
+        );
+    }
+
+    #[test]
+    fn what_a_full_parse_refuses_the_memo_refuses() {
+        let memo = PrefixMemo::default();
+        let first = array(&[message("user", "go")]);
+        read_as_full(&memo, "run", &first);
+        let open = &first[..first.len() - 1];
+        for bad in [
+            format!("{open}, ]"),
+            format!("{open}]]"),
+            format!("{open}] x"),
+            format!("{open},"),
+            format!("{open}, {{\"role\":\"user\"}}]"),
+            format!("{open} {}]", message("user", "no comma")),
+        ] {
+            assert!(memo.read("run", &bad, is_message).is_none(), "{bad}");
+            let accepted = matches!(
+                serde_json::from_str::<Value>(&bad),
+                Ok(Value::Array(items)) if !items.is_empty() && items.iter().all(is_message)
+            );
+            assert!(!accepted, "{bad}");
+            // A refused read leaves nothing memoised for the key: the next one parses in full.
+            assert_eq!(read_as_full(&memo, "run", &first), 0);
+        }
+        assert!(memo.read("run", "[]", is_message).is_none());
+        assert!(memo.read("run", "{}", is_message).is_none());
+    }
+
+    #[test]
+    fn a_history_still_held_elsewhere_is_copied_not_changed() {
+        let memo = PrefixMemo::default();
+        let mut history = vec![message("user", "go")];
+        let held = memo.read("run", &array(&history), is_message).unwrap();
+        history.push(message("assistant", "hi"));
+        let next = memo.read("run", &array(&history), is_message).unwrap();
+        assert_eq!(held.references.len(), 1);
+        assert_eq!(next.references.len(), 2);
+        assert_eq!(held.messages.len(), 1);
+        assert_eq!(next.reused, 1);
+    }
+
+    #[test]
+    fn the_memo_stays_within_its_bounds_least_recently_used_first_out() {
+        let memo = PrefixMemo::new(5, 1 << 20);
+        let two = array(&[message("user", "a"), message("assistant", "b")]);
+        read_as_full(&memo, "a", &two);
+        read_as_full(&memo, "b", &two);
+        assert_eq!(memo.messages(), 4);
+        // Reading `a` again makes `b` the least recently used.
+        assert_eq!(read_as_full(&memo, "a", &two), 2);
+        read_as_full(&memo, "c", &two);
+        assert!(memo.messages() <= 5);
+        assert!(memo.holds("a") && memo.holds("c") && !memo.holds("b"));
+        // A history larger than the whole memo is read but not kept.
+        let six: Vec<Value> = (0..6).map(|i| message("user", &i.to_string())).collect();
+        assert_eq!(read_as_full(&memo, "big", &array(&six)), 0);
+        assert!(!memo.holds("big"));
+        assert!(memo.messages() <= 5);
+
+        // The byte bound too.
+        let memo = PrefixMemo::new(100, two.len() + 10);
+        read_as_full(&memo, "a", &two);
+        read_as_full(&memo, "b", &two);
+        assert!(!memo.holds("a") && memo.holds("b"));
+        assert!(memo.bytes() <= two.len() + 10);
+    }
+}
