@@ -29,9 +29,9 @@ use serde_json::Value;
 use crate::domain::MessageRef;
 
 /// Most messages the memo holds over all its entries.
-pub const MEMO_MESSAGES: usize = 200_000;
+pub const MEMO_MESSAGES: usize = 100_000;
 /// Most raw JSON bytes the memo holds over all its entries.
-pub const MEMO_BYTES: usize = 64 * 1024 * 1024;
+pub const MEMO_BYTES: usize = 32 * 1024 * 1024;
 
 /// One interpreted element of a memoised history.
 #[derive(Debug)]
