@@ -12,18 +12,68 @@
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 
-use crate::domain::{MessageHash, NodeId, ToolEffect};
-use crate::interpreter::{FactKind, SpanFact, StoredFact};
+use serde::Deserialize;
+
+use crate::domain::{ChainRef, MessageHash, NodeId, ToolEffect};
+use crate::interpreter::FactKind;
+use crate::store::keys::cf;
 use crate::store::{RunNodes, Store, StoreError};
 
 /// Most effects plus model-request facts [`ContextCache`] holds over all runs.
 pub const CONTEXT_CACHE_ITEMS: usize = 100_000;
 
+/// What a continuation shows of the model request that produced a message.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ModelRequest {
+    /// Span id (hex).
+    pub span_id: String,
+    /// Start, nanoseconds since the epoch.
+    pub start_ns: u64,
+    /// End, nanoseconds since the epoch.
+    pub end_ns: u64,
+    /// Model name.
+    pub model: Option<String>,
+    /// Input tokens.
+    pub input_tokens: Option<u64>,
+    /// Output tokens.
+    pub output_tokens: Option<u64>,
+}
+
+/// The fields of a stored span fact that provenance reads; the rest of the record (tool
+/// arguments and results, message shapes) is skipped without being built.
+#[derive(Deserialize)]
+struct FactRecord {
+    fact: FactFields,
+    #[serde(default)]
+    input_chain: Option<ChainRef>,
+}
+
+#[derive(Deserialize)]
+struct FactFields {
+    kind: FactKind,
+    span_id: String,
+    start_ns: u64,
+    end_ns: u64,
+    #[serde(default)]
+    model: Option<String>,
+    #[serde(default)]
+    input_tokens: Option<u64>,
+    #[serde(default)]
+    output_tokens: Option<u64>,
+    #[serde(default)]
+    output: Option<Vec<OutputRef>>,
+}
+
+#[derive(Deserialize)]
+struct OutputRef {
+    hash: MessageHash,
+}
+
 /// Which model request sent and produced each message of a run.
 #[derive(Debug, Default)]
 pub struct Provenance {
-    /// The run's model-request facts, in start order.
-    pub models: Vec<SpanFact>,
+    /// The run's model requests, in start order.
+    pub models: Vec<ModelRequest>,
     /// Start of the first model request whose input holds each message.
     pub sent_at: HashMap<MessageHash, u64>,
     /// Index in `models` of the first model request whose output holds each message.
@@ -34,8 +84,8 @@ impl Provenance {
     /// Reads the run's model-request facts and indexes them by the messages they sent and
     /// produced.
     fn read(store: &Store, run_id: &str) -> Result<Provenance, StoreError> {
-        let mut stored: Vec<StoredFact> = store
-            .stored_facts(run_id)?
+        let mut stored: Vec<FactRecord> = store
+            .run_records::<FactRecord>(cf::FACTS, run_id)?
             .into_iter()
             .filter(|f| f.fact.kind == FactKind::ModelRequest)
             .collect();
@@ -62,12 +112,21 @@ impl Provenance {
                 at = node.parent;
             }
         }
-        let models: Vec<SpanFact> = stored.into_iter().map(|s| s.fact).collect();
         let mut produced_by = HashMap::new();
-        for (i, m) in models.iter().enumerate() {
-            for r in m.output.iter().flatten() {
-                produced_by.entry(r.hash.clone()).or_insert(i);
+        let mut models = Vec::with_capacity(stored.len());
+        for (i, s) in stored.into_iter().enumerate() {
+            let f = s.fact;
+            for r in f.output.into_iter().flatten() {
+                produced_by.entry(r.hash).or_insert(i);
             }
+            models.push(ModelRequest {
+                span_id: f.span_id,
+                start_ns: f.start_ns,
+                end_ns: f.end_ns,
+                model: f.model,
+                input_tokens: f.input_tokens,
+                output_tokens: f.output_tokens,
+            });
         }
         Ok(Provenance {
             models,

@@ -5,9 +5,8 @@ use std::sync::Arc;
 
 use serde_json::Value;
 
-use super::context::{ContextCache, Provenance};
+use super::context::{ContextCache, ModelRequest, Provenance};
 use crate::domain::{MessageHash, Run, SnapshotRecord, SnapshotState, ToolEffect};
-use crate::interpreter::SpanFact;
 use crate::service_error::{ServiceError, ServiceErrorCode};
 use crate::store::{Store, StoreError};
 
@@ -67,7 +66,7 @@ pub struct History {
 
 impl History {
     /// The model request whose output contains the message, if any.
-    pub fn producer_of(&self, hash: &MessageHash) -> Option<&SpanFact> {
+    pub fn producer_of(&self, hash: &MessageHash) -> Option<&ModelRequest> {
         let p = &self.provenance;
         p.produced_by.get(hash).and_then(|&i| p.models.get(i))
     }
@@ -77,8 +76,8 @@ impl History {
         self.provenance.sent_at.get(hash).copied()
     }
 
-    /// The run's model-request facts, in start order (empty without provenance).
-    pub fn models(&self) -> &[SpanFact] {
+    /// The run's model requests, in start order (empty without provenance).
+    pub fn models(&self) -> &[ModelRequest] {
         &self.provenance.models
     }
 

@@ -15,7 +15,7 @@ mod pydantic_ai;
 mod repair;
 mod strands;
 
-pub use context::{ContextCache, Provenance, RunContext, CONTEXT_CACHE_ITEMS};
+pub use context::{ContextCache, ModelRequest, Provenance, RunContext, CONTEXT_CACHE_ITEMS};
 pub use history::{load, ContinuationError, History, Selector};
 pub use out::Out;
 pub use repair::{RepairedCall, INTERRUPTED_CONTENT};

@@ -336,6 +336,16 @@ impl Store {
         Ok(None)
     }
 
+    /// A run's records in a per-run column family, decoded as `T` (for readers that need only
+    /// some of a record's fields: serde skips the others without building them).
+    pub fn run_records<T: DeserializeOwned>(
+        &self,
+        name: &'static str,
+        run_id: &str,
+    ) -> Result<Vec<T>, StoreError> {
+        self.scan_json(name, &keys::run_prefix(run_id))
+    }
+
     /// A run's span facts as stored (histories by reference), in span id order.
     pub fn stored_facts(&self, run_id: &str) -> Result<Vec<StoredFact>, StoreError> {
         self.scan_json(cf::FACTS, &keys::run_prefix(run_id))
