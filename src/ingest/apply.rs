@@ -283,7 +283,7 @@ pub fn apply_group(store: &Store, works: &[Work], now_ns: u64) -> Result<Vec<App
         .map(|(id, _)| id.clone())
         .collect();
     for run_id in dirty {
-        write_run(store, &mut batch, &mut runs, &run_id)?;
+        write_run(store, &mut batch, &mut runs, &run_id, now_ns)?;
     }
     store.commit(batch)?;
     Ok(results)
@@ -879,8 +879,10 @@ fn write_run(
     batch: &mut WriteBatch<'_>,
     runs: &mut HashMap<String, RunWork>,
     run_id: &str,
+    now_ns: u64,
 ) -> Result<(), StoreError> {
-    load(store, runs, run_id)?.meta.revision += 1;
+    let meta = &mut load(store, runs, run_id)?.meta;
+    meta.revision = meta.revision.saturating_add(1).max(now_ns);
     if try_append(store, batch, runs, run_id)? {
         return Ok(());
     }

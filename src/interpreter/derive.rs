@@ -26,9 +26,10 @@ pub struct RunMeta {
     pub abandoned: Option<Abandonment>,
     /// Wall-clock nanoseconds when a new fact of the run last arrived.
     pub last_seen_ns: u64,
-    /// Counts the writes of the run's derived state (run record, events, effects, snapshots):
-    /// every batch that changes any of them raises it, so state read at one revision can be
-    /// reused while the revision is unchanged.
+    /// Raised by every write of the run's derived state (run record, events, effects,
+    /// snapshots), to at least the writer's clock: state read at one revision can be reused while
+    /// the revision is unchanged, and a run deleted and made again (a merged orphan) does not
+    /// start over at a revision an earlier run of that id had.
     #[serde(default)]
     pub revision: u64,
 }
