@@ -4,7 +4,12 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 
-/// SHA-256 of a message's canonical JSON (object keys sorted), as 64 lowercase hex characters.
+/// Bytes of a message hash: a truncated SHA-256 of the message's canonical JSON (128 bits, so
+/// a collision between two messages of one run is out of reach).
+pub const MESSAGE_HASH_BYTES: usize = 16;
+
+/// The message's truncated SHA-256 ([`MESSAGE_HASH_BYTES`]) over its canonical JSON (object keys
+/// sorted), as lowercase hex.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(transparent)]
 pub struct MessageHash(pub String);
@@ -14,7 +19,7 @@ impl MessageHash {
     /// equally whatever key order the producer used.
     pub fn of(message: &Value) -> Self {
         let canonical = serde_json::to_vec(message).unwrap_or_default();
-        Self(hex::encode(Sha256::digest(&canonical)))
+        Self(hex::encode(&Sha256::digest(&canonical)[..MESSAGE_HASH_BYTES]))
     }
 }
 

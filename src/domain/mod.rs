@@ -11,7 +11,7 @@ mod time;
 pub use effect::{EffectStatus, ToolEffect};
 pub use event::{EventKind, StepEvent};
 pub use history::{ChainIds, ChainRef, HistoryNode, NodeId, NODE_ID_BYTES};
-pub use message::{MessageHash, MessageRef, MessageShape};
+pub use message::{MessageHash, MessageRef, MessageShape, MESSAGE_HASH_BYTES};
 pub use run::{Run, RunStatus};
 pub use snapshot::{SnapshotMeta, SnapshotRecord, SnapshotSource, SnapshotState};
 pub use time::{format_timestamp, Nanos};

@@ -448,19 +448,12 @@ fn merge_run(
 
     // Forget the orphan run.
     let prefix = keys::run_prefix(from);
-    for name in [
-        cf::FACTS,
-        cf::MESSAGES,
-        cf::EVENTS,
-        cf::EFFECTS,
-        cf::SNAPSHOTS,
-        cf::HISTORY,
-        cf::RUN_STATE,
-    ] {
+    for name in [cf::FACTS, cf::EVENTS, cf::EFFECTS, cf::RUN_STATE] {
         for key in store.keys_with_prefix(name, &prefix)? {
             batch.delete(name, &key);
         }
     }
+    batch.delete_run_history(from)?;
     if let Some(old) = &orphan.old {
         for key in keys::index_keys(old) {
             batch.delete(cf::RUN_INDEX, &key);
@@ -655,7 +648,7 @@ fn write_fact_with(
             continue;
         }
         if !store.has_message(run_id, hash)? {
-            batch.put_json(cf::MESSAGES, &keys::run_child(run_id, &hash.0), body);
+            batch.put_message(run_id, hash, body)?;
         }
         work.known_messages.insert(hash.clone());
     }
@@ -682,7 +675,7 @@ fn write_chain(
         from -= 1;
     }
     for (id, node) in chain.nodes_from(from) {
-        batch.put_node(run_id, id, &node);
+        batch.put_node(run_id, id, &node)?;
         work.known_nodes.insert(id.clone());
     }
     Ok(from)
@@ -923,20 +916,18 @@ fn write_run(
         &derived.effects,
         old.map_or(0, |r| r.tool_call_count),
     );
-    rewrite_seq(
-        batch,
-        cf::SNAPSHOTS,
-        run_id,
-        &derived.snapshots,
-        old.map_or(0, |r| r.snapshot_count),
-    );
+    for s in &derived.snapshots {
+        batch.put_snapshot(run_id, s)?;
+    }
+    for seq in derived.snapshots.len() as u32..old.map_or(0, |r| r.snapshot_count) {
+        batch.delete_snapshot(run_id, seq)?;
+    }
     for message in &derived.new_messages {
-        let hash = crate::domain::MessageHash::of(message);
-        batch.put_json(cf::MESSAGES, &keys::run_child(run_id, &hash.0), message);
+        batch.put_message(run_id, &MessageHash::of(message), message)?;
     }
     for (id, node) in &derived.nodes {
         if !work.known_nodes.contains(id) {
-            batch.put_node(run_id, id, node);
+            batch.put_node(run_id, id, node)?;
         }
     }
     // The working state for the next append, and the ledger's tool-call id counts.
@@ -1033,21 +1024,21 @@ fn try_append(
         batch.put_json(cf::EFFECTS, &keys::run_seq(run_id, *index), effect);
     }
     for s in &a.snapshots {
-        batch.put_json(cf::SNAPSHOTS, &keys::run_seq(run_id, s.meta.seq), s);
+        batch.put_snapshot(run_id, s)?;
     }
     for seq in a.run.snapshot_count..old.snapshot_count {
-        batch.delete(cf::SNAPSHOTS, &keys::run_seq(run_id, seq));
+        batch.delete_snapshot(run_id, seq)?;
     }
     for message in &a.new_messages {
         let hash = MessageHash::of(message);
         if !work.known_messages.contains(&hash) && !store.has_message(run_id, &hash)? {
-            batch.put_json(cf::MESSAGES, &keys::run_child(run_id, &hash.0), message);
+            batch.put_message(run_id, &hash, message)?;
             work.known_messages.insert(hash);
         }
     }
     for (id, node) in &a.nodes {
         if work.known_nodes.insert(id.clone()) {
-            batch.put_node(run_id, id, node);
+            batch.put_node(run_id, id, node)?;
         }
     }
     for (id, count) in &a.call_counts {
@@ -1202,12 +1193,23 @@ mod tests {
             assert_eq!(run.model_request_count, 2);
             assert_eq!(got[0].2.len(), 1);
             assert_eq!(got[0].2[0].status, EffectStatus::Completed, "{order:?}");
-            for cf_name in [cf::FACTS, cf::MESSAGES, cf::EVENTS] {
+            for cf_name in [cf::FACTS, cf::EVENTS] {
                 for key in store.keys_with_prefix(cf_name, b"").unwrap() {
                     assert!(
                         key.starts_with(run_id(1).as_bytes()),
                         "left-over {cf_name} key"
                     );
+                }
+            }
+            // The merged runs' histories went with them: what is left is the run's.
+            let run_key = store.run_key(&run_id(1)).unwrap().unwrap();
+            assert_eq!(
+                store.keys_with_prefix(cf::RUN_KEYS, b"").unwrap(),
+                vec![run_id(1).into_bytes()]
+            );
+            for cf_name in [cf::MESSAGES, cf::HISTORY, cf::SNAPSHOTS] {
+                for key in store.keys_with_prefix(cf_name, b"").unwrap() {
+                    assert!(key.starts_with(&run_key.0), "left-over {cf_name} key");
                 }
             }
             match &reference {

@@ -1,5 +1,5 @@
-//! History chains on disk: `run_id \0 node id (16 bytes)` → parent node id (16 bytes, absent for
-//! a first message) + message hash (32 bytes). A run's nodes are one prefix scan, so any of its
+//! History chains on disk: `run key (8 bytes) node id (16 bytes)` → parent node id (16 bytes,
+//! absent for a first message) + message hash (16 bytes). A run's nodes are one prefix scan, so any of its
 //! histories is resolved from its tip with one scan and no per-node lookups.
 
 use std::collections::HashMap;
@@ -7,7 +7,9 @@ use std::collections::HashMap;
 use super::error::StoreError;
 use super::keys::{self, cf};
 use super::rocks::{Store, WriteBatch};
-use crate::domain::{ChainIds, ChainRef, HistoryNode, MessageHash, NodeId, NODE_ID_BYTES};
+use crate::domain::{
+    ChainIds, ChainRef, HistoryNode, MessageHash, NodeId, MESSAGE_HASH_BYTES, NODE_ID_BYTES,
+};
 
 /// Most messages whose node ids [`ChainCache`] holds, over all runs (about 150 bytes each).
 pub const CHAIN_CACHE_MESSAGES: usize = 200_000;
@@ -31,19 +33,13 @@ pub struct RunNodes(HashMap<[u8; NODE_ID_BYTES], StoredNode>);
 #[derive(Debug, Clone, Copy)]
 struct StoredNode {
     parent: Option<[u8; NODE_ID_BYTES]>,
-    message: [u8; 32],
+    message: [u8; MESSAGE_HASH_BYTES],
 }
 
 fn binary_id(id: &NodeId) -> Option<[u8; NODE_ID_BYTES]> {
     let mut out = [0u8; NODE_ID_BYTES];
     hex::decode_to_slice(&id.0, &mut out).ok()?;
     Some(out)
-}
-
-fn node_key(run_id: &str, id: &NodeId) -> Vec<u8> {
-    let mut key = keys::run_prefix(run_id);
-    key.extend(hex::decode(&id.0).unwrap_or_else(|_| id.0.as_bytes().to_vec()));
-    key
 }
 
 fn corrupt(reason: impl Into<String>) -> StoreError {
@@ -55,13 +51,20 @@ fn corrupt(reason: impl Into<String>) -> StoreError {
 
 impl WriteBatch<'_> {
     /// Puts one history node of a run.
-    pub fn put_node(&mut self, run_id: &str, id: &NodeId, node: &HistoryNode) {
-        let mut value = Vec::with_capacity(NODE_ID_BYTES + 32);
+    pub fn put_node(
+        &mut self,
+        run_id: &str,
+        id: &NodeId,
+        node: &HistoryNode,
+    ) -> Result<(), StoreError> {
+        let run = self.run_key(run_id)?;
+        let mut value = Vec::with_capacity(NODE_ID_BYTES + MESSAGE_HASH_BYTES);
         if let Some(parent) = &node.parent {
             value.extend(hex::decode(&parent.0).unwrap_or_default());
         }
         value.extend(hex::decode(&node.message.0).unwrap_or_default());
-        self.put_raw(cf::HISTORY, &node_key(run_id, id), &value);
+        self.put_raw(cf::HISTORY, &keys::node_key(run, id), &value);
+        Ok(())
     }
 }
 
@@ -112,17 +115,23 @@ impl Store {
 
     /// True when the run has the node (and therefore every node before it).
     pub fn has_node(&self, run_id: &str, id: &NodeId) -> Result<bool, StoreError> {
+        let Some(run) = self.run_key(run_id)? else {
+            return Ok(false);
+        };
         let handle = self.handle(cf::HISTORY)?;
         Ok(self
             .db
-            .get_pinned_cf(handle, node_key(run_id, id))?
+            .get_pinned_cf(handle, keys::node_key(run, id))?
             .is_some())
     }
 
     /// Every history node of a run.
     pub fn run_nodes(&self, run_id: &str) -> Result<RunNodes, StoreError> {
-        let prefix = keys::run_prefix(run_id);
         let mut nodes = HashMap::new();
+        let Some(run) = self.run_key(run_id)? else {
+            return Ok(RunNodes(nodes));
+        };
+        let prefix = run.0;
         let handle = self.handle(cf::HISTORY)?;
         let mut iter = self.db.raw_iterator_cf(handle);
         iter.seek(&prefix);
@@ -134,8 +143,8 @@ impl Store {
                 .try_into()
                 .map_err(|_| corrupt("node key of the wrong length"))?;
             let (parent, message) = match value.len() {
-                32 => (None, value),
-                48 => {
+                MESSAGE_HASH_BYTES => (None, value),
+                n if n == NODE_ID_BYTES + MESSAGE_HASH_BYTES => {
                     let parent: [u8; NODE_ID_BYTES] = value[..NODE_ID_BYTES]
                         .try_into()
                         .map_err(|_| corrupt("node parent"))?;
@@ -143,7 +152,8 @@ impl Store {
                 }
                 n => return Err(corrupt(format!("node value of {n} bytes"))),
             };
-            let message: [u8; 32] = message.try_into().map_err(|_| corrupt("node message"))?;
+            let message: [u8; MESSAGE_HASH_BYTES] =
+                message.try_into().map_err(|_| corrupt("node message"))?;
             nodes.insert(id, StoredNode { parent, message });
             iter.next();
         }

@@ -1,7 +1,9 @@
 //! Key layout. Keys are byte strings ordered so that a run's records, and runs in start order,
-//! are prefix scans. Run ids are hex and `-`, so `\0` separates components.
+//! are prefix scans. Run ids are hex and `-`, so `\0` separates components. The column families
+//! that grow with a run's history (messages, history nodes, snapshots) key a run by its short
+//! [`RunKey`] instead of its id, with binary hashes after it.
 
-use crate::domain::Run;
+use crate::domain::{MessageHash, NodeId, Run};
 
 /// Column families and what they hold.
 pub mod cf {
@@ -9,7 +11,8 @@ pub mod cf {
     pub const RUNS: &str = "runs";
     /// run_id \0 seq(be32) → step event.
     pub const EVENTS: &str = "events";
-    /// run_id \0 seq(be32) → snapshot record (metadata and history chain tip).
+    /// run key seq(be32) → snapshot record (metadata and history chain tip, binary: see
+    /// `store::snapshot_codec`).
     pub const SNAPSHOTS: &str = "snapshots";
     /// run_id \0 index(be32) → tool effect.
     pub const EFFECTS: &str = "effects";
@@ -17,10 +20,13 @@ pub mod cf {
     pub const FACTS: &str = "facts";
     /// run_id → run meta (lineage, abandonment, last activity).
     pub const RUN_META: &str = "run_meta";
-    /// run_id \0 sha256 → message body (each distinct message once per run).
+    /// run key message hash (binary) → message body, canonical JSON (each distinct message once
+    /// per run).
     pub const MESSAGES: &str = "messages";
-    /// run_id \0 node id → history chain node (see `store::history`).
+    /// run key node id (binary) → history chain node (see `store::history`).
     pub const HISTORY: &str = "history";
+    /// run_id → the run's [`super::RunKey`] (be64).
+    pub const RUN_KEYS: &str = "run_keys";
     /// run_id → the run's working state for incremental derivation.
     pub const RUN_STATE: &str = "run_state";
     /// alias → run_id.
@@ -61,7 +67,58 @@ pub mod cf {
         SPAN_LOGS,
         HISTORY,
         RUN_STATE,
+        RUN_KEYS,
     ];
+}
+
+/// A run's short key in the column families that grow with its history: a number the store gives
+/// the run when it first writes one of its messages, nodes or snapshots (never reused), so those
+/// keys carry 8 bytes instead of the run id's 49.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct RunKey(pub [u8; 8]);
+
+impl RunKey {
+    /// The key of the `n`-th run given one.
+    pub fn of(n: u64) -> RunKey {
+        RunKey(n.to_be_bytes())
+    }
+
+    /// Its number.
+    pub fn number(self) -> u64 {
+        u64::from_be_bytes(self.0)
+    }
+}
+
+/// Appends the binary form of a hex id (a message hash or node id), or its text when it is not
+/// hex (ids this store did not make).
+fn push_hex(key: &mut Vec<u8>, id: &str) {
+    match hex::decode(id) {
+        Ok(bytes) => key.extend_from_slice(&bytes),
+        Err(_) => key.extend_from_slice(id.as_bytes()),
+    }
+}
+
+/// `run key` `hash` (binary): a message body.
+pub fn message_key(run: RunKey, hash: &MessageHash) -> Vec<u8> {
+    let mut k = Vec::with_capacity(8 + hash.0.len() / 2);
+    k.extend_from_slice(&run.0);
+    push_hex(&mut k, &hash.0);
+    k
+}
+
+/// `run key` `node id` (binary): a history node.
+pub fn node_key(run: RunKey, id: &NodeId) -> Vec<u8> {
+    let mut k = Vec::with_capacity(8 + id.0.len() / 2);
+    k.extend_from_slice(&run.0);
+    push_hex(&mut k, &id.0);
+    k
+}
+
+/// `run key` `seq(be32)`: a snapshot record.
+pub fn snapshot_key(run: RunKey, seq: u32) -> Vec<u8> {
+    let mut k = run.0.to_vec();
+    k.extend_from_slice(&seq.to_be_bytes());
+    k
 }
 
 /// `run_id \0`: the prefix of all of a run's records in a per-run column family.

@@ -7,10 +7,12 @@ mod history_cache;
 pub mod keys;
 mod outbox;
 mod rocks;
+mod run_keys;
+mod snapshot_codec;
 
 pub use error::StoreError;
 pub use history::RunNodes;
 pub use history_cache::{ResolvedHistory, HISTORY_CACHE_MESSAGES};
-pub use keys::RunFilter;
+pub use keys::{RunFilter, RunKey};
 pub use outbox::{OutboxCursor, OutboxEntry};
 pub use rocks::{Store, WriteBatch};

@@ -10,6 +10,7 @@ use serde_json::Value;
 
 use super::error::StoreError;
 use super::keys::{self, cf, RunFilter};
+use super::snapshot_codec;
 use std::collections::HashMap;
 
 use crate::domain::{
@@ -18,7 +19,7 @@ use crate::domain::{
 use crate::interpreter::{LogEvent, RunMeta, RunState, SpanFact, StoredFact};
 
 /// The schema version this build writes. Opening a database with a higher one fails.
-pub const SCHEMA_VERSION: u32 = 2;
+pub const SCHEMA_VERSION: u32 = 3;
 const SCHEMA_KEY: &[u8] = b"schema_version";
 /// Bytes of the block cache shared by the column families.
 pub const BLOCK_CACHE_BYTES: usize = 64 * 1024 * 1024;
@@ -35,12 +36,18 @@ pub struct Store {
     pub(super) chains: std::sync::Mutex<super::history::ChainCache>,
     /// Decoded histories of recently read snapshots (see [`super::history_cache`]).
     pub(super) resolved: std::sync::Mutex<super::history_cache::HistoryCache>,
+    /// The next free run key (see [`super::run_keys`]).
+    pub(super) next_run_key: std::sync::atomic::AtomicU64,
+    /// Committed run keys recently used.
+    pub(super) run_keys: std::sync::Mutex<super::run_keys::RunKeyCache>,
 }
 
 /// A set of writes committed atomically by [`Store::commit`].
 pub struct WriteBatch<'a> {
     pub(super) store: &'a Store,
     pub(super) batch: rocksdb::WriteBatch,
+    /// Run keys given or taken away by this batch.
+    pub(super) run_keys: super::run_keys::BatchRunKeys,
 }
 
 impl WriteBatch<'_> {
@@ -58,6 +65,49 @@ impl WriteBatch<'_> {
         if let Some(handle) = self.store.db.cf_handle(cf_name) {
             self.batch.put_cf(&handle, key, value);
         }
+    }
+
+    /// Puts raw bytes in the `default` column family.
+    pub(super) fn put_default(&mut self, key: &[u8], value: &[u8]) {
+        self.batch.put(key, value);
+    }
+
+    /// Deletes the keys from `from` (inclusive) to `to` (exclusive).
+    pub(super) fn delete_range(&mut self, cf_name: &'static str, from: &[u8], to: &[u8]) {
+        if let Some(handle) = self.store.db.cf_handle(cf_name) {
+            self.batch.delete_range_cf(&handle, from, to);
+        }
+    }
+
+    /// Puts a message body of a run (canonical JSON).
+    pub fn put_message(
+        &mut self,
+        run_id: &str,
+        hash: &MessageHash,
+        body: &Value,
+    ) -> Result<(), StoreError> {
+        let run = self.run_key(run_id)?;
+        self.put_json(cf::MESSAGES, &keys::message_key(run, hash), body);
+        Ok(())
+    }
+
+    /// Puts a snapshot record of a run.
+    pub fn put_snapshot(
+        &mut self,
+        run_id: &str,
+        record: &SnapshotRecord,
+    ) -> Result<(), StoreError> {
+        let run = self.run_key(run_id)?;
+        let key = keys::snapshot_key(run, record.meta.seq);
+        self.put_raw(cf::SNAPSHOTS, &key, &snapshot_codec::encode(record));
+        Ok(())
+    }
+
+    /// Deletes a snapshot record of a run.
+    pub fn delete_snapshot(&mut self, run_id: &str, seq: u32) -> Result<(), StoreError> {
+        let run = self.run_key(run_id)?;
+        self.delete(cf::SNAPSHOTS, &keys::snapshot_key(run, seq));
+        Ok(())
     }
 
     /// Deletes a key.
@@ -112,8 +162,14 @@ impl Store {
             committed: std::sync::atomic::AtomicU64::new(0),
             chains: std::sync::Mutex::new(Default::default()),
             resolved: std::sync::Mutex::new(Default::default()),
+            next_run_key: std::sync::atomic::AtomicU64::new(0),
+            run_keys: std::sync::Mutex::new(Default::default()),
         };
         store.check_schema(dir)?;
+        store.next_run_key.store(
+            store.stored_next_run_key()?,
+            std::sync::atomic::Ordering::SeqCst,
+        );
         Ok(store)
     }
 
@@ -158,6 +214,7 @@ impl Store {
         WriteBatch {
             store: self,
             batch: rocksdb::WriteBatch::default(),
+            run_keys: Default::default(),
         }
     }
 
@@ -168,6 +225,7 @@ impl Store {
         options.disable_wal(false);
         let bytes = batch.batch.size_in_bytes() as u64;
         self.db.write_opt(batch.batch, &options)?;
+        self.settle_run_keys(batch.run_keys);
         self.committed
             .fetch_add(bytes, std::sync::atomic::Ordering::Relaxed);
         Ok(())
@@ -302,12 +360,27 @@ impl Store {
 
     /// A run's snapshots, in order.
     pub fn snapshots(&self, run_id: &str) -> Result<Vec<SnapshotRecord>, StoreError> {
-        self.scan_json(cf::SNAPSHOTS, &keys::run_prefix(run_id))
+        let Some(run) = self.run_key(run_id)? else {
+            return Ok(Vec::new());
+        };
+        let mut out = Vec::new();
+        self.scan(cf::SNAPSHOTS, &run.0, &run.0, |_, v| {
+            out.push(snapshot_codec::decode(v)?);
+            Ok(true)
+        })?;
+        Ok(out)
     }
 
     /// One snapshot record of a run.
     pub fn snapshot(&self, run_id: &str, seq: u32) -> Result<Option<SnapshotRecord>, StoreError> {
-        self.get_json(cf::SNAPSHOTS, &keys::run_seq(run_id, seq))
+        let Some(run) = self.run_key(run_id)? else {
+            return Ok(None);
+        };
+        let handle = self.handle(cf::SNAPSHOTS)?;
+        match self.db.get_pinned_cf(handle, keys::snapshot_key(run, seq))? {
+            Some(bytes) => snapshot_codec::decode(&bytes).map(Some),
+            None => Ok(None),
+        }
     }
 
     /// The run's last snapshot record that passes `keep`, reading backwards from the last one
@@ -317,18 +390,20 @@ impl Store {
         run_id: &str,
         keep: impl Fn(&SnapshotRecord) -> bool,
     ) -> Result<Option<SnapshotRecord>, StoreError> {
+        let Some(run) = self.run_key(run_id)? else {
+            return Ok(None);
+        };
         let handle = self.handle(cf::SNAPSHOTS)?;
-        let prefix = keys::run_prefix(run_id);
-        let start = keys::run_seq(run_id, u32::MAX);
+        let start = keys::snapshot_key(run, u32::MAX);
         for item in self
             .db
             .iterator_cf(handle, IteratorMode::From(&start, Direction::Reverse))
         {
             let (key, value) = item?;
-            if !key.starts_with(&prefix) {
+            if !key.starts_with(&run.0) {
                 break;
             }
-            let record: SnapshotRecord = decode(cf::SNAPSHOTS, &value)?;
+            let record = snapshot_codec::decode(&value)?;
             if keep(&record) {
                 return Ok(Some(record));
             }
@@ -372,13 +447,14 @@ impl Store {
         }
         let nodes = self.run_nodes(run_id)?;
         let mut shapes: HashMap<MessageHash, MessageShape> = HashMap::new();
-        let prefix = keys::run_prefix(run_id);
-        self.scan(cf::MESSAGES, &prefix, &prefix, |k, v| {
-            let hash = MessageHash(String::from_utf8_lossy(&k[prefix.len()..]).into_owned());
-            let body: Value = decode(cf::MESSAGES, v)?;
-            shapes.insert(hash, MessageShape::of(&body));
-            Ok(true)
-        })?;
+        if let Some(run) = self.run_key(run_id)? {
+            self.scan(cf::MESSAGES, &run.0, &run.0, |k, v| {
+                let hash = MessageHash(hex::encode(&k[run.0.len()..]));
+                let body: Value = decode(cf::MESSAGES, v)?;
+                shapes.insert(hash, MessageShape::of(&body));
+                Ok(true)
+            })?;
+        }
         let refs = |chain: &ChainRef| -> Result<Vec<MessageRef>, StoreError> {
             nodes
                 .resolve(chain)?
@@ -539,32 +615,37 @@ impl Store {
 
     /// True when the run has the message body.
     pub fn has_message(&self, run_id: &str, hash: &MessageHash) -> Result<bool, StoreError> {
+        let Some(run) = self.run_key(run_id)? else {
+            return Ok(false);
+        };
         let handle = self.handle(cf::MESSAGES)?;
         Ok(self
             .db
-            .get_pinned_cf(handle, keys::run_child(run_id, &hash.0))?
+            .get_pinned_cf(handle, keys::message_key(run, hash))?
             .is_some())
     }
 
     /// Message bodies of a run, in the order of `hashes`. A missing one is an error, never a
     /// silently different history.
     pub fn messages(&self, run_id: &str, hashes: &[MessageHash]) -> Result<Vec<Value>, StoreError> {
+        let missing = |hash: &MessageHash| StoreError::MissingMessage {
+            run_id: run_id.to_string(),
+            hash: hash.0.clone(),
+        };
+        let Some(run) = self.run_key(run_id)? else {
+            return match hashes.first() {
+                Some(hash) => Err(missing(hash)),
+                None => Ok(Vec::new()),
+            };
+        };
         let handle = self.handle(cf::MESSAGES)?;
-        let keys: Vec<Vec<u8>> = hashes
-            .iter()
-            .map(|h| keys::run_child(run_id, &h.0))
-            .collect();
+        let keys: Vec<Vec<u8>> = hashes.iter().map(|h| keys::message_key(run, h)).collect();
         let results = self.db.batched_multi_get_cf(handle, &keys, false);
         let mut out = Vec::with_capacity(hashes.len());
         for (hash, result) in hashes.iter().zip(results) {
             match result? {
                 Some(bytes) => out.push(decode(cf::MESSAGES, &bytes)?),
-                None => {
-                    return Err(StoreError::MissingMessage {
-                        run_id: run_id.to_string(),
-                        hash: hash.0.clone(),
-                    })
-                }
+                None => return Err(missing(hash)),
             }
         }
         Ok(out)

@@ -1,0 +1,194 @@
+//! Run keys: the short number that stands for a run id in the keys of the column families that
+//! grow with a run's history (see [`RunKey`]).
+//!
+//! A run gets its key from the single writer, in the batch that first writes one of its
+//! messages, nodes or snapshots; the mapping (`run_keys`) and the next free number (in `default`)
+//! are committed with that batch. Committed mappings are cached in memory; a batch's new ones
+//! join the cache only once the batch is committed, so a failed commit leaves no mapping behind
+//! (its numbers are skipped, never reused).
+
+use std::collections::{HashMap, HashSet};
+use std::sync::atomic::Ordering;
+
+use super::error::StoreError;
+use super::keys::{cf, RunKey};
+use super::rocks::{Store, WriteBatch};
+
+/// Where the next free run key is kept (`default` column family, be64).
+pub(super) const NEXT_RUN_KEY: &[u8] = b"next_run_key";
+
+/// Most committed mappings cached in memory (about 100 bytes each); the cache is emptied when
+/// it is full, and misses read `run_keys`.
+const CACHED_RUN_KEYS: usize = 100_000;
+
+/// Committed run-id → run-key mappings recently used.
+#[derive(Default)]
+pub(super) struct RunKeyCache(HashMap<String, RunKey>);
+
+/// The run keys a batch gave or took away, applied to the cache when it is committed.
+#[derive(Default)]
+pub(super) struct BatchRunKeys {
+    assigned: HashMap<String, RunKey>,
+    removed: HashSet<String>,
+}
+
+fn decode(bytes: &[u8]) -> Result<RunKey, StoreError> {
+    let key: [u8; 8] = bytes.try_into().map_err(|_| StoreError::Corrupt {
+        cf: cf::RUN_KEYS,
+        reason: format!("run key of {} bytes", bytes.len()),
+    })?;
+    Ok(RunKey(key))
+}
+
+impl Store {
+    /// The next free run key recorded on disk (0 for a new store).
+    pub(super) fn stored_next_run_key(&self) -> Result<u64, StoreError> {
+        match self.db.get(NEXT_RUN_KEY)? {
+            Some(bytes) => Ok(decode(&bytes)?.number()),
+            None => Ok(0),
+        }
+    }
+
+    /// The committed key of a run, none when nothing of its history is stored.
+    pub fn run_key(&self, run_id: &str) -> Result<Option<RunKey>, StoreError> {
+        if let Some(key) = self
+            .run_keys
+            .lock()
+            .ok()
+            .and_then(|cache| cache.0.get(run_id).copied())
+        {
+            return Ok(Some(key));
+        }
+        let handle = self.handle(cf::RUN_KEYS)?;
+        let Some(bytes) = self.db.get_pinned_cf(handle, run_id.as_bytes())? else {
+            return Ok(None);
+        };
+        let key = decode(&bytes)?;
+        if let Ok(mut cache) = self.run_keys.lock() {
+            if cache.0.len() >= CACHED_RUN_KEYS {
+                cache.0.clear();
+            }
+            cache.0.insert(run_id.to_string(), key);
+        }
+        Ok(Some(key))
+    }
+
+    /// Applies a committed batch's run keys to the cache.
+    pub(super) fn settle_run_keys(&self, changes: BatchRunKeys) {
+        let Ok(mut cache) = self.run_keys.lock() else {
+            return;
+        };
+        for run_id in changes.removed {
+            cache.0.remove(&run_id);
+        }
+        if cache.0.len() + changes.assigned.len() > CACHED_RUN_KEYS {
+            cache.0.clear();
+        }
+        cache.0.extend(changes.assigned);
+    }
+}
+
+impl WriteBatch<'_> {
+    /// The key of a run for writing its history: the committed one, the one this batch gave it,
+    /// or a new one recorded in this batch.
+    pub fn run_key(&mut self, run_id: &str) -> Result<RunKey, StoreError> {
+        if let Some(key) = self.run_keys.assigned.get(run_id) {
+            return Ok(*key);
+        }
+        if !self.run_keys.removed.contains(run_id) {
+            if let Some(key) = self.store.run_key(run_id)? {
+                return Ok(key);
+            }
+        }
+        let number = self.store.next_run_key.fetch_add(1, Ordering::SeqCst);
+        let key = RunKey::of(number);
+        self.put_raw(cf::RUN_KEYS, run_id.as_bytes(), &key.0);
+        self.put_default(NEXT_RUN_KEY, &RunKey::of(number + 1).0);
+        self.run_keys.assigned.insert(run_id.to_string(), key);
+        Ok(key)
+    }
+
+    /// Deletes a run's messages, history nodes and snapshots, and its key (a merged run).
+    pub fn delete_run_history(&mut self, run_id: &str) -> Result<(), StoreError> {
+        let key = match self.run_keys.assigned.remove(run_id) {
+            Some(key) => Some(key),
+            None if self.run_keys.removed.contains(run_id) => None,
+            None => self.store.run_key(run_id)?,
+        };
+        if let Some(key) = key {
+            // A range, not the keys found on disk: it also covers what this batch put before.
+            let end = RunKey::of(key.number().saturating_add(1));
+            for name in [cf::MESSAGES, cf::HISTORY, cf::SNAPSHOTS] {
+                self.delete_range(name, &key.0, &end.0);
+            }
+        }
+        self.delete(cf::RUN_KEYS, run_id.as_bytes());
+        self.run_keys.removed.insert(run_id.to_string());
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::domain::MessageHash;
+    use serde_json::json;
+
+    #[test]
+    fn run_keys_are_given_once_kept_across_reopen_and_never_reused() {
+        let dir = tempfile::tempdir().unwrap();
+        let body = json!({"role": "user", "parts": []});
+        let hash = MessageHash::of(&body);
+        {
+            let store = Store::open(dir.path(), false).unwrap();
+            let mut batch = store.batch();
+            let a = batch.run_key("run-a").unwrap();
+            assert_eq!(batch.run_key("run-a").unwrap(), a, "one key per run in a batch");
+            assert_ne!(batch.run_key("run-b").unwrap(), a);
+            batch.put_message("run-a", &hash, &body).unwrap();
+            assert_eq!(store.run_key("run-a").unwrap(), None, "not before the commit");
+            store.commit(batch).unwrap();
+            assert_eq!(store.run_key("run-a").unwrap(), Some(a));
+            assert!(store.has_message("run-a", &hash).unwrap());
+            assert!(!store.has_message("run-b", &hash).unwrap());
+
+            // A batch that is never committed leaves no mapping; its number is skipped.
+            let mut lost = store.batch();
+            let skipped = lost.run_key("run-c").unwrap();
+            drop(lost);
+            assert_eq!(store.run_key("run-c").unwrap(), None);
+            let mut batch = store.batch();
+            let c = batch.run_key("run-c").unwrap();
+            assert!(c.number() > skipped.number());
+            store.commit(batch).unwrap();
+        }
+        let store = Store::open(dir.path(), false).unwrap();
+        let a = store.run_key("run-a").unwrap().unwrap();
+        assert!(store.has_message("run-a", &hash).unwrap());
+
+        // Deleting a run's history removes its key; the run made again gets a new one.
+        let mut batch = store.batch();
+        batch.delete_run_history("run-a").unwrap();
+        let again = batch.run_key("run-a").unwrap();
+        assert!(again.number() > a.number(), "keys are not reused");
+        store.commit(batch).unwrap();
+        assert_eq!(store.run_key("run-a").unwrap(), Some(again));
+        assert!(!store.has_message("run-a", &hash).unwrap());
+        let next = store.batch().run_key("run-new").unwrap();
+        assert!(next.number() > again.number());
+    }
+
+    #[test]
+    fn deleting_a_run_history_also_drops_what_the_same_batch_wrote() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path(), false).unwrap();
+        let body = json!({"role": "user", "parts": [{"type": "text", "content": "x"}]});
+        let hash = MessageHash::of(&body);
+        let mut batch = store.batch();
+        batch.put_message("orphan", &hash, &body).unwrap();
+        batch.delete_run_history("orphan").unwrap();
+        store.commit(batch).unwrap();
+        assert_eq!(store.run_key("orphan").unwrap(), None);
+        assert!(store.keys_with_prefix(cf::MESSAGES, b"").unwrap().is_empty());
+    }
+}
