@@ -762,7 +762,6 @@ impl SnapshotBuilder {
 mod tests {
     use super::*;
     use crate::interpreter::fact::RequestedCall;
-    use crate::interpreter::tool_return::{ResultKey, ToolReturnRole};
     use serde_json::json;
 
     fn msg(v: Value) -> MessageRef {
@@ -1020,13 +1019,13 @@ mod tests {
     }
 
     /// A run whose second request showed `shown` as the answer to `c1`, and whose second tool
-    /// (`c2`, failed when `fails`) settled before any third request.
-    fn answered_then_reconstructed(shown: Value, fails: bool) -> DerivedRun {
+    /// (`c2`) settled before any third request.
+    fn answered_then_reconstructed(shown: Value) -> DerivedRun {
         let facts = vec![
             model("m1", 100, vec![user()], vec![call("c1")]),
             tool("t1", "c1", 120, false),
             model("m2", 200, vec![user(), call("c1"), shown], vec![call("c2")]),
-            tool("t2", "c2", 220, fails),
+            tool("t2", "c2", 220, false),
         ];
         derive("r", &facts, &RunMeta::default())
     }
@@ -1043,7 +1042,7 @@ mod tests {
 
     #[test]
     fn reconstructed_answers_take_the_pydantic_ai_form_the_run_showed() {
-        let d = answered_then_reconstructed(answer("c1"), false);
+        let d = answered_then_reconstructed(answer("c1"));
         // The form the run will send next: identical to an observed answer, so the same hash.
         let observed = json!({"role":"user","parts":[{"type":"tool_call_response","id":"c2","name":"get_weather","result":"18C"}]});
         assert_eq!(reconstructed(&d), &observed);
@@ -1054,26 +1053,17 @@ mod tests {
 
     #[test]
     fn reconstructed_answers_take_the_tool_role_forms_the_run_showed() {
-        for (key, result_key) in [
-            ("response", ResultKey::Response),
-            ("result", ResultKey::Result),
-        ] {
+        // Pydantic AI v6 (`result`) and the semantic conventions (`response`).
+        for key in ["result", "response"] {
             let shown = json!({"role":"tool","parts":[{"type":"tool_call_response","id":"c1","name":"get_weather",key:"18C"}]});
-            let d = answered_then_reconstructed(shown, false);
-            let form = ToolReturnForm {
-                role: ToolReturnRole::Tool,
-                result_key,
-            };
+            let d = answered_then_reconstructed(shown);
             let expected = json!({"role":"tool","parts":[{"type":"tool_call_response","id":"c2","name":"get_weather",key:"18C"}]});
-            assert_eq!(reconstructed(&d), &expected, "{form:?}");
+            assert_eq!(reconstructed(&d), &expected, "{key}");
         }
     }
 
     #[test]
     fn a_failed_call_carries_its_error_under_the_mirrored_key() {
-        let mut d = answered_then_reconstructed(answer("c1"), true);
-        // The tool span has a result too: it wins over the error text, as before.
-        assert_eq!(reconstructed(&d)["parts"][0]["result"], "18C");
         let mut facts = vec![
             model("m1", 100, vec![user()], vec![call("c1")]),
             tool("t1", "c1", 120, false),
@@ -1085,12 +1075,13 @@ mod tests {
             ),
             tool("t2", "c2", 220, true),
         ];
+        // A failed tool span without a result: its error text is the answer.
         facts[3].result = None;
-        d = derive("r", &facts, &RunMeta::default());
-        let answer = reconstructed(&d);
-        assert_eq!(answer["role"], "user");
-        assert_eq!(answer["parts"][0]["result"], "boom");
-        assert!(answer["parts"][0].get("response").is_none());
+        let d = derive("r", &facts, &RunMeta::default());
+        assert_eq!(
+            reconstructed(&d),
+            &json!({"role":"user","parts":[{"type":"tool_call_response","id":"c2","name":"get_weather","result":"boom"}]})
+        );
     }
 
     #[test]
