@@ -1321,6 +1321,16 @@ mod tests {
     /// parallel calls, and tool spans without call ids (joined to the calls by name and order,
     /// with run warnings), so appends meet every ledger rule.
     fn linear_run(steps: u8, variant: u8, with_agent: bool) -> Vec<Span> {
+        linear_run_answering(steps, variant, with_agent, ("user", "result"))
+    }
+
+    /// [`linear_run`] whose requests show tool returns under `role`, results under `key`.
+    fn linear_run_answering(
+        steps: u8,
+        variant: u8,
+        with_agent: bool,
+        (role, key): (&str, &str),
+    ) -> Vec<Span> {
         use crate::test_fixtures::{kv, span};
         let op = |v: &str| kv("gen_ai.operation.name", v);
         let mut history =
@@ -1393,9 +1403,9 @@ mod tests {
                     }
                     spans.push(s);
                 }
-                answers.push(serde_json::json!({"type": "tool_call_response", "id": cid, "name": "work", "result": format!("r{k}")}));
+                answers.push(serde_json::json!({"type": "tool_call_response", "id": cid, "name": "work", key: format!("r{k}")}));
             }
-            history.push(serde_json::json!({"role": "user", "parts": answers}));
+            history.push(serde_json::json!({"role": role, "parts": answers}));
         }
         if with_agent {
             spans.push(span(
@@ -1538,6 +1548,60 @@ mod tests {
                     proptest::prop_assert_eq!(&expected.messages, &got.messages);
                 }
             }
+        }
+    }
+
+    /// Message bodies stored for a run (each distinct body is one key).
+    fn stored_messages(store: &Store, run: &str) -> usize {
+        store
+            .keys_with_prefix(cf::MESSAGES, &keys::run_prefix(run))
+            .unwrap()
+            .len()
+    }
+
+    /// A run's spans arriving one per commit, in order, as an agent exports them: each tool
+    /// span is answered by a reconstructed snapshot before the next request shows the answer.
+    /// Reconstructed answers take the form the run's requests showed, so from the second step
+    /// on they are the observed messages (one body each), whatever the producer's form.
+    #[test]
+    fn reconstructed_answers_in_the_runs_form_are_stored_once() {
+        // 4 requests: "go", 4 calls, 3 observed answers; the instructions; the answer to the
+        // last call (not observed yet). The first step's answer, before the run showed any,
+        // is in the default form (`tool` + `response`): one more body unless that is the run's.
+        for (form, expected) in [
+            (("user", "result"), 11),   // Pydantic AI 2.x, instrumentation v5 (default)
+            (("tool", "result"), 11),   // Pydantic AI, instrumentation v6
+            (("tool", "response"), 10), // OTel GenAI semantic conventions
+        ] {
+            let all = linear_run_answering(4, 0, false, form);
+            let dir = tempfile::tempdir().unwrap();
+            let store = Store::open(dir.path(), false).unwrap();
+            let before = APPENDS.with(|n| n.get());
+            for (n, span) in all.iter().enumerate() {
+                let work = spans_work(interpreted(std::slice::from_ref(span)));
+                apply_group(&store, &[work], n as u64).unwrap();
+            }
+            assert!(APPENDS.with(|n| n.get()) > before, "{form:?}: appended");
+            let run = run_id(1);
+            assert_eq!(stored_messages(&store, &run), expected, "{form:?}");
+            // The latest snapshot answers the last call in the run's form.
+            let latest = store.snapshots(&run).unwrap().pop().unwrap();
+            assert_eq!(
+                latest.meta.source,
+                crate::domain::SnapshotSource::Reconstructed
+            );
+            let history = store.history(&run, &latest.history).unwrap();
+            let (role, key) = form;
+            assert_eq!(
+                history.messages.last(),
+                Some(&serde_json::json!({"role": role, "parts": [
+                    {"type": "tool_call_response", "id": "c4", "name": "work", key: "r4"}]}))
+            );
+            // The same run derived in full at once stores the same snapshots.
+            let dir = tempfile::tempdir().unwrap();
+            let full = Store::open(dir.path(), false).unwrap();
+            apply_group(&full, &[spans_work(interpreted(&all))], 1).unwrap();
+            assert_eq!(everything(&full), everything(&store), "{form:?}");
         }
     }
 

@@ -4,9 +4,10 @@
 //! same facts give the same run whatever order they arrived in, and a duplicate changes nothing.
 
 use serde::{Deserialize, Serialize};
-use serde_json::{json, Value};
+use serde_json::Value;
 
 use super::fact::{FactKind, SpanFact};
+use super::tool_return::{Answer, ToolReturnForm};
 use std::collections::HashSet;
 
 use super::incremental::{state_after_derive, RunState, SnapshotTail};
@@ -496,11 +497,14 @@ pub(super) struct BuiltSnapshots {
 }
 
 /// The reconstructed tool message answering `open` calls of a model request from its settled
-/// ledger entries, with the time of the last answer; none unless every open call is answered.
+/// ledger entries, in `form`, with the time of the last answer; none unless every open call is
+/// answered. Parts follow the order of `open` (the order of the calls); a failed call's error
+/// text goes under the same key as a result.
 pub(super) fn reconstructed_answer<'e>(
     open: &[String],
     entries: impl Iterator<Item = &'e EffectBuild> + Clone,
     fallback_ns: u64,
+    form: ToolReturnForm,
 ) -> Option<(Value, u64)> {
     let answers: Option<Vec<&EffectBuild>> = open
         .iter()
@@ -516,25 +520,34 @@ pub(super) fn reconstructed_answer<'e>(
         })
         .collect();
     let answers = answers?;
-    let parts: Vec<Value> = answers
-        .iter()
-        .map(|e| {
-            json!({
-                "type": "tool_call_response",
-                "id": e.effect.tool_call_id,
-                "name": e.effect.tool_name,
-                "response": e.effect.result.clone().or_else(|| e.effect.error.clone().map(Value::String)).unwrap_or(Value::Null),
-            })
-        })
-        .collect();
+    let message = form.message(answers.iter().map(|e| {
+        Answer {
+            id: &e.effect.tool_call_id,
+            name: &e.effect.tool_name,
+            result: e
+                .effect
+                .result
+                .clone()
+                .or_else(|| e.effect.error.clone().map(Value::String))
+                .unwrap_or(Value::Null),
+        }
+    }));
     let time_ns = answers
         .iter()
         .filter_map(|e| e.ended_ns)
         .max()
         .unwrap_or(fallback_ns);
-    Some((json!({"role": "tool", "parts": parts}), time_ns))
+    Some((message, time_ns))
 }
 
+/// The snapshots of a run: per model request its input and its full history (input + output),
+/// and, while the next request is not seen, the full history answered from the tool spans.
+///
+/// A reconstructed answer to the calls of request `k` takes the tool-return form of the latest
+/// of requests `0..=k` that showed one in its input (the default form before any did). That is
+/// what the run itself sends next, known as soon as request `k` is, and the same whichever
+/// facts come after it: an append (`super::incremental`) keeps the form reached so far in its
+/// state and answers the last request with it, exactly as this does.
 fn build_snapshots(
     models: &[&SpanFact],
     agent: Option<&SpanFact>,
@@ -570,11 +583,13 @@ fn build_snapshots(
     let mut latest_model_instructions: Option<&Value> = None;
     let mut fixed = (0, None);
     let mut last_full = None;
+    let mut form = None;
     for (k, m) in models.iter().enumerate() {
         let step_index = k as u32 + 1;
         if let Some(v) = &m.system_instructions {
             latest_model_instructions = Some(v);
         }
+        form = m.tool_return_form.or(form);
         fixed = (out.next_seq, out.previous.clone());
         last_full = None;
         let Some(input) = &m.input else { continue };
@@ -623,7 +638,9 @@ fn build_snapshots(
         }
         // Before the next request exists, answer the calls from the tool spans' results.
         let entries = effects.iter().filter(|e| e.request_step == Some(k));
-        let Some((message, time_ns)) = reconstructed_answer(&open, entries, m.end_ns) else {
+        let Some((message, time_ns)) =
+            reconstructed_answer(&open, entries, m.end_ns, form.unwrap_or_default())
+        else {
             continue;
         };
         let answer = [MessageRef::of(&message)];
@@ -666,6 +683,7 @@ fn build_snapshots(
             fixed,
             last_full,
             instructions: (latest, from_agent),
+            tool_return_form: form,
         },
     }
 }
@@ -744,6 +762,7 @@ impl SnapshotBuilder {
 mod tests {
     use super::*;
     use crate::interpreter::fact::RequestedCall;
+    use serde_json::json;
 
     fn msg(v: Value) -> MessageRef {
         MessageRef::of(&v)
@@ -784,7 +803,9 @@ mod tests {
                 arguments: Some(p["arguments"].clone()),
             })
             .collect();
-        f.input = Some(std::sync::Arc::new(input.into_iter().map(msg).collect()));
+        let refs: Vec<MessageRef> = input.iter().map(MessageRef::of).collect();
+        f.tool_return_form = ToolReturnForm::last_in(&refs, |i, _| input.get(i));
+        f.input = Some(std::sync::Arc::new(refs));
         f.output = Some(output.into_iter().map(msg).collect());
         f.agent_call_id = Some("call-1".into());
         f
@@ -995,5 +1016,102 @@ mod tests {
             d.run.continuation_unavailable.as_deref(),
             Some("no content")
         );
+    }
+
+    /// A run whose second request showed `shown` as the answer to `c1`, and whose second tool
+    /// (`c2`) settled before any third request.
+    fn answered_then_reconstructed(shown: Value) -> DerivedRun {
+        let facts = vec![
+            model("m1", 100, vec![user()], vec![call("c1")]),
+            tool("t1", "c1", 120, false),
+            model("m2", 200, vec![user(), call("c1"), shown], vec![call("c2")]),
+            tool("t2", "c2", 220, false),
+        ];
+        derive("r", &facts, &RunMeta::default())
+    }
+
+    fn reconstructed(d: &DerivedRun) -> &Value {
+        let last = d.snapshots.last().unwrap();
+        assert_eq!(last.meta.source, SnapshotSource::Reconstructed);
+        assert_eq!(last.meta.state, SnapshotState::Complete);
+        d.new_messages
+            .iter()
+            .find(|m| m.get("role").is_some())
+            .expect("a reconstructed answer")
+    }
+
+    #[test]
+    fn reconstructed_answers_take_the_pydantic_ai_form_the_run_showed() {
+        let d = answered_then_reconstructed(answer("c1"));
+        // The form the run will send next: identical to an observed answer, so the same hash.
+        let observed = json!({"role":"user","parts":[{"type":"tool_call_response","id":"c2","name":"get_weather","result":"18C"}]});
+        assert_eq!(reconstructed(&d), &observed);
+        let tip = d.snapshots.last().unwrap().history.tip.clone().unwrap();
+        let by_id: std::collections::HashMap<_, _> = d.nodes.iter().cloned().collect();
+        assert_eq!(by_id[&tip].message, MessageHash::of(&observed));
+    }
+
+    #[test]
+    fn reconstructed_answers_take_the_tool_role_forms_the_run_showed() {
+        // Pydantic AI v6 (`result`) and the semantic conventions (`response`).
+        for key in ["result", "response"] {
+            let shown = json!({"role":"tool","parts":[{"type":"tool_call_response","id":"c1","name":"get_weather",key:"18C"}]});
+            let d = answered_then_reconstructed(shown);
+            let expected = json!({"role":"tool","parts":[{"type":"tool_call_response","id":"c2","name":"get_weather",key:"18C"}]});
+            assert_eq!(reconstructed(&d), &expected, "{key}");
+        }
+    }
+
+    #[test]
+    fn a_failed_call_carries_its_error_under_the_mirrored_key() {
+        let mut facts = vec![
+            model("m1", 100, vec![user()], vec![call("c1")]),
+            tool("t1", "c1", 120, false),
+            model(
+                "m2",
+                200,
+                vec![user(), call("c1"), answer("c1")],
+                vec![call("c2")],
+            ),
+            tool("t2", "c2", 220, true),
+        ];
+        // A failed tool span without a result: its error text is the answer.
+        facts[3].result = None;
+        let d = derive("r", &facts, &RunMeta::default());
+        assert_eq!(
+            reconstructed(&d),
+            &json!({"role":"user","parts":[{"type":"tool_call_response","id":"c2","name":"get_weather","result":"boom"}]})
+        );
+    }
+
+    #[test]
+    fn without_a_shown_tool_return_the_default_form_is_kept() {
+        let facts = vec![
+            model("m1", 100, vec![user()], vec![call("c1")]),
+            tool("t1", "c1", 120, false),
+        ];
+        let d = derive("r", &facts, &RunMeta::default());
+        assert_eq!(
+            reconstructed(&d),
+            &json!({"role":"tool","parts":[{"type":"tool_call_response","id":"c1","name":"get_weather","response":"18C"}]})
+        );
+    }
+
+    #[test]
+    fn a_request_without_a_tool_return_keeps_the_form_shown_before() {
+        // The third request's input shows no tool return (a rewritten history): the form the
+        // second one showed still holds.
+        let shown = json!({"role":"tool","parts":[{"type":"tool_call_response","id":"c1","name":"get_weather","result":"18C"}]});
+        let facts = vec![
+            model("m1", 100, vec![user()], vec![call("c1")]),
+            tool("t1", "c1", 120, false),
+            model("m2", 200, vec![user(), call("c1"), shown], vec![text()]),
+            model("m3", 300, vec![user()], vec![call("c3")]),
+            tool("t3", "c3", 320, false),
+        ];
+        let d = derive("r", &facts, &RunMeta::default());
+        let answer = reconstructed(&d);
+        assert_eq!(answer["role"], "tool");
+        assert_eq!(answer["parts"][0]["result"], "18C");
     }
 }

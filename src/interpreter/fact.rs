@@ -6,6 +6,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use super::prefix_memo::SharedMessages;
+use super::tool_return::ToolReturnForm;
 use crate::domain::{ChainRef, MessageHash, MessageRef};
 
 /// The role a span plays in a run.
@@ -55,6 +56,10 @@ pub struct SpanFact {
     /// Model request output messages.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub output: Option<Vec<MessageRef>>,
+    /// The form (role, result key) of the last tool-return message in a model request's input,
+    /// when it has one: reconstructed tool returns mirror it (see [`ToolReturnForm`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_return_form: Option<ToolReturnForm>,
     /// The run's final history (Pydantic AI `pydantic_ai.all_messages`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub all_messages: Option<Vec<MessageRef>>,
@@ -154,6 +159,7 @@ impl StoredFact {
             conversation_id,
             input: _,
             output,
+            tool_return_form,
             all_messages: _,
             system_instructions,
             model,
@@ -182,6 +188,7 @@ impl StoredFact {
         stored.agent_call_id = agent_call_id.clone();
         stored.conversation_id = conversation_id.clone();
         stored.output = output.clone();
+        stored.tool_return_form = *tool_return_form;
         stored.system_instructions = system_instructions.clone();
         stored.model = model.clone();
         stored.provider = provider.clone();
@@ -249,6 +256,7 @@ impl SpanFact {
             conversation_id: None,
             input: None,
             output: None,
+            tool_return_form: None,
             all_messages: None,
             system_instructions: None,
             model: None,
@@ -310,6 +318,35 @@ impl Interpreted {
             messages,
             shared: SharedMessages::default(),
         }
+    }
+
+    /// The body of the `i`-th message of the fact's input: the shared one when its hash is that
+    /// message's, else the one of `messages` with that hash.
+    fn input_body(&self, i: usize, hash: &MessageHash) -> Option<&Value> {
+        let shared = self
+            .shared
+            .iter_from(i)
+            .next()
+            .filter(|(at, m)| *at == i && m.reference.hash == *hash)
+            .map(|(_, m)| &m.body);
+        shared.or_else(|| {
+            self.messages
+                .iter()
+                .find(|(h, _)| h == hash)
+                .map(|(_, v)| v)
+        })
+    }
+
+    /// Records on a model-request fact the form of the last tool return of its input (whether
+    /// the input was parsed now or mostly taken from the memo, the bodies are the same).
+    pub(super) fn note_tool_return_form(&mut self) {
+        let form = match (&self.fact.kind, &self.fact.input) {
+            (FactKind::ModelRequest, Some(input)) => {
+                ToolReturnForm::last_in(input, |i, hash| self.input_body(i, hash))
+            }
+            _ => None,
+        };
+        self.fact.tool_return_form = form;
     }
 
     /// Every message body the interpretation carries, with its hash: the shared ones, then

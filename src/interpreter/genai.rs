@@ -456,10 +456,14 @@ mod tests {
 
     #[test]
     fn the_memo_gives_what_a_full_parse_gives() {
+        use crate::interpreter::{ResultKey, ToolReturnForm, ToolReturnRole};
         let memo = PrefixMemo::default();
         let mut history =
             vec![serde_json::json!({"role":"user","parts":[{"type":"text","content":"go"}]})];
-        for k in 0..6 {
+        let mut shown = None;
+        // Tool returns in two forms; the last two requests add no tool return, so the last one
+        // is in the memoised prefix (its body shared, not parsed again).
+        for k in 0..8 {
             let output = serde_json::json!([{"role":"assistant","parts":[
                 {"type":"tool_call","id":format!("c{k}"),"name":"f","arguments":{"k":k}}]}]);
             let s = span(
@@ -473,9 +477,11 @@ mod tests {
                     kv("gen_ai.output.messages", &output.to_string()),
                 ],
             );
-            let plain = interpret_span(&s, None).unwrap();
-            let memoised = interpret_span(&s, Some(&memo)).unwrap();
+            // Through the interpreter's entry points, which note the tool-return form.
+            let plain = crate::interpreter::interpret_span(&s).unwrap();
+            let memoised = crate::interpreter::interpret_span_with(&s, &memo).unwrap();
             assert_eq!(plain.fact, memoised.fact);
+            assert_eq!(plain.fact.tool_return_form, shown, "step {k}");
             assert_eq!(plain.run_span_id, memoised.run_span_id);
             let bodies = |i: &Interpreted| -> Vec<(MessageHash, Value)> {
                 i.bodies().map(|(h, v)| (h.clone(), v.clone())).collect()
@@ -483,8 +489,25 @@ mod tests {
             assert_eq!(bodies(&plain), bodies(&memoised));
             assert_eq!(memoised.shared.len(), history.len());
             history.push(output[0].clone());
-            history.push(serde_json::json!({"role":"user","parts":[
-                {"type":"tool_call_response","id":format!("c{k}"),"result":"ok"}]}));
+            let (role, key) = match k {
+                0..=2 => ("user", "result"),
+                3..=5 => ("tool", "response"),
+                _ => {
+                    history.push(serde_json::json!({"role":"user","parts":[
+                        {"type":"text","content":format!("more {k}")}]}));
+                    continue;
+                }
+            };
+            history.push(serde_json::json!({"role":role,"parts":[
+                {"type":"tool_call_response","id":format!("c{k}"),key:"ok"}]}));
+            shown = Some(if role == "user" {
+                ToolReturnForm {
+                    role: ToolReturnRole::User,
+                    result_key: ResultKey::Result,
+                }
+            } else {
+                ToolReturnForm::default()
+            });
         }
         // A damaged history is the same content problem with or without the memo.
         let s = span(

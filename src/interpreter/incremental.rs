@@ -16,6 +16,7 @@ use super::derive::{
     build_events, reconstructed_answer, settle, EffectBuild, LastFull, SnapshotBuilder,
 };
 use super::fact::{FactKind, SpanFact};
+use super::tool_return::ToolReturnForm;
 use super::validity::{Walk, WalkState};
 use crate::domain::{
     format_timestamp, ChainRef, EffectStatus, HistoryNode, MessageHash, MessageRef, NodeId, Run,
@@ -49,6 +50,10 @@ pub struct RunState {
     pub(super) has_complete: bool,
     /// The latest system instructions of a model request, and those of the run span.
     pub(super) instructions: (Option<MessageHash>, Option<MessageHash>),
+    /// The tool-return form the model requests so far last showed, which reconstructed answers
+    /// take (none shown: the default form).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(super) tool_return_form: Option<ToolReturnForm>,
 }
 
 /// Where a derivation's snapshots stand after its last model request.
@@ -60,6 +65,8 @@ pub(super) struct SnapshotTail {
     pub last_full: Option<LastFull>,
     /// The latest system instructions of a model request, and those of the run span.
     pub instructions: (Option<MessageHash>, Option<MessageHash>),
+    /// The tool-return form the model requests last showed.
+    pub tool_return_form: Option<ToolReturnForm>,
 }
 
 /// A new fact with the chain of its input history (computed when it was stored).
@@ -109,6 +116,7 @@ pub(super) fn state_after_derive(
         fixed,
         last_full,
         instructions,
+        tool_return_form,
     } = tail;
     let last = models.len().checked_sub(1);
     let indexed = |keep: &dyn Fn(&EffectBuild) -> bool| {
@@ -134,6 +142,7 @@ pub(super) fn state_after_derive(
             .iter()
             .any(|s| s.meta.state == SnapshotState::Complete),
         instructions,
+        tool_return_form,
     }
 }
 
@@ -303,6 +312,7 @@ pub fn append(
     let mut nodes: Vec<(NodeId, HistoryNode)> = Vec::new();
     let mut new_messages: Vec<Value> = Vec::new();
     let (mut model_instructions, agent_instructions) = state.instructions.clone();
+    let mut form = state.tool_return_form;
     let entries_of = |step: usize, known: &BTreeMap<u32, EffectBuild>| -> Vec<EffectBuild> {
         known
             .values()
@@ -315,7 +325,7 @@ pub fn append(
         if !next_observed {
             let entries = entries_of(last, &known);
             let instructions = model_instructions.clone().or(agent_instructions.clone());
-            if let Some(r) = reconstruct(full, &entries) {
+            if let Some(r) = reconstruct(full, &entries, form.unwrap_or_default()) {
                 r.push_to(
                     &mut out,
                     &mut nodes,
@@ -340,6 +350,7 @@ pub fn append(
             }
             model_instructions = Some(hash);
         }
+        form = m.tool_return_form.or(form);
         fixed = (out.next_seq, out.previous.clone());
         let previous_full = last_full.take();
         let Some(input) = &m.input else { continue };
@@ -391,7 +402,7 @@ pub fn append(
         let next_observed = models.get(j + 1).is_some_and(|n| n.fact.input.is_some());
         if !next_observed {
             let entries = entries_of(k, &known);
-            if let Some(r) = reconstruct(&full, &entries) {
+            if let Some(r) = reconstruct(&full, &entries, form.unwrap_or_default()) {
                 r.push_to(
                     &mut out,
                     &mut nodes,
@@ -462,6 +473,7 @@ pub fn append(
         fixed,
         has_complete,
         instructions: (model_instructions, agent_instructions),
+        tool_return_form: form,
     };
     Some(Append {
         run,
@@ -534,12 +546,17 @@ impl Reconstructed {
     }
 }
 
-/// The reconstructed snapshot after `full`, when every call it leaves open is settled.
-fn reconstruct(full: &LastFull, entries: &[EffectBuild]) -> Option<Reconstructed> {
+/// The reconstructed snapshot after `full`, its answer in `form`, when every call it leaves open
+/// is settled.
+fn reconstruct(
+    full: &LastFull,
+    entries: &[EffectBuild],
+    form: ToolReturnForm,
+) -> Option<Reconstructed> {
     let Walk::Open(open) = full.walk.result() else {
         return None;
     };
-    let (message, time_ns) = reconstructed_answer(&open, entries.iter(), full.end_ns)?;
+    let (message, time_ns) = reconstructed_answer(&open, entries.iter(), full.end_ns, form)?;
     let answer = MessageRef::of(&message);
     let id = NodeId::child(full.history.tip.as_ref(), &answer.hash);
     let mut walk = full.walk.clone();

@@ -10,6 +10,7 @@ use serde_json::{Map, Value};
 use super::attributes::{any_to_json, Attributes};
 use super::events::is_legacy_event;
 use super::fact::SpanFact;
+use super::tool_return::ToolReturnForm;
 use crate::domain::MessageHash;
 
 /// One legacy GenAI event of a span.
@@ -126,6 +127,11 @@ pub fn with_log_content(
         fact.content_problem = problem;
     }
     fact.content_from_logs = true;
+    fact.tool_return_form = fact.input.as_deref().and_then(|input| {
+        ToolReturnForm::last_in(input, |_, hash| {
+            bodies.iter().find(|(h, _)| h == hash).map(|(_, v)| v)
+        })
+    });
     if let Some(output) = &fact.output {
         let first = bodies.len().saturating_sub(output.len());
         fact.requested_calls = bodies[first..]

@@ -18,6 +18,7 @@ mod openai_items;
 mod openinference;
 mod openllmetry;
 pub mod prefix_memo;
+mod tool_return;
 mod validity;
 
 use opentelemetry_proto::tonic::trace::v1::Span;
@@ -29,6 +30,7 @@ pub use fact::{FactKind, Interpreted, RequestedCall, SpanFact, StoredFact};
 pub use incremental::{append, Append, NewFact, RunState};
 pub use logs::{interpret_log, with_log_content, LogEvent};
 pub use prefix_memo::{PrefixMemo, SharedMessages};
+pub use tool_return::{ResultKey, ToolReturnForm, ToolReturnRole};
 pub use validity::{walk, Walk, WalkState};
 
 /// Interprets one span with the module of its convention. Spans that are not agent runs, model
@@ -47,9 +49,11 @@ pub fn interpret_span_with(span: &Span, memo: &PrefixMemo) -> Option<Interpreted
 }
 
 fn interpret(span: &Span, memo: Option<&PrefixMemo>) -> Option<Interpreted> {
-    match convention::detect(&attributes::Attributes(&span.attributes)) {
+    let mut interpreted = match convention::detect(&attributes::Attributes(&span.attributes)) {
         Convention::GenAi => genai::interpret_span(span, memo),
         Convention::OpenInference => openinference::interpret_span(span),
         Convention::Traceloop => openllmetry::interpret_span(span),
-    }
+    }?;
+    interpreted.note_tool_return_form();
+    Some(interpreted)
 }
