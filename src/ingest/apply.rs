@@ -1553,10 +1553,8 @@ mod tests {
 
     /// Message bodies stored for a run (each distinct body is one key).
     fn stored_messages(store: &Store, run: &str) -> usize {
-        store
-            .keys_with_prefix(cf::MESSAGES, &keys::run_prefix(run))
-            .unwrap()
-            .len()
+        let key = store.run_key(run).unwrap().expect("the run has a key");
+        store.keys_with_prefix(cf::MESSAGES, &key.0).unwrap().len()
     }
 
     /// A run's spans arriving one per commit, in order, as an agent exports them: each tool

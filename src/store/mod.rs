@@ -4,6 +4,7 @@
 mod error;
 mod history;
 mod history_cache;
+mod messages;
 pub mod keys;
 mod outbox;
 mod rocks;

@@ -79,18 +79,6 @@ impl WriteBatch<'_> {
         }
     }
 
-    /// Puts a message body of a run (canonical JSON).
-    pub fn put_message(
-        &mut self,
-        run_id: &str,
-        hash: &MessageHash,
-        body: &Value,
-    ) -> Result<(), StoreError> {
-        let run = self.run_key(run_id)?;
-        self.put_json(cf::MESSAGES, &keys::message_key(run, hash), body);
-        Ok(())
-    }
-
     /// Puts a snapshot record of a run.
     pub fn put_snapshot(
         &mut self,
@@ -613,44 +601,6 @@ impl Store {
         Ok(out)
     }
 
-    /// True when the run has the message body.
-    pub fn has_message(&self, run_id: &str, hash: &MessageHash) -> Result<bool, StoreError> {
-        let Some(run) = self.run_key(run_id)? else {
-            return Ok(false);
-        };
-        let handle = self.handle(cf::MESSAGES)?;
-        Ok(self
-            .db
-            .get_pinned_cf(handle, keys::message_key(run, hash))?
-            .is_some())
-    }
-
-    /// Message bodies of a run, in the order of `hashes`. A missing one is an error, never a
-    /// silently different history.
-    pub fn messages(&self, run_id: &str, hashes: &[MessageHash]) -> Result<Vec<Value>, StoreError> {
-        let missing = |hash: &MessageHash| StoreError::MissingMessage {
-            run_id: run_id.to_string(),
-            hash: hash.0.clone(),
-        };
-        let Some(run) = self.run_key(run_id)? else {
-            return match hashes.first() {
-                Some(hash) => Err(missing(hash)),
-                None => Ok(Vec::new()),
-            };
-        };
-        let handle = self.handle(cf::MESSAGES)?;
-        let keys: Vec<Vec<u8>> = hashes.iter().map(|h| keys::message_key(run, h)).collect();
-        let results = self.db.batched_multi_get_cf(handle, &keys, false);
-        let mut out = Vec::with_capacity(hashes.len());
-        for (hash, result) in hashes.iter().zip(results) {
-            match result? {
-                Some(bytes) => out.push(decode(cf::MESSAGES, &bytes)?),
-                None => return Err(missing(hash)),
-            }
-        }
-        Ok(out)
-    }
-
     /// Bytes of the keys and values of a column family before compression (a full scan, for
     /// reporting and benchmarks).
     pub fn logical_bytes(&self, cf_name: &'static str) -> Result<u64, StoreError> {
@@ -717,7 +667,7 @@ impl Store {
     }
 }
 
-fn decode<T: DeserializeOwned>(cf_name: &'static str, bytes: &[u8]) -> Result<T, StoreError> {
+pub(super) fn decode<T: DeserializeOwned>(cf_name: &'static str, bytes: &[u8]) -> Result<T, StoreError> {
     serde_json::from_slice(bytes).map_err(|e| StoreError::Corrupt {
         cf: cf_name,
         reason: e.to_string(),
