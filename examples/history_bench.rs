@@ -25,7 +25,7 @@ use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
 use opentelemetry_proto::tonic::common::v1::{any_value, AnyValue, KeyValue};
 use opentelemetry_proto::tonic::trace::v1::{ResourceSpans, ScopeSpans, Span};
 use serde_json::{json, Value};
-use stepline::continuation::{self, Format, Selector};
+use stepline::continuation::{self, prefetch, Format, Selector};
 use stepline::domain::MessageHash;
 use stepline::exporter::Outbox;
 use stepline::ingest::{apply_group, Ingest, Work};
@@ -365,21 +365,26 @@ async fn report(
         .ok_or_else(|| anyhow!("the bench run was not stored"))?;
     println!(
         "continuation of the latest snapshot ({} iterations each, load + render + JSON); cold: the \
-         history and context caches emptied before each read (RocksDB's block cache stays warm), \
-         warm: served from them:",
+         history and context caches emptied before each read (RocksDB's block cache stays warm); \
+         prefetched: emptied, then the run's continuation loaded ahead as the service does once a \
+         run is quiet, and the first read after it timed; warm: served from the caches:",
         iterations
     );
     let contexts = continuation::ContextCache::default();
     for name in Format::NAMES {
         let format = Format::parse(name).ok_or_else(|| anyhow!("format {name}"))?;
-        for cold in [true, false] {
+        for mode in ["cold", "prefetched", "warm"] {
             let mut times = Vec::with_capacity(iterations);
             let mut loads = Vec::with_capacity(iterations);
             let mut size = 0;
             for _ in 0..iterations {
-                if cold {
+                if mode != "warm" {
                     store.clear_history_cache();
                     contexts.clear();
+                }
+                if mode == "prefetched" {
+                    // What the service does once the run has been quiet (not timed).
+                    prefetch::warm(store, &contexts, &run_id, 0)?;
                 }
                 let started = Instant::now();
                 let run = store
@@ -398,8 +403,7 @@ async fn report(
             times.sort();
             loads.sort();
             println!(
-                "  {name:<17} {:<4} p50 {:>7.3} ms  p99 {:>7.3} ms  (load p50 {:.3} ms; {size} bytes)",
-                if cold { "cold" } else { "warm" },
+                "  {name:<17} {mode:<10} p50 {:>7.3} ms  p99 {:>7.3} ms  (load p50 {:.3} ms; {size} bytes)",
                 ms(percentile(&times, 0.50)),
                 ms(percentile(&times, 0.99)),
                 ms(percentile(&loads, 0.50)),

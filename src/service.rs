@@ -15,6 +15,7 @@ use tokio::sync::watch;
 
 use crate::api::{self, ApiState};
 use crate::config::Config;
+use crate::continuation::{prefetch, ContextCache};
 use crate::exporter::{Client, ExporterTask, Outbox};
 use crate::ingest::Ingest;
 use crate::media::Media;
@@ -97,12 +98,20 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
     if let Ok(address) = api_listener.local_addr() {
         tracing::info!(%address, "query API listening");
     }
+    let contexts: Arc<ContextCache> = Arc::default();
     let router = api::router(ApiState {
         store: store.clone(),
         ingest: ingest.clone(),
         bearer_token: config.api.bearer_token.clone(),
         media,
-        contexts: Arc::default(),
+        contexts: contexts.clone(),
+    });
+    tasks.spawn({
+        let prefetch = prefetch::run(store.clone(), contexts, stopped());
+        async move {
+            prefetch.await;
+            Ok::<(), anyhow::Error>(())
+        }
     });
     let stop = stopped();
     tasks.spawn(async move {

@@ -11,6 +11,7 @@ mod openai_responses;
 mod otel;
 mod out;
 mod parts;
+pub mod prefetch;
 mod pydantic_ai;
 mod repair;
 mod strands;

@@ -282,10 +282,10 @@ pub fn apply_group(store: &Store, works: &[Work], now_ns: u64) -> Result<Vec<App
         .filter(|(_, w)| w.dirty && w.shown())
         .map(|(id, _)| id.clone())
         .collect();
-    for run_id in dirty {
-        write_run(store, &mut batch, &mut runs, &run_id, now_ns)?;
+    for run_id in &dirty {
+        write_run(store, &mut batch, &mut runs, run_id, now_ns)?;
     }
-    store.commit(batch)?;
+    store.commit_runs(batch, &dirty)?;
     Ok(results)
 }
 
@@ -1651,6 +1651,46 @@ mod tests {
     /// The effects and provenance a continuation reads are reused only while the run's revision
     /// is unchanged: a write that changes the ledger without moving the snapshot (an abandon) is
     /// seen by the next read.
+    #[test]
+    fn quiet_long_runs_have_their_continuation_loaded_ahead() {
+        use crate::continuation::{load as load_history, prefetch, ContextCache, Selector};
+        let all = linear_run(6, 0, true);
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path(), false).unwrap();
+        let contexts = ContextCache::default();
+        let quiet = std::time::Duration::ZERO;
+        // Too short a history to load ahead: taken, not loaded.
+        apply_group(&store, &[spans_work(interpreted(&all[..5]))], 1).unwrap();
+        assert_eq!(
+            prefetch::warm_quiet_runs(&store, &contexts, quiet, 1_000),
+            0
+        );
+        assert_eq!(store.history_cache_messages(), 0);
+        assert_eq!(contexts.held(), 0);
+        // The rest of the run: loaded once it is quiet, and only once.
+        apply_group(&store, &[spans_work(interpreted(&all[5..]))], 2).unwrap();
+        assert_eq!(prefetch::warm_quiet_runs(&store, &contexts, quiet, 4), 1);
+        assert_eq!(prefetch::warm_quiet_runs(&store, &contexts, quiet, 4), 0);
+        let held = store.history_cache_messages();
+        assert!(held >= 4, "the history is in the cache ({held} messages)");
+        assert!(
+            contexts.held() > 0,
+            "effects and provenance are in the cache"
+        );
+        // The request that follows is served from what was loaded.
+        let run = store.run(&run_id(1)).unwrap().unwrap();
+        let selector = Selector {
+            provenance: true,
+            ..Selector::default()
+        };
+        let before = contexts.held();
+        let h = load_history(&store, &contexts, run, selector).unwrap();
+        assert_eq!(h.messages.len(), h.snapshot.meta.message_count as usize);
+        assert_eq!(store.history_cache_messages(), held);
+        assert_eq!(contexts.held(), before);
+        assert!(!h.models().is_empty());
+    }
+
     #[test]
     fn continuation_context_follows_the_run_revision() {
         use crate::continuation::{load as load_history, ContextCache, Selector};

@@ -1,11 +1,12 @@
 //! The store: RocksDB column families for runs, events, snapshots, effects and their indexes,
 //! and the forwarding outbox.
 
+mod activity;
 mod error;
 mod history;
 mod history_cache;
-mod messages;
 pub mod keys;
+mod messages;
 mod outbox;
 mod rocks;
 mod run_keys;

@@ -40,6 +40,8 @@ pub struct Store {
     pub(super) next_run_key: std::sync::atomic::AtomicU64,
     /// Committed run keys recently used.
     pub(super) run_keys: std::sync::Mutex<super::run_keys::RunKeyCache>,
+    /// Runs written recently (see [`super::activity`]).
+    pub(super) recent: std::sync::Mutex<super::activity::RecentWrites>,
 }
 
 /// A set of writes committed atomically by [`Store::commit`].
@@ -152,6 +154,7 @@ impl Store {
             resolved: std::sync::Mutex::new(Default::default()),
             next_run_key: std::sync::atomic::AtomicU64::new(0),
             run_keys: std::sync::Mutex::new(Default::default()),
+            recent: std::sync::Mutex::new(Default::default()),
         };
         store.check_schema(dir)?;
         store.next_run_key.store(
@@ -208,12 +211,19 @@ impl Store {
 
     /// Commits a batch atomically, with the WAL on and fsync when configured.
     pub fn commit(&self, batch: WriteBatch<'_>) -> Result<(), StoreError> {
+        self.commit_runs(batch, &[])
+    }
+
+    /// Commits a batch that wrote the derived state of `runs` (recorded as recently written
+    /// once the commit succeeded).
+    pub fn commit_runs(&self, batch: WriteBatch<'_>, runs: &[String]) -> Result<(), StoreError> {
         let mut options = WriteOptions::default();
         options.set_sync(self.sync);
         options.disable_wal(false);
         let bytes = batch.batch.size_in_bytes() as u64;
         self.db.write_opt(batch.batch, &options)?;
         self.settle_run_keys(batch.run_keys);
+        self.note_written(runs.iter().map(String::as_str));
         self.committed
             .fetch_add(bytes, std::sync::atomic::Ordering::Relaxed);
         Ok(())
@@ -365,7 +375,10 @@ impl Store {
             return Ok(None);
         };
         let handle = self.handle(cf::SNAPSHOTS)?;
-        match self.db.get_pinned_cf(handle, keys::snapshot_key(run, seq))? {
+        match self
+            .db
+            .get_pinned_cf(handle, keys::snapshot_key(run, seq))?
+        {
             Some(bytes) => snapshot_codec::decode(&bytes).map(Some),
             None => Ok(None),
         }
@@ -667,7 +680,10 @@ impl Store {
     }
 }
 
-pub(super) fn decode<T: DeserializeOwned>(cf_name: &'static str, bytes: &[u8]) -> Result<T, StoreError> {
+pub(super) fn decode<T: DeserializeOwned>(
+    cf_name: &'static str,
+    bytes: &[u8],
+) -> Result<T, StoreError> {
     serde_json::from_slice(bytes).map_err(|e| StoreError::Corrupt {
         cf: cf_name,
         reason: e.to_string(),
