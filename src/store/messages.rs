@@ -101,7 +101,8 @@ impl Store {
             }
             wanted.entry(binary).or_default().push(at);
         }
-        let mut out: Vec<Option<Value>> = vec![None; hashes.len()];
+        // The bodies are copied out of the scan and decoded after it, in parallel when many.
+        let mut found: Vec<(Vec<usize>, Vec<u8>)> = Vec::with_capacity(wanted.len());
         let handle = self.handle(cf::MESSAGES)?;
         let mut iter = self.db.raw_iterator_cf(handle);
         iter.seek(run.0);
@@ -114,17 +115,104 @@ impl Store {
                 .ok()
                 .and_then(|hash: [u8; MESSAGE_HASH_BYTES]| wanted.remove(&hash))
             {
-                let body: Value = decode(cf::MESSAGES, value)?;
-                if let Some((last, rest)) = at.split_last() {
-                    for &i in rest {
-                        out[i] = Some(body.clone());
-                    }
-                    out[*last] = Some(body);
-                }
+                found.push((at, value.to_vec()));
             }
             iter.next();
         }
         iter.status()?;
+        drop(iter);
+        let bodies = decode_all(&found)?;
+        let mut out: Vec<Option<Value>> = vec![None; hashes.len()];
+        for ((at, _), body) in found.iter().zip(bodies) {
+            if let Some((last, rest)) = at.split_last() {
+                for &i in rest {
+                    out[i] = Some(body.clone());
+                }
+                out[*last] = Some(body);
+            }
+        }
         Ok(out)
+    }
+}
+
+/// From this many bodies, half are decoded on a second thread (decoding is most of a long
+/// history's cold read).
+const PARALLEL_FROM: usize = 512;
+
+fn decode_some(bodies: &[(Vec<usize>, Vec<u8>)]) -> Result<Vec<Value>, StoreError> {
+    bodies
+        .iter()
+        .map(|(_, bytes)| decode(cf::MESSAGES, bytes))
+        .collect()
+}
+
+/// Decodes the bodies in order.
+fn decode_all(bodies: &[(Vec<usize>, Vec<u8>)]) -> Result<Vec<Value>, StoreError> {
+    if bodies.len() < PARALLEL_FROM {
+        return decode_some(bodies);
+    }
+    let (first, second) = bodies.split_at(bodies.len() / 2);
+    std::thread::scope(|scope| {
+        let other = std::thread::Builder::new()
+            .name("stepline-decode".into())
+            .spawn_scoped(scope, || decode_some(second));
+        let mut out = decode_some(first)?;
+        let rest = match other {
+            Ok(handle) => handle.join().map_err(|_| StoreError::Corrupt {
+                cf: cf::MESSAGES,
+                reason: "the decoding thread failed".into(),
+            })??,
+            // No second thread to be had: decode here.
+            Err(_) => decode_some(second)?,
+        };
+        out.extend(rest);
+        Ok(out)
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn message(n: usize) -> Value {
+        json!({"role": "user", "parts": [{"type": "text", "content": format!("message {n}")}]})
+    }
+
+    #[test]
+    fn histories_read_in_order_whether_looked_up_scanned_or_decoded_on_two_threads() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path(), false).unwrap();
+        let bodies: Vec<Value> = (0..PARALLEL_FROM + 100).map(message).collect();
+        let mut batch = store.batch();
+        for body in &bodies {
+            batch
+                .put_message("run", &MessageHash::of(body), body)
+                .unwrap();
+        }
+        // Another run's messages lie next to this one's and are not read.
+        batch
+            .put_message("other", &MessageHash::of(&message(0)), &json!("other"))
+            .unwrap();
+        store.commit(batch).unwrap();
+        for len in [3, SCAN_FROM, PARALLEL_FROM + 100] {
+            // A history in its own order, with a message that appears twice.
+            let mut history: Vec<&Value> = bodies[..len].iter().rev().collect();
+            history.push(&bodies[1]);
+            let hashes: Vec<MessageHash> = history.iter().map(|b| MessageHash::of(b)).collect();
+            let read = store.messages("run", &hashes).unwrap();
+            assert_eq!(read.iter().collect::<Vec<_>>(), history, "{len} messages");
+        }
+        // A missing body is an error naming it, on either path.
+        for len in [3, PARALLEL_FROM] {
+            let mut hashes: Vec<MessageHash> = bodies[..len].iter().map(MessageHash::of).collect();
+            let absent = MessageHash::of(&message(usize::MAX));
+            hashes.push(absent.clone());
+            let error = store.messages("run", &hashes).unwrap_err().to_string();
+            assert!(error.contains(&absent.0), "{error}");
+        }
+        assert!(store
+            .messages("no-such-run", &[MessageHash::of(&message(0))])
+            .is_err());
     }
 }
