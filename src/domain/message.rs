@@ -19,7 +19,9 @@ impl MessageHash {
     /// equally whatever key order the producer used.
     pub fn of(message: &Value) -> Self {
         let canonical = serde_json::to_vec(message).unwrap_or_default();
-        Self(hex::encode(&Sha256::digest(&canonical)[..MESSAGE_HASH_BYTES]))
+        Self(hex::encode(
+            &Sha256::digest(&canonical)[..MESSAGE_HASH_BYTES],
+        ))
     }
 }
 

@@ -134,7 +134,7 @@ impl Store {
         let prefix = run.0;
         let handle = self.handle(cf::HISTORY)?;
         let mut iter = self.db.raw_iterator_cf(handle);
-        iter.seek(&prefix);
+        iter.seek(prefix);
         while let (Some(key), Some(value)) = (iter.key(), iter.value()) {
             if !key.starts_with(&prefix) {
                 break;

@@ -4,8 +4,8 @@
 mod error;
 mod history;
 mod history_cache;
-mod messages;
 pub mod keys;
+mod messages;
 mod outbox;
 mod rocks;
 mod run_keys;

@@ -365,7 +365,10 @@ impl Store {
             return Ok(None);
         };
         let handle = self.handle(cf::SNAPSHOTS)?;
-        match self.db.get_pinned_cf(handle, keys::snapshot_key(run, seq))? {
+        match self
+            .db
+            .get_pinned_cf(handle, keys::snapshot_key(run, seq))?
+        {
             Some(bytes) => snapshot_codec::decode(&bytes).map(Some),
             None => Ok(None),
         }
@@ -667,7 +670,10 @@ impl Store {
     }
 }
 
-pub(super) fn decode<T: DeserializeOwned>(cf_name: &'static str, bytes: &[u8]) -> Result<T, StoreError> {
+pub(super) fn decode<T: DeserializeOwned>(
+    cf_name: &'static str,
+    bytes: &[u8],
+) -> Result<T, StoreError> {
     serde_json::from_slice(bytes).map_err(|e| StoreError::Corrupt {
         cf: cf_name,
         reason: e.to_string(),

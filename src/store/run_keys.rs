@@ -143,10 +143,18 @@ mod tests {
             let store = Store::open(dir.path(), false).unwrap();
             let mut batch = store.batch();
             let a = batch.run_key("run-a").unwrap();
-            assert_eq!(batch.run_key("run-a").unwrap(), a, "one key per run in a batch");
+            assert_eq!(
+                batch.run_key("run-a").unwrap(),
+                a,
+                "one key per run in a batch"
+            );
             assert_ne!(batch.run_key("run-b").unwrap(), a);
             batch.put_message("run-a", &hash, &body).unwrap();
-            assert_eq!(store.run_key("run-a").unwrap(), None, "not before the commit");
+            assert_eq!(
+                store.run_key("run-a").unwrap(),
+                None,
+                "not before the commit"
+            );
             store.commit(batch).unwrap();
             assert_eq!(store.run_key("run-a").unwrap(), Some(a));
             assert!(store.has_message("run-a", &hash).unwrap());
@@ -189,6 +197,9 @@ mod tests {
         batch.delete_run_history("orphan").unwrap();
         store.commit(batch).unwrap();
         assert_eq!(store.run_key("orphan").unwrap(), None);
-        assert!(store.keys_with_prefix(cf::MESSAGES, b"").unwrap().is_empty());
+        assert!(store
+            .keys_with_prefix(cf::MESSAGES, b"")
+            .unwrap()
+            .is_empty());
     }
 }

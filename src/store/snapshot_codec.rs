@@ -12,8 +12,8 @@ use chrono::DateTime;
 use super::error::StoreError;
 use super::keys::cf;
 use crate::domain::{
-    format_timestamp, ChainRef, MessageHash, NodeId, SnapshotMeta, SnapshotRecord,
-    SnapshotSource, SnapshotState,
+    format_timestamp, ChainRef, MessageHash, NodeId, SnapshotMeta, SnapshotRecord, SnapshotSource,
+    SnapshotState,
 };
 
 const FORMAT: u8 = 1;
@@ -257,7 +257,12 @@ mod tests {
         let complete = encode(&record(None, format_timestamp(1), true));
         assert!(complete.len() <= 52, "{} bytes", complete.len());
         let json = serde_json::to_vec(&record(None, format_timestamp(1), true)).unwrap();
-        assert!(json.len() > 3 * complete.len(), "{} vs {}", json.len(), complete.len());
+        assert!(
+            json.len() > 3 * complete.len(),
+            "{} vs {}",
+            json.len(),
+            complete.len()
+        );
     }
 
     #[test]
@@ -268,10 +273,16 @@ mod tests {
         }
         let mut unknown = bytes.clone();
         unknown[0] = 9;
-        assert!(decode(&unknown).unwrap_err().to_string().contains("format 9"));
+        assert!(decode(&unknown)
+            .unwrap_err()
+            .to_string()
+            .contains("format 9"));
         let mut longer = bytes;
         longer.push(0);
         assert!(decode(&longer).is_err());
-        assert!(decode(&[FORMAT, 0, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff]).is_err());
+        assert!(decode(&[
+            FORMAT, 0, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff
+        ])
+        .is_err());
     }
 }
