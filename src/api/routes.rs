@@ -394,11 +394,10 @@ async fn get_continuation(
             body.push(("repaired", Out::Value(json!(repaired))));
         }
         body.extend(fields);
-        serde_json::to_vec(&Out::Object(body))
+        Out::Object(body).to_json_vec()
     })
     .await
-    .map_err(|e| ApiError::Internal(e.to_string()))?
-    .map_err(|e| ApiError::Internal(format!("continuation could not be encoded: {e}")))?;
+    .map_err(|e| ApiError::Internal(e.to_string()))?;
     Ok(([(header::CONTENT_TYPE, "application/json")], body).into_response())
 }
 

@@ -6,6 +6,7 @@ mod anthropic;
 mod context;
 mod gemini;
 mod history;
+mod json_writer;
 mod openai_chat;
 mod openai_responses;
 mod otel;

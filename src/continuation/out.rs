@@ -3,6 +3,7 @@
 //! to bytes. A 1,000-step history renders to about a megabyte of JSON; building it as
 //! `serde_json::Value`s spent most of a continuation's time allocating, copying and freeing.
 
+use super::json_writer;
 use serde::ser::{Serialize, SerializeMap, SerializeSeq, Serializer};
 use serde_json::{Map, Value};
 
@@ -79,6 +80,20 @@ impl<'a> Out<'a> {
                 None => fields.push((key, value)),
             }
         }
+    }
+
+    /// Writes the value as compact JSON to the end of `buf`: the same bytes as
+    /// `serde_json::to_vec(self)`, written without serde (see `json_writer`).
+    pub fn write_json(&self, buf: &mut Vec<u8>) {
+        json_writer::write_out(buf, self);
+    }
+
+    /// The value as compact JSON bytes, the same as `serde_json::to_vec(self)` (which cannot
+    /// fail for an `Out`).
+    pub fn to_json_vec(&self) -> Vec<u8> {
+        let mut buf = Vec::with_capacity(128);
+        self.write_json(&mut buf);
+        buf
     }
 
     /// The value as `serde_json::Value` (for tests and callers that need to inspect it).
@@ -210,6 +225,7 @@ mod tests {
         out.set("text", "bye");
         out.set("added", 1u32);
         let text = serde_json::to_string(&out).unwrap();
+        assert_eq!(out.to_json_vec(), text.as_bytes());
         let parsed: Value = serde_json::from_str(&text).unwrap();
         assert_eq!(parsed, out.to_value());
         assert_eq!(
