@@ -101,7 +101,9 @@ impl Store {
             }
             wanted.entry(binary).or_default().push(at);
         }
-        // The bodies are copied out of the scan and decoded after it, in parallel when many.
+        // The bodies are copied out of the scan, then decoded in history order (so each
+        // decoded message lies near the next one in memory, which rendering reads in that
+        // order), on two threads when there are many.
         let mut found: Vec<(Vec<usize>, Vec<u8>)> = Vec::with_capacity(wanted.len());
         let handle = self.handle(cf::MESSAGES)?;
         let mut iter = self.db.raw_iterator_cf(handle);
@@ -121,17 +123,13 @@ impl Store {
         }
         iter.status()?;
         drop(iter);
-        let bodies = decode_all(&found)?;
-        let mut out: Vec<Option<Value>> = vec![None; hashes.len()];
-        for ((at, _), body) in found.iter().zip(bodies) {
-            if let Some((last, rest)) = at.split_last() {
-                for &i in rest {
-                    out[i] = Some(body.clone());
-                }
-                out[*last] = Some(body);
+        let mut ordered: Vec<Option<&[u8]>> = vec![None; hashes.len()];
+        for (at, bytes) in &found {
+            for &i in at {
+                ordered[i] = Some(bytes);
             }
         }
-        Ok(out)
+        decode_all(&ordered)
     }
 }
 
@@ -139,15 +137,15 @@ impl Store {
 /// history's cold read).
 const PARALLEL_FROM: usize = 512;
 
-fn decode_some(bodies: &[(Vec<usize>, Vec<u8>)]) -> Result<Vec<Value>, StoreError> {
+fn decode_some(bodies: &[Option<&[u8]>]) -> Result<Vec<Option<Value>>, StoreError> {
     bodies
         .iter()
-        .map(|(_, bytes)| decode(cf::MESSAGES, bytes))
+        .map(|bytes| bytes.map(|b| decode(cf::MESSAGES, b)).transpose())
         .collect()
 }
 
-/// Decodes the bodies in order.
-fn decode_all(bodies: &[(Vec<usize>, Vec<u8>)]) -> Result<Vec<Value>, StoreError> {
+/// Decodes the bodies in order (none stays none).
+fn decode_all(bodies: &[Option<&[u8]>]) -> Result<Vec<Option<Value>>, StoreError> {
     if bodies.len() < PARALLEL_FROM {
         return decode_some(bodies);
     }
