@@ -7,7 +7,7 @@
 //! wrapped as `{"return_value": ...}`); the history starts with a user turn. Thought signatures
 //! must come back unchanged: thinking without one is dropped, with a warning.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 
 use serde_json::Value;
 
@@ -34,8 +34,9 @@ pub fn render(history: &History) -> (Fields<'_>, Vec<String>) {
         .into_iter()
         .collect();
     let mut turns: parts::Turns = Vec::new();
-    // Tool names of calls by id, for responses that do not name their tool.
-    let mut call_names: HashMap<&str, &str> = HashMap::new();
+    // Tool names of the open calls by id, earliest first, for responses that do not name
+    // their tool (a response answers the earliest open call with its id, as in `Pairing`).
+    let mut open_calls: HashMap<&str, VecDeque<&str>> = HashMap::new();
 
     for (mi, message) in messages.iter().enumerate() {
         let role = parts::role(message);
@@ -60,9 +61,10 @@ pub fn render(history: &History) -> (Fields<'_>, Vec<String>) {
                 "text" => out.push(obj! {"text" => parts::text_out(part)}),
                 "tool_call" if model => {
                     let id = parts::field(part, "id");
-                    call_names
+                    open_calls
                         .entry(id)
-                        .or_insert_with(|| parts::field(part, "name"));
+                        .or_default()
+                        .push_back(parts::field(part, "name"));
                     if !pairing.skip(mi, pi) {
                         let mut p = obj! {"functionCall" => obj! {
                             "id" => id,
@@ -84,6 +86,9 @@ pub fn render(history: &History) -> (Fields<'_>, Vec<String>) {
                 }
                 "tool_call_response" if !model => {
                     let outcome = outcomes.next(part);
+                    let answered = open_calls
+                        .get_mut(parts::field(part, "id"))
+                        .and_then(VecDeque::pop_front);
                     if pairing.skip(mi, pi) {
                         continue;
                     }
@@ -99,7 +104,7 @@ pub fn render(history: &History) -> (Fields<'_>, Vec<String>) {
                     };
                     out.push(obj! {"functionResponse" => obj! {
                         "id" => parts::field(part, "id"),
-                        "name" => response_name(messages, &call_names, part),
+                        "name" => response_name(answered, part),
                         "response" => response,
                     }});
                 }
@@ -177,25 +182,13 @@ pub fn render(history: &History) -> (Fields<'_>, Vec<String>) {
     )
 }
 
-/// The tool name of a response: its own, or the name of the call it answers (the first call
-/// with its id, earlier in the history or, failing that, anywhere in it).
-fn response_name<'a>(
-    messages: &'a [Value],
-    earlier: &HashMap<&'a str, &'a str>,
-    part: &'a Value,
-) -> &'a str {
+/// The tool name of a response: its own, else the name of the call it answers (`answered`:
+/// the earliest call with its id still open, which every response that is kept has).
+fn response_name<'a>(answered: Option<&'a str>, part: &'a Value) -> &'a str {
     let own = parts::field(part, "name");
-    if !own.is_empty() {
-        return own;
+    if own.is_empty() {
+        answered.unwrap_or("")
+    } else {
+        own
     }
-    let id = parts::field(part, "id");
-    if let Some(name) = earlier.get(id) {
-        return name;
-    }
-    messages
-        .iter()
-        .flat_map(parts::parts)
-        .find(|p| parts::kind(p) == "tool_call" && parts::field(p, "id") == id)
-        .map(|p| parts::field(p, "name"))
-        .unwrap_or("")
 }

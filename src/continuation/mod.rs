@@ -232,6 +232,43 @@ mod tests {
     }
 
     #[test]
+    fn gemini_names_an_unnamed_response_after_the_call_it_answers() {
+        // Responses without a name answer the earliest open call with their id, also when a
+        // later call reuses the id with another tool.
+        let unnamed = |id: &str| json!({"type": "tool_call_response", "id": id, "result": "ok"});
+        let named = |id: &str, name: &str| json!({"type": "tool_call", "id": id, "name": name, "arguments": {}});
+        let h = history(
+            vec![
+                json!({"role": "user", "parts": [text("go")]}),
+                json!({"role": "assistant", "parts": [named("a", "search"), named("b", "fetch")]}),
+                json!({"role": "tool", "parts": [unnamed("a"), unnamed("b")]}),
+                json!({"role": "assistant", "parts": [named("a", "other")]}),
+                json!({"role": "tool", "parts": [unnamed("a"), unnamed("late")]}),
+                json!({"role": "assistant", "parts": [named("late", "later_tool")]}),
+            ],
+            None,
+        );
+        let (f, _) = render(Format::Gemini, &h);
+        let names: Vec<&str> = f["contents"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .flat_map(|c| c["parts"].as_array().unwrap())
+            .filter_map(|p| p["functionResponse"]["name"].as_str())
+            .collect();
+        assert_eq!(names, ["search", "fetch", "other"]);
+        // The response to a call that comes only later has no open call here: it is dropped
+        // as an orphan, and the call after it as unanswered.
+        let all: Vec<&Value> = f["contents"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .flat_map(|c| c["parts"].as_array().unwrap())
+            .collect();
+        assert!(!all.iter().any(|p| p["functionResponse"]["id"] == "late"));
+    }
+
+    #[test]
     fn images_by_reference_and_signed_thinking() {
         let h = history(
             vec![
