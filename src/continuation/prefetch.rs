@@ -51,8 +51,18 @@ pub fn warm_quiet_runs(
     quiet: Duration,
     min_messages: u32,
 ) -> usize {
+    warm_runs(store, contexts, store.take_quiet_runs(quiet), min_messages)
+}
+
+/// Loads ahead the continuations of those of `runs` that are long enough; returns how many.
+fn warm_runs(
+    store: &Store,
+    contexts: &ContextCache,
+    runs: Vec<String>,
+    min_messages: u32,
+) -> usize {
     let mut warmed = 0;
-    for run_id in store.take_quiet_runs(quiet) {
+    for run_id in runs {
         match warm(store, contexts, &run_id, min_messages) {
             Ok(true) => warmed += 1,
             Ok(false) => {}
@@ -77,12 +87,15 @@ pub async fn run(
             _ = &mut stop => return,
             _ = tick.tick() => {}
         }
+        let due = store.take_quiet_runs(QUIET);
+        if due.is_empty() {
+            continue;
+        }
         let (store, contexts) = (store.clone(), contexts.clone());
-        let warmed = tokio::task::spawn_blocking(move || {
-            warm_quiet_runs(&store, &contexts, QUIET, MIN_MESSAGES)
-        })
-        .await
-        .unwrap_or(0);
+        let warmed =
+            tokio::task::spawn_blocking(move || warm_runs(&store, &contexts, due, MIN_MESSAGES))
+                .await
+                .unwrap_or(0);
         if warmed > 0 {
             tracing::debug!(runs = warmed, "continuations loaded ahead");
         }
