@@ -1437,3 +1437,97 @@ async fn bad_input_against_binary() {
         "still serving after the oversized bodies"
     );
 }
+
+/// One model request whose input is a history of `messages` plain text messages.
+fn long_chat_span_json(trace_hex: &str, messages: usize) -> Vec<u8> {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos())
+        .unwrap_or(0);
+    let input: Vec<Value> = (0..messages)
+        .map(|n| {
+            let role = if n % 2 == 0 { "user" } else { "assistant" };
+            json!({"role": role, "parts": [{"type": "text", "content": format!("message {n}")}]})
+        })
+        .collect();
+    let output = json!([{"role": "assistant", "parts": [{"type": "text", "content": "done"}]}]);
+    let attr = |k: &str, v: &str| json!({"key": k, "value": {"stringValue": v}});
+    let body = json!({
+        "resourceSpans": [{
+            "resource": {"attributes": [attr("service.name", "stepline-e2e-long")]},
+            "scopeSpans": [{
+                "scope": {"name": "pydantic-ai", "version": "2.68.0"},
+                "spans": [{
+                    "traceId": trace_hex,
+                    "spanId": "aaa19b7ec3c1b174",
+                    "parentSpanId": "aaa19b7ec3c1b173",
+                    "name": "chat long-model",
+                    "kind": 1,
+                    "startTimeUnixNano": (now - 2_000_000).to_string(),
+                    "endTimeUnixNano": (now - 1_000_000).to_string(),
+                    "attributes": [
+                        attr("gen_ai.operation.name", "chat"),
+                        attr("gen_ai.agent.call.id", "long-run"),
+                        attr("gen_ai.request.model", "long-model"),
+                        attr("gen_ai.input.messages", &Value::Array(input).to_string()),
+                        attr("gen_ai.output.messages", &output.to_string()),
+                    ],
+                    "status": {}
+                }]
+            }]
+        }]
+    });
+    serde_json::to_vec(&body).expect("serialise JSON")
+}
+
+/// `stepline_history_cache_messages` from `/metrics`.
+async fn history_cache_messages(stepline: &Stepline) -> u64 {
+    let reply = stepline.get("/metrics").await;
+    assert_eq!(reply.status, 200, "/metrics: {}", reply.text);
+    reply
+        .text
+        .lines()
+        .find_map(|l| l.strip_prefix("stepline_history_cache_messages "))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no history cache gauge in /metrics:\n{}", reply.text))
+}
+
+/// A long run that stops sending spans has its continuation loaded into memory before anyone
+/// asks for it; the request that follows is served from what was loaded.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_quiet_long_run_is_loaded_ahead() {
+    let stepline = Stepline::start().await;
+    assert_eq!(history_cache_messages(&stepline).await, 0);
+    let body = long_chat_span_json("7c1f0e2d3b4a59687766554433221100", 300);
+    let reply = post_traces(&stepline, "application/json", None, body).await;
+    assert_eq!(
+        reply.status,
+        200,
+        "{}",
+        String::from_utf8_lossy(&reply.body)
+    );
+
+    // No continuation has been asked for: the history reaches the cache by the prefetch.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    let mut held = 0;
+    while std::time::Instant::now() < deadline {
+        held = history_cache_messages(&stepline).await;
+        if held > 0 {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    assert_eq!(held, 301, "the run's latest history, loaded ahead");
+
+    let continuation = stepline
+        .get_ok("/v1/runs/long-run/continuation?format=otel")
+        .await;
+    let messages = continuation["messages"].as_array().expect("messages");
+    assert_eq!(messages.len(), 301);
+    assert_eq!(messages[300]["parts"][0]["content"], "done");
+    assert_eq!(
+        history_cache_messages(&stepline).await,
+        301,
+        "served from the history loaded ahead, not read again"
+    );
+}

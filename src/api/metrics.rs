@@ -26,6 +26,8 @@ pub struct StoreGauges {
     pub effects: u64,
     /// Outbox entries not yet deleted (estimate).
     pub outbox_entries: u64,
+    /// Decoded messages the history cache holds for continuations.
+    pub history_cache_messages: u64,
 }
 
 impl StoreGauges {
@@ -39,6 +41,7 @@ impl StoreGauges {
             snapshots: store.estimated_keys(cf::SNAPSHOTS).ok()?,
             effects: store.estimated_keys(cf::EFFECTS).ok()?,
             outbox_entries: store.estimated_keys(cf::OUTBOX).ok()?,
+            history_cache_messages: store.history_cache_messages() as u64,
         })
     }
 }
@@ -121,6 +124,11 @@ pub fn render(c: &IngestCounters, outbox: &Outbox, store: Option<StoreGauges>) -
                 "stepline_outbox_entries",
                 "Outbox entries not yet deleted (RocksDB estimate).",
                 g.outbox_entries,
+            ),
+            (
+                "stepline_history_cache_messages",
+                "Decoded messages held in memory for continuations (read, or loaded ahead once a run went quiet).",
+                g.history_cache_messages,
             ),
         ];
         for (name, help, value) in gauges {
