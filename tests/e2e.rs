@@ -1081,36 +1081,56 @@ async fn restart_keeps_acknowledged_data() {
 
 /// One Pydantic-AI-shaped chat span as OTLP/JSON (what the Python HTTP exporter would send in JSON).
 fn chat_span_json(conversation_id: &str, call_id: &str, trace_hex: &str, pad: &str) -> Vec<u8> {
+    let input = r#"[{"role":"user","parts":[{"type":"text","content":"hello"}]}]"#;
+    let output = r#"[{"role":"assistant","parts":[{"type":"text","content":"hi"}]}]"#;
+    let attr = |k: &str, v: &str| json!({"key": k, "value": {"stringValue": v}});
+    chat_request_json(
+        trace_hex,
+        "eee19b7ec3c1b174",
+        vec![attr("service.name", "stepline-e2e-probe"), attr("pad", pad)],
+        vec![
+            attr("gen_ai.agent.name", "probe"),
+            attr("gen_ai.agent.call.id", call_id),
+            attr("gen_ai.conversation.id", conversation_id),
+            attr("gen_ai.provider.name", "function"),
+            attr("gen_ai.input.messages", input),
+            attr("gen_ai.output.messages", output),
+        ],
+    )
+}
+
+/// An OTLP/JSON request with one Pydantic-AI-scoped `chat` span that ended a millisecond ago,
+/// with the resource attributes and span attributes given (besides the operation and model).
+fn chat_request_json(
+    trace_hex: &str,
+    span_hex: &str,
+    resource: Vec<Value>,
+    attributes: Vec<Value>,
+) -> Vec<u8> {
     let now = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_nanos())
         .unwrap_or(0);
-    let input = r#"[{"role":"user","parts":[{"type":"text","content":"hello"}]}]"#;
-    let output = r#"[{"role":"assistant","parts":[{"type":"text","content":"hi"}]}]"#;
     let attr = |k: &str, v: &str| json!({"key": k, "value": {"stringValue": v}});
+    let mut attrs = vec![
+        attr("gen_ai.operation.name", "chat"),
+        attr("gen_ai.request.model", "probe-model"),
+    ];
+    attrs.extend(attributes);
     let body = json!({
         "resourceSpans": [{
-            "resource": {"attributes": [attr("service.name", "stepline-e2e-probe"), attr("pad", pad)]},
+            "resource": {"attributes": resource},
             "scopeSpans": [{
                 "scope": {"name": "pydantic-ai", "version": "2.68.0"},
                 "spans": [{
                     "traceId": trace_hex,
-                    "spanId": "eee19b7ec3c1b174",
+                    "spanId": span_hex,
                     "parentSpanId": "eee19b7ec3c1b173",
                     "name": "chat probe-model",
                     "kind": 1,
                     "startTimeUnixNano": (now - 2_000_000).to_string(),
                     "endTimeUnixNano": (now - 1_000_000).to_string(),
-                    "attributes": [
-                        attr("gen_ai.operation.name", "chat"),
-                        attr("gen_ai.agent.name", "probe"),
-                        attr("gen_ai.agent.call.id", call_id),
-                        attr("gen_ai.conversation.id", conversation_id),
-                        attr("gen_ai.request.model", "probe-model"),
-                        attr("gen_ai.provider.name", "function"),
-                        attr("gen_ai.input.messages", input),
-                        attr("gen_ai.output.messages", output),
-                    ],
+                    "attributes": attrs,
                     "status": {}
                 }]
             }]
@@ -1440,10 +1460,6 @@ async fn bad_input_against_binary() {
 
 /// One model request whose input is a history of `messages` plain text messages.
 fn long_chat_span_json(trace_hex: &str, messages: usize) -> Vec<u8> {
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_nanos())
-        .unwrap_or(0);
     let input: Vec<Value> = (0..messages)
         .map(|n| {
             let role = if n % 2 == 0 { "user" } else { "assistant" };
@@ -1452,32 +1468,16 @@ fn long_chat_span_json(trace_hex: &str, messages: usize) -> Vec<u8> {
         .collect();
     let output = json!([{"role": "assistant", "parts": [{"type": "text", "content": "done"}]}]);
     let attr = |k: &str, v: &str| json!({"key": k, "value": {"stringValue": v}});
-    let body = json!({
-        "resourceSpans": [{
-            "resource": {"attributes": [attr("service.name", "stepline-e2e-long")]},
-            "scopeSpans": [{
-                "scope": {"name": "pydantic-ai", "version": "2.68.0"},
-                "spans": [{
-                    "traceId": trace_hex,
-                    "spanId": "aaa19b7ec3c1b174",
-                    "parentSpanId": "aaa19b7ec3c1b173",
-                    "name": "chat long-model",
-                    "kind": 1,
-                    "startTimeUnixNano": (now - 2_000_000).to_string(),
-                    "endTimeUnixNano": (now - 1_000_000).to_string(),
-                    "attributes": [
-                        attr("gen_ai.operation.name", "chat"),
-                        attr("gen_ai.agent.call.id", "long-run"),
-                        attr("gen_ai.request.model", "long-model"),
-                        attr("gen_ai.input.messages", &Value::Array(input).to_string()),
-                        attr("gen_ai.output.messages", &output.to_string()),
-                    ],
-                    "status": {}
-                }]
-            }]
-        }]
-    });
-    serde_json::to_vec(&body).expect("serialise JSON")
+    chat_request_json(
+        trace_hex,
+        "aaa19b7ec3c1b174",
+        vec![attr("service.name", "stepline-e2e-long")],
+        vec![
+            attr("gen_ai.agent.call.id", "long-run"),
+            attr("gen_ai.input.messages", &Value::Array(input).to_string()),
+            attr("gen_ai.output.messages", &output.to_string()),
+        ],
+    )
 }
 
 /// `stepline_history_cache_messages` from `/metrics`.

@@ -7,7 +7,8 @@ use std::time::{Duration, Instant};
 
 use super::rocks::Store;
 
-/// Most runs remembered at once; past it the oldest are forgotten.
+/// Most runs remembered at once; past it the oldest are forgotten, down to three quarters of
+/// it (so a busy store sorts the times once per quarter of the bound, not on every commit).
 const RECENT_RUNS: usize = 10_000;
 
 /// Runs written since they were last taken, with the time of their last commit.
@@ -27,7 +28,7 @@ impl Store {
         if recent.0.len() > RECENT_RUNS {
             let mut times: Vec<Instant> = recent.0.values().copied().collect();
             times.sort_unstable();
-            let cut = times[times.len() - RECENT_RUNS];
+            let cut = times[times.len() - RECENT_RUNS * 3 / 4];
             recent.0.retain(|_, at| *at >= cut);
         }
     }
@@ -82,7 +83,11 @@ mod tests {
         let many: Vec<String> = (0..RECENT_RUNS).map(|n| format!("run-{n}")).collect();
         store.note_written(many.iter().map(String::as_str));
         let due = store.take_quiet_runs(Duration::ZERO);
-        assert_eq!(due.len(), RECENT_RUNS);
+        assert!(
+            due.len() >= RECENT_RUNS * 3 / 4 && due.len() <= RECENT_RUNS,
+            "{}",
+            due.len()
+        );
         assert!(!due.iter().any(|id| id == "first"));
     }
 }
