@@ -5,6 +5,9 @@
 //! cargo run --release --example history_bench -- --steps 1000 --iterations 200
 //! ```
 //!
+//! `--formats otel,pydantic-ai` and `--modes cold,warm` measure some continuations only;
+//! `--checkpoints 10,100` sets the steps after which a report is printed besides the last.
+//!
 //! Each step is one OTLP export request holding a Pydantic-AI-shaped `chat` span (the whole history
 //! so far in `gen_ai.input.messages`, one tool call out) and the `execute_tool` span answering it.
 //! Reported:
@@ -42,7 +45,14 @@ struct Args {
     checkpoints: Vec<usize>,
     iterations: usize,
     text_bytes: usize,
+    /// Formats whose continuation is measured (all by default).
+    formats: Vec<Format>,
+    /// Continuation modes measured (`cold`, `prefetched`, `warm`; all by default).
+    modes: Vec<String>,
 }
+
+/// The continuation modes, in the order they are measured.
+const MODES: [&str; 3] = ["cold", "prefetched", "warm"];
 
 fn parse_args() -> anyhow::Result<Args> {
     let mut args = Args {
@@ -50,10 +60,36 @@ fn parse_args() -> anyhow::Result<Args> {
         checkpoints: vec![10, 100, 250, 500, 750],
         iterations: 200,
         text_bytes: 200,
+        formats: Format::NAMES.iter().filter_map(|n| Format::parse(n)).collect(),
+        modes: MODES.iter().map(|m| m.to_string()).collect(),
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
         let value = it.next().ok_or_else(|| anyhow!("{flag} needs a value"))?;
+        match flag.as_str() {
+            "--formats" => {
+                args.formats = value
+                    .split(',')
+                    .map(|n| Format::parse(n).ok_or_else(|| anyhow!("unknown format {n:?}")))
+                    .collect::<anyhow::Result<_>>()?;
+                continue;
+            }
+            "--modes" => {
+                args.modes = value.split(',').map(str::to_string).collect();
+                if let Some(m) = args.modes.iter().find(|m| !MODES.contains(&m.as_str())) {
+                    bail!("unknown mode {m:?} (modes: {})", MODES.join(", "));
+                }
+                continue;
+            }
+            "--checkpoints" => {
+                args.checkpoints = value
+                    .split(',')
+                    .map(|n| n.parse().with_context(|| format!("--checkpoints: {n:?}")))
+                    .collect::<anyhow::Result<_>>()?;
+                continue;
+            }
+            _ => {}
+        }
         let n: usize = value
             .parse()
             .with_context(|| format!("{flag} takes a whole number, not {value:?}"))?;
@@ -227,7 +263,7 @@ async fn main() -> anyhow::Result<()> {
                 interpret: &interpret_times,
                 apply: &apply_times,
             };
-            report(&store, &history, &steps, args.iterations).await?;
+            report(&store, &history, &steps, &args).await?;
         }
     }
     Ok(())
@@ -254,8 +290,9 @@ async fn report(
     store: &Store,
     history: &[Value],
     steps: &Steps<'_>,
-    iterations: usize,
+    args: &Args,
 ) -> anyhow::Result<()> {
+    let iterations = args.iterations;
     let mut distinct: HashMap<MessageHash, usize> = HashMap::new();
     for m in history {
         distinct
@@ -371,9 +408,9 @@ async fn report(
         iterations
     );
     let contexts = continuation::ContextCache::default();
-    for name in Format::NAMES {
-        let format = Format::parse(name).ok_or_else(|| anyhow!("format {name}"))?;
-        for mode in ["cold", "prefetched", "warm"] {
+    for &format in &args.formats {
+        let name = format.as_str();
+        for mode in args.modes.iter().map(String::as_str) {
             let mut times = Vec::with_capacity(iterations);
             let mut loads = Vec::with_capacity(iterations);
             let mut size = 0;
