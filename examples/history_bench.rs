@@ -5,7 +5,8 @@
 //! cargo run --release --example history_bench -- --steps 1000 --iterations 200
 //! ```
 //!
-//! `--formats otel,pydantic-ai` and `--modes cold,warm` measure some continuations only;
+//! `--formats otel,pydantic-ai` and `--modes cold,prefetched,render,warm` measure some
+//! continuations only;
 //! `--checkpoints 10,100` sets the steps after which a report is printed besides the last.
 //!
 //! Each step is one OTLP export request holding a Pydantic-AI-shaped `chat` span (the whole history
@@ -17,7 +18,9 @@
 //! - ingest: the time and the bytes committed of each step's export (interpret + apply + commit),
 //!   early vs late, the time of interpreting the same spans alone, and of applying them to a
 //!   second store alone (the store's part: merge, append or derive, durable commit);
-//! - continuation: load + render + serialise of the latest snapshot, p50/p99 per format.
+//! - continuation: the answer for the latest snapshot, through the API's own path, p50/p99 per
+//!   format: cold, right after the service loaded the run ahead, rendered from cached history,
+//!   and kept from an earlier request.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -28,11 +31,12 @@ use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
 use opentelemetry_proto::tonic::common::v1::{any_value, AnyValue, KeyValue};
 use opentelemetry_proto::tonic::trace::v1::{ResourceSpans, ScopeSpans, Span};
 use serde_json::{json, Value};
-use stepline::continuation::{self, prefetch, Format, Selector};
+use stepline::continuation::{self, prefetch, Continuations, Format, Selector};
 use stepline::domain::MessageHash;
 use stepline::exporter::Outbox;
 use stepline::ingest::{apply_group, Ingest, Work};
 use stepline::interpreter::{interpret_span_with, PrefixMemo};
+use stepline::media::Media;
 use stepline::store::{keys::cf, Store};
 
 const TRACE: [u8; 16] = [9; 16];
@@ -52,7 +56,7 @@ struct Args {
 }
 
 /// The continuation modes, in the order they are measured.
-const MODES: [&str; 3] = ["cold", "prefetched", "warm"];
+const MODES: [&str; 4] = ["cold", "prefetched", "render", "warm"];
 
 fn parse_args() -> anyhow::Result<Args> {
     let mut args = Args {
@@ -60,7 +64,10 @@ fn parse_args() -> anyhow::Result<Args> {
         checkpoints: vec![10, 100, 250, 500, 750],
         iterations: 200,
         text_bytes: 200,
-        formats: Format::NAMES.iter().filter_map(|n| Format::parse(n)).collect(),
+        formats: Format::NAMES
+            .iter()
+            .filter_map(|n| Format::parse(n))
+            .collect(),
         modes: MODES.iter().map(|m| m.to_string()).collect(),
     };
     let mut it = std::env::args().skip(1);
@@ -287,7 +294,7 @@ const HISTORY_CFS: [&str; 4] = [cf::MESSAGES, cf::HISTORY, cf::SNAPSHOTS, cf::RU
 
 /// Prints storage, ingest and continuation figures for the run as it stands.
 async fn report(
-    store: &Store,
+    store: &Arc<Store>,
     history: &[Value],
     steps: &Steps<'_>,
     args: &Args,
@@ -401,52 +408,49 @@ async fn report(
         .resolve_run(ALIAS)?
         .ok_or_else(|| anyhow!("the bench run was not stored"))?;
     println!(
-        "continuation of the latest snapshot ({} iterations each, load + render + JSON); cold: the \
-         history and context caches emptied before each read (RocksDB's block cache stays warm); \
-         prefetched: emptied, then the run's continuation loaded ahead as the service does once a \
-         run is quiet, and the first read after it timed; warm: served from the caches:",
+        "continuation of the latest snapshot ({} iterations each; the whole answer: load + render + \
+         JSON, as the API gives it). cold: every cache emptied before each read (RocksDB's block \
+         cache stays warm); prefetched: emptied, then the run loaded ahead as the service does \
+         once a run is quiet (history, effects, provenance, and the answers to the requests seen \
+         most recently, this format's among them), and the first read after it timed; render: \
+         history and context cached, the answer rendered again each time; warm: the kept answer:",
         iterations
     );
-    let contexts = continuation::ContextCache::default();
+    let continuations = Arc::new(Continuations::new(
+        store.clone(),
+        Arc::new(Media::in_memory(None)),
+    ));
     for &format in &args.formats {
         let name = format.as_str();
+        let request = continuation::Request::latest(format);
         for mode in args.modes.iter().map(String::as_str) {
             let mut times = Vec::with_capacity(iterations);
-            let mut loads = Vec::with_capacity(iterations);
             let mut size = 0;
             for _ in 0..iterations {
                 if mode != "warm" {
+                    continuations.rendered().clear();
+                }
+                if mode == "cold" || mode == "prefetched" {
                     store.clear_history_cache();
-                    contexts.clear();
+                    continuations.contexts().clear();
                 }
                 if mode == "prefetched" {
                     // What the service does once the run has been quiet (not timed).
-                    prefetch::warm(store, &contexts, &run_id, 0)?;
+                    prefetch::load_ahead(&continuations, &run_id, 0).await?;
                 }
                 let started = Instant::now();
-                let run = store
-                    .run(&run_id)?
-                    .ok_or_else(|| anyhow!("run {run_id} missing"))?;
-                let selector = Selector {
-                    provenance: format.needs_provenance(),
-                    ..Selector::default()
-                };
-                let history = continuation::load(store, &contexts, run, selector)?;
-                loads.push(started.elapsed());
-                let (fields, _warnings) = continuation::render(format, &history);
-                size = continuation::Out::Object(fields).to_json_vec().len();
+                let body = continuations.respond(&run_id, request).await?;
                 times.push(started.elapsed());
+                size = body.len();
             }
             times.sort();
-            loads.sort();
             println!(
-                "  {name:<17} {mode:<10} p50 {:>7.3} ms  p99 {:>7.3} ms  (load p50 {:.3} ms; {size} bytes)",
+                "  {name:<17} {mode:<10} p50 {:>7.3} ms  p99 {:>7.3} ms  ({size} bytes)",
                 ms(percentile(&times, 0.50)),
                 ms(percentile(&times, 0.99)),
-                ms(percentile(&loads, 0.50)),
             );
         }
-        json_throughput(store, &contexts, &run_id, format, iterations)?;
+        json_throughput(store, continuations.contexts(), &run_id, format, iterations)?;
     }
     Ok(())
 }

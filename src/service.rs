@@ -15,7 +15,7 @@ use tokio::sync::watch;
 
 use crate::api::{self, ApiState};
 use crate::config::Config;
-use crate::continuation::{prefetch, ContextCache};
+use crate::continuation::{prefetch, Continuations};
 use crate::exporter::{Client, ExporterTask, Outbox};
 use crate::ingest::Ingest;
 use crate::media::Media;
@@ -98,16 +98,15 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
     if let Ok(address) = api_listener.local_addr() {
         tracing::info!(%address, "query API listening");
     }
-    let contexts: Arc<ContextCache> = Arc::default();
+    let continuations = Arc::new(Continuations::new(store.clone(), media));
     let router = api::router(ApiState {
         store: store.clone(),
         ingest: ingest.clone(),
         bearer_token: config.api.bearer_token.clone(),
-        media,
-        contexts: contexts.clone(),
+        continuations: continuations.clone(),
     });
     tasks.spawn({
-        let prefetch = prefetch::run(store.clone(), contexts, stopped());
+        let prefetch = prefetch::run(continuations, stopped());
         async move {
             prefetch.await;
             Ok::<(), anyhow::Error>(())

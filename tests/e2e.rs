@@ -1480,24 +1480,37 @@ fn long_chat_span_json(trace_hex: &str, messages: usize) -> Vec<u8> {
     )
 }
 
-/// `stepline_history_cache_messages` from `/metrics`.
-async fn history_cache_messages(stepline: &Stepline) -> u64 {
+/// A gauge from `/metrics`.
+async fn gauge(stepline: &Stepline, name: &str) -> u64 {
     let reply = stepline.get("/metrics").await;
     assert_eq!(reply.status, 200, "/metrics: {}", reply.text);
     reply
         .text
         .lines()
-        .find_map(|l| l.strip_prefix("stepline_history_cache_messages "))
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' '))
         .and_then(|v| v.trim().parse().ok())
-        .unwrap_or_else(|| panic!("no history cache gauge in /metrics:\n{}", reply.text))
+        .unwrap_or_else(|| panic!("no {name} in /metrics:\n{}", reply.text))
 }
 
-/// A long run that stops sending spans has its continuation loaded into memory before anyone
-/// asks for it; the request that follows is served from what was loaded.
+/// `stepline_history_cache_messages` from `/metrics`.
+async fn history_cache_messages(stepline: &Stepline) -> u64 {
+    gauge(stepline, "stepline_history_cache_messages").await
+}
+
+/// A long run that stops sending spans has its continuation loaded into memory, and rendered in
+/// the format asked for most recently, before anyone asks for it; the requests that follow are
+/// served from what was loaded.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_quiet_long_run_is_loaded_ahead() {
     let stepline = Stepline::start().await;
     assert_eq!(history_cache_messages(&stepline).await, 0);
+    assert_eq!(gauge(&stepline, "stepline_rendered_cache_bytes").await, 0);
+    // A request in the Anthropic format (for a run not there yet): the format is noted as one
+    // orchestrators continue with.
+    let early = stepline
+        .get("/v1/runs/long-run/continuation?format=anthropic")
+        .await;
+    assert_eq!(early.status, 404, "{}", early.text);
     let body = long_chat_span_json("7c1f0e2d3b4a59687766554433221100", 300);
     let reply = post_traces(&stepline, "application/json", None, body).await;
     assert_eq!(
@@ -1518,6 +1531,25 @@ async fn a_quiet_long_run_is_loaded_ahead() {
         tokio::time::sleep(std::time::Duration::from_millis(50)).await;
     }
     assert_eq!(held, 301, "the run's latest history, loaded ahead");
+    let mut rendered = 0;
+    while std::time::Instant::now() < deadline && rendered == 0 {
+        rendered = gauge(&stepline, "stepline_rendered_cache_bytes").await;
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    assert!(rendered > 0, "the Anthropic answer, rendered ahead");
+
+    let anthropic = stepline
+        .get_ok("/v1/runs/long-run/continuation?format=anthropic")
+        .await;
+    let turns = anthropic["messages"].as_array().expect("messages");
+    // The last two messages are both the assistant's: one Anthropic turn.
+    assert_eq!(turns.len(), 300);
+    assert_eq!(turns[299]["content"][1]["text"], "done");
+    assert_eq!(
+        gauge(&stepline, "stepline_rendered_cache_bytes").await,
+        rendered,
+        "the answer rendered ahead, not rendered again"
+    );
 
     let continuation = stepline
         .get_ok("/v1/runs/long-run/continuation?format=otel")

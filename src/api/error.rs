@@ -60,6 +60,7 @@ impl ServiceError for ApiError {
         match self {
             Self::Ingest(e) => e.retry_after(),
             Self::Media(e) => e.retry_after(),
+            Self::Continuation(e) => e.retry_after(),
             _ => None,
         }
     }

@@ -220,6 +220,15 @@ fn render_exporters(out: &mut String, outbox: &Outbox) {
     }
 }
 
+/// Appends the gauge of the rendered continuations held in memory.
+pub fn render_rendered_cache(out: &mut String, held_bytes: usize) {
+    let name = "stepline_rendered_cache_bytes";
+    let _ = writeln!(
+        out,
+        "# HELP {name} Bytes of rendered continuation answers held in memory (answered, or rendered ahead once a run went quiet).\n# TYPE {name} gauge\n{name} {held_bytes}"
+    );
+}
+
 /// Appends the media store's counters.
 pub fn render_media(out: &mut String, c: &MediaCounters) {
     let rows: [(&str, &str, u64); 6] = [

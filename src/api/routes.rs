@@ -12,10 +12,9 @@ use axum::{Json, Router};
 use serde_json::{json, Value};
 
 use super::error::ApiError;
-use crate::continuation::{self, ContextCache, Format, Out, Selector};
+use crate::continuation::{Continuations, Format, MediaMode, Request as ContinuationRequest};
 use crate::domain::{EffectStatus, Run, SnapshotMeta, SnapshotState};
 use crate::ingest::{Applied, Ingest};
-use crate::media::{self, Media};
 use crate::store::{RunFilter, Store};
 
 /// What the handlers share.
@@ -27,10 +26,8 @@ pub struct ApiState {
     pub ingest: Arc<Ingest>,
     /// Bearer token required on `/v1/*`, when configured.
     pub bearer_token: Option<String>,
-    /// The media store, for restoring large binary parts in continuations.
-    pub media: Arc<Media>,
-    /// Effects and provenance of recently continued runs, per run revision.
-    pub contexts: Arc<ContextCache>,
+    /// Continuations, with the caches and the media store they are answered from.
+    pub continuations: Arc<Continuations>,
 }
 
 /// Page size of `GET /v1/runs` when `limit` is not given, and its maximum.
@@ -77,7 +74,8 @@ async fn metrics(State(state): State<ApiState>) -> impl IntoResponse {
         .ok()
         .flatten();
     let mut text = super::metrics::render(state.ingest.counters(), state.ingest.outbox(), gauges);
-    super::metrics::render_media(&mut text, state.media.counters());
+    super::metrics::render_media(&mut text, state.continuations.media().counters());
+    super::metrics::render_rendered_cache(&mut text, state.continuations.rendered().held());
     (
         [(http::header::CONTENT_TYPE, "text/plain; version=0.0.4")],
         text,
@@ -288,15 +286,7 @@ async fn get_recovery(
     .await
 }
 
-/// How a continuation gives media parts whose data is in the media store.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum MediaMode {
-    /// The original base64 data, as the framework sent it (default).
-    Inline,
-    /// `media+sha256://` references, as `uri` parts.
-    Reference,
-}
-
+/// Reads `media`: how the continuation gives media parts whose data is in the media store.
 fn parse_media(params: &HashMap<String, String>) -> Result<MediaMode, ApiError> {
     match params.get("media").map(String::as_str) {
         None | Some("inline") => Ok(MediaMode::Inline),
@@ -323,7 +313,8 @@ async fn get_continuation(
             Format::NAMES.join(", ")
         ))
     })?;
-    let selector = Selector {
+    let request = ContinuationRequest {
+        format,
         at: match params.get("at") {
             None => None,
             Some(a) => Some(a.parse::<u32>().map_err(|_| {
@@ -334,70 +325,9 @@ async fn get_continuation(
         },
         include_interrupted: parse_bool(&params, "include_interrupted")?,
         repair: parse_bool(&params, "repair")?,
-        provenance: format.needs_provenance(),
+        media: parse_media(&params)?,
     };
-    let media_mode = parse_media(&params)?;
-    let contexts = state.contexts.clone();
-    let mut history = blocking(&state, move |s| {
-        let run = find_run(s, &run_id)?;
-        Ok(continuation::load(s, &contexts, run, selector)?)
-    })
-    .await?;
-    // The loaded history may be shared with the store's snapshot cache: media goes into a copy,
-    // made only when some message names a blob.
-    if media::holds_references(&history.messages) {
-        let mut messages = history.messages.to_vec();
-        match media_mode {
-            MediaMode::Inline => {
-                state
-                    .media
-                    .restore(&history.run.run_id, &mut messages)
-                    .await?;
-            }
-            MediaMode::Reference => media::show_references(&mut messages),
-        }
-        history.messages = messages.into();
-    }
-    let body = tokio::task::spawn_blocking(move || {
-        let repaired = if selector.repair {
-            Some(history.repair())
-        } else {
-            None
-        };
-        let (fields, mut warnings) = continuation::render(format, &history);
-        // What interpretation could only guess (tool spans joined to calls by order) applies too.
-        warnings.extend(history.run.warnings.iter().cloned());
-        let unresolved: Vec<_> = history
-            .effects
-            .iter()
-            .filter(|e| e.status.is_unresolved())
-            .collect();
-        let meta = &history.snapshot.meta;
-        let mut body = vec![
-            ("run_id", Out::Str(&history.run.run_id)),
-            ("format", Out::Str(format.as_str())),
-            (
-                "snapshot",
-                Out::Value(json!({
-                    "seq": meta.seq,
-                    "step_index": meta.step_index,
-                    "state": meta.state,
-                    "source": meta.source,
-                    "message_count": meta.message_count,
-                    "timestamp": meta.timestamp,
-                })),
-            ),
-            ("unresolved_effects", Out::Value(json!(unresolved))),
-            ("warnings", Out::Value(json!(warnings))),
-        ];
-        if let Some(repaired) = repaired {
-            body.push(("repaired", Out::Value(json!(repaired))));
-        }
-        body.extend(fields);
-        Out::Object(body).to_json_vec()
-    })
-    .await
-    .map_err(|e| ApiError::Internal(e.to_string()))?;
+    let body = state.continuations.respond(&run_id, request).await?;
     Ok(([(header::CONTENT_TYPE, "application/json")], body).into_response())
 }
 
@@ -426,6 +356,7 @@ async fn abandon(
 #[cfg(test)]
 mod tests_support {
     pub use super::*;
+    use crate::media::Media;
     pub use crate::test_fixtures::{delegate_scenario, request, run_id};
     use axum::body::Body;
     use tower::ServiceExt;
@@ -442,11 +373,13 @@ mod tests_support {
             .await
             .unwrap();
         let state = ApiState {
-            store,
             ingest,
             bearer_token: token.map(str::to_string),
-            media: Arc::new(Media::in_memory(Some(64 * 1024))),
-            contexts: Arc::default(),
+            continuations: Arc::new(Continuations::new(
+                store.clone(),
+                Arc::new(Media::in_memory(Some(64 * 1024))),
+            )),
+            store,
         };
         (router(state), dir)
     }

@@ -7,6 +7,7 @@ use serde_json::Value;
 
 use super::context::{ContextCache, ModelRequest, Provenance};
 use crate::domain::{MessageHash, Run, SnapshotRecord, SnapshotState, ToolEffect};
+use crate::media::MediaError;
 use crate::service_error::{ServiceError, ServiceErrorCode};
 use crate::store::{Store, StoreError};
 
@@ -31,16 +32,34 @@ pub enum ContinuationError {
     /// The run has no snapshot matching the request.
     #[error("{0}")]
     NoSnapshot(String),
+    /// No run has the id or alias asked for.
+    #[error("{0}")]
+    NoRun(String),
     /// The store failed or is missing data.
     #[error(transparent)]
     Store(#[from] StoreError),
+    /// Media parts could not be restored from the media store.
+    #[error(transparent)]
+    Media(#[from] MediaError),
+    /// A blocking task of the request failed.
+    #[error("internal error: {0}")]
+    Task(String),
 }
 
 impl ServiceError for ContinuationError {
     fn error_code(&self) -> ServiceErrorCode {
         match self {
-            Self::NoSnapshot(_) => ServiceErrorCode::NotFound,
+            Self::NoSnapshot(_) | Self::NoRun(_) => ServiceErrorCode::NotFound,
             Self::Store(e) => e.error_code(),
+            Self::Media(e) => e.error_code(),
+            Self::Task(_) => ServiceErrorCode::Internal,
+        }
+    }
+
+    fn retry_after(&self) -> Option<std::time::Duration> {
+        match self {
+            Self::Media(e) => e.retry_after(),
+            _ => None,
         }
     }
 }

@@ -14,19 +14,23 @@ mod out;
 mod parts;
 pub mod prefetch;
 mod pydantic_ai;
+mod rendered;
 mod repair;
+mod respond;
 mod strands;
 
 pub use context::{ContextCache, ModelRequest, Provenance, RunContext, CONTEXT_CACHE_ITEMS};
 pub use history::{load, ContinuationError, History, Selector};
 pub use out::Out;
+pub use rendered::{MediaMode, RenderedCache, Request, RENDERED_CACHE_BYTES};
 pub use repair::{RepairedCall, INTERRUPTED_CONTENT};
+pub use respond::Continuations;
 
 /// A rendered format's own request fields, in order.
 pub type Fields<'a> = Vec<(&'static str, Out<'a>)>;
 
 /// Output formats.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Format {
     /// OTel GenAI messages plus system instructions (canonical).
     Otel,

@@ -1,14 +1,17 @@
 //! Loading continuations ahead: a run that stopped sending spans (its agent finished, crashed
 //! or timed out) is when an orchestrator asks for its continuation, so once a long run has been
 //! quiet for [`QUIET`] its latest complete history, effects and provenance are read into the
-//! history and context caches. The first continuation request is then served from memory
-//! instead of decoding the whole history from the store.
+//! history and context caches, and the answers to the requests for a latest snapshot seen most
+//! recently (the formats orchestrators continue with) are rendered and kept. The first
+//! continuation request is then answered from memory instead of decoding and rendering the
+//! whole history.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use super::context::ContextCache;
 use super::history::{load, ContinuationError, Selector};
+use super::respond::Continuations;
 use crate::domain::SnapshotState;
 use crate::store::Store;
 
@@ -44,41 +47,36 @@ pub fn warm(
     Ok(true)
 }
 
-/// Loads ahead the continuations of the long runs that went quiet; returns how many.
-pub fn warm_quiet_runs(
-    store: &Store,
-    contexts: &ContextCache,
-    quiet: Duration,
+/// Loads ahead the continuation of `run_id` when its history has at least `min_messages`, then
+/// renders and keeps the answers to the requests for a latest snapshot seen most recently
+/// ([`RenderedCache::recent_requests`](super::RenderedCache::recent_requests)); true when the
+/// run was long enough. A request that cannot be answered (e.g. a blob missing from the media
+/// store) is skipped: it gives its error when it is asked for.
+pub async fn load_ahead(
+    continuations: &Arc<Continuations>,
+    run_id: &str,
     min_messages: u32,
-) -> usize {
-    warm_runs(store, contexts, store.take_quiet_runs(quiet), min_messages)
-}
-
-/// Loads ahead the continuations of those of `runs` that are long enough; returns how many.
-fn warm_runs(
-    store: &Store,
-    contexts: &ContextCache,
-    runs: Vec<String>,
-    min_messages: u32,
-) -> usize {
-    let mut warmed = 0;
-    for run_id in runs {
-        match warm(store, contexts, &run_id, min_messages) {
-            Ok(true) => warmed += 1,
-            Ok(false) => {}
-            Err(e) => tracing::debug!(run_id, error = %e, "continuation prefetch failed"),
+) -> Result<bool, ContinuationError> {
+    let this = continuations.clone();
+    let id = run_id.to_string();
+    let long =
+        tokio::task::spawn_blocking(move || warm(this.store(), this.contexts(), &id, min_messages))
+            .await
+            .map_err(|e| ContinuationError::Task(e.to_string()))??;
+    if !long {
+        return Ok(false);
+    }
+    for request in continuations.rendered().recent_requests() {
+        if let Err(e) = continuations.answer(run_id, request).await {
+            tracing::debug!(run_id, error = %e, "continuation not rendered ahead");
         }
     }
-    warmed
+    Ok(true)
 }
 
 /// Runs until `stop` completes: every [`TICK`], loads ahead the continuations of the long runs
 /// quiet for [`QUIET`].
-pub async fn run(
-    store: Arc<Store>,
-    contexts: Arc<ContextCache>,
-    stop: impl std::future::Future<Output = ()>,
-) {
+pub async fn run(continuations: Arc<Continuations>, stop: impl std::future::Future<Output = ()>) {
     tokio::pin!(stop);
     let mut tick = tokio::time::interval(TICK);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -87,17 +85,17 @@ pub async fn run(
             _ = &mut stop => return,
             _ = tick.tick() => {}
         }
-        let due = store.take_quiet_runs(QUIET);
-        if due.is_empty() {
-            continue;
+        let due = continuations.store().take_quiet_runs(QUIET);
+        let mut loaded = 0;
+        for run_id in due {
+            match load_ahead(&continuations, &run_id, MIN_MESSAGES).await {
+                Ok(true) => loaded += 1,
+                Ok(false) => {}
+                Err(e) => tracing::debug!(run_id, error = %e, "continuation prefetch failed"),
+            }
         }
-        let (store, contexts) = (store.clone(), contexts.clone());
-        let warmed =
-            tokio::task::spawn_blocking(move || warm_runs(&store, &contexts, due, MIN_MESSAGES))
-                .await
-                .unwrap_or(0);
-        if warmed > 0 {
-            tracing::debug!(runs = warmed, "continuations loaded ahead");
+        if loaded > 0 {
+            tracing::debug!(runs = loaded, "continuations loaded ahead");
         }
     }
 }

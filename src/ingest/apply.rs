@@ -1658,19 +1658,24 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let store = Store::open(dir.path(), false).unwrap();
         let contexts = ContextCache::default();
-        let quiet = std::time::Duration::ZERO;
+        // What the prefetch does each tick: the runs quiet since their last write, loaded
+        // when long enough; how many were.
+        let warm_quiet_runs = |min_messages: u32| {
+            store
+                .take_quiet_runs(std::time::Duration::ZERO)
+                .iter()
+                .filter(|id| prefetch::warm(&store, &contexts, id, min_messages).unwrap())
+                .count()
+        };
         // Too short a history to load ahead: taken, not loaded.
         apply_group(&store, &[spans_work(interpreted(&all[..5]))], 1).unwrap();
-        assert_eq!(
-            prefetch::warm_quiet_runs(&store, &contexts, quiet, 1_000),
-            0
-        );
+        assert_eq!(warm_quiet_runs(1_000), 0);
         assert_eq!(store.history_cache_messages(), 0);
         assert_eq!(contexts.held(), 0);
         // The rest of the run: loaded once it is quiet, and only once.
         apply_group(&store, &[spans_work(interpreted(&all[5..]))], 2).unwrap();
-        assert_eq!(prefetch::warm_quiet_runs(&store, &contexts, quiet, 4), 1);
-        assert_eq!(prefetch::warm_quiet_runs(&store, &contexts, quiet, 4), 0);
+        assert_eq!(warm_quiet_runs(4), 1);
+        assert_eq!(warm_quiet_runs(4), 0);
         let held = store.history_cache_messages();
         assert!(held >= 4, "the history is in the cache ({held} messages)");
         assert!(

@@ -1,0 +1,325 @@
+//! Rendered continuations, kept as the bytes of their answer so a repeated request for the same
+//! point of a run is served without rendering it again.
+//!
+//! An answer is kept under its run's revision ([`RunMeta::revision`](crate::interpreter::RunMeta),
+//! raised by every write of the run's derived state, its run record included) and the request
+//! that asked for it ([`Request`]): it is used only while the revision it was rendered at is
+//! still the run's current one, so a kept answer is never older than a fresh render would be.
+//! A run's answers of an older revision are dropped when one of a newer revision is kept.
+//!
+//! The cache also remembers the last few requests for a run's latest snapshot
+//! ([`RenderedCache::recent_requests`]): the formats orchestrators continue with, which the
+//! prefetch renders ahead for a run that went quiet. Bounded by [`RENDERED_CACHE_BYTES`],
+//! least recently used answer first out; in memory only.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+
+use bytes::Bytes;
+
+use super::{Format, Selector};
+
+/// Most bytes of rendered answers [`RenderedCache`] holds over all runs.
+pub const RENDERED_CACHE_BYTES: usize = 64 << 20;
+
+/// How many distinct requests for a latest snapshot [`RenderedCache::recent_requests`] keeps.
+const RECENT_REQUESTS: usize = 4;
+
+/// How a continuation gives media parts whose data is in the media store.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum MediaMode {
+    /// The original base64 data, as the framework sent it (default).
+    Inline,
+    /// `media+sha256://` references, as `uri` parts.
+    Reference,
+}
+
+/// What a continuation request asks for: everything its answer depends on besides the run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Request {
+    /// The output format.
+    pub format: Format,
+    /// A specific snapshot seq (none: the latest one `include_interrupted` allows).
+    pub at: Option<u32>,
+    /// Allow the latest snapshot even if it is interrupted.
+    pub include_interrupted: bool,
+    /// Close dangling tool calls with synthesized results.
+    pub repair: bool,
+    /// How media parts are given.
+    pub media: MediaMode,
+}
+
+impl Request {
+    /// A request for the latest complete snapshot in `format`, media inline, nothing repaired.
+    pub fn latest(format: Format) -> Self {
+        Self {
+            format,
+            at: None,
+            include_interrupted: false,
+            repair: false,
+            media: MediaMode::Inline,
+        }
+    }
+
+    /// Which snapshot to load, and what of the run to load with it.
+    pub fn selector(&self) -> Selector {
+        Selector {
+            at: self.at,
+            include_interrupted: self.include_interrupted,
+            repair: self.repair,
+            provenance: self.format.needs_provenance(),
+        }
+    }
+}
+
+/// The answers kept for one run, all of one revision.
+struct RunAnswers {
+    revision: u64,
+    answers: HashMap<Request, (u64, Bytes)>,
+}
+
+#[derive(Default)]
+struct Entries {
+    runs: HashMap<String, RunAnswers>,
+    held: usize,
+    tick: u64,
+    recent: Vec<Request>,
+}
+
+impl Entries {
+    /// Drops least recently used answers until at most `budget` bytes are held.
+    fn evict_to(&mut self, budget: usize) {
+        while self.held > budget {
+            let oldest = self
+                .runs
+                .iter()
+                .flat_map(|(run, r)| r.answers.iter().map(move |(req, (t, _))| (*t, run, *req)))
+                .min_by_key(|(t, _, _)| *t)
+                .map(|(_, run, req)| (run.clone(), req));
+            let Some((run, request)) = oldest else {
+                break;
+            };
+            if let Some(answers) = self.runs.get_mut(&run) {
+                if let Some((_, body)) = answers.answers.remove(&request) {
+                    self.held = self.held.saturating_sub(body.len());
+                }
+                if answers.answers.is_empty() {
+                    self.runs.remove(&run);
+                }
+            }
+        }
+    }
+}
+
+/// Rendered continuation answers by run, revision and request.
+pub struct RenderedCache {
+    entries: Mutex<Entries>,
+    budget: usize,
+}
+
+impl Default for RenderedCache {
+    fn default() -> Self {
+        Self::with_budget(RENDERED_CACHE_BYTES)
+    }
+}
+
+impl RenderedCache {
+    /// A cache holding at most `budget` bytes of answers.
+    pub fn with_budget(budget: usize) -> Self {
+        Self {
+            entries: Mutex::new(Entries::default()),
+            budget,
+        }
+    }
+
+    /// The answer to `request` for `run_id` rendered at `revision`, if kept.
+    pub fn get(&self, run_id: &str, revision: u64, request: &Request) -> Option<Bytes> {
+        let mut entries = self.entries.lock().ok()?;
+        entries.tick += 1;
+        let tick = entries.tick;
+        let run = entries.runs.get_mut(run_id)?;
+        if run.revision != revision {
+            return None;
+        }
+        let (used, body) = run.answers.get_mut(request)?;
+        *used = tick;
+        Some(body.clone())
+    }
+
+    /// Keeps the answer to `request` for `run_id`, rendered from the run at `revision` or
+    /// later. Answers of an older revision of the run are dropped; an answer of an older
+    /// revision than the kept ones, or larger than a quarter of the budget, is not kept.
+    pub fn put(&self, run_id: &str, revision: u64, request: Request, body: Bytes) {
+        if body.len() > self.budget / 4 {
+            return;
+        }
+        let Ok(mut entries) = self.entries.lock() else {
+            return;
+        };
+        entries.tick += 1;
+        let tick = entries.tick;
+        let mut freed = 0;
+        let run = entries
+            .runs
+            .entry(run_id.to_string())
+            .or_insert_with(|| RunAnswers {
+                revision,
+                answers: HashMap::new(),
+            });
+        if revision < run.revision {
+            return;
+        }
+        if revision > run.revision {
+            freed += run.answers.values().map(|(_, b)| b.len()).sum::<usize>();
+            run.answers.clear();
+            run.revision = revision;
+        }
+        let added = body.len();
+        if let Some((_, old)) = run.answers.insert(request, (tick, body)) {
+            freed += old.len();
+        }
+        entries.held = entries.held.saturating_sub(freed) + added;
+        let budget = self.budget;
+        entries.evict_to(budget);
+    }
+
+    /// Notes a request for the latest snapshot of some run (requests naming a snapshot with
+    /// `at` are not noted): the most recent [`RECENT_REQUESTS`] distinct ones are kept.
+    pub fn note_request(&self, request: Request) {
+        if request.at.is_some() {
+            return;
+        }
+        let Ok(mut entries) = self.entries.lock() else {
+            return;
+        };
+        entries.recent.retain(|r| *r != request);
+        entries.recent.insert(0, request);
+        entries.recent.truncate(RECENT_REQUESTS);
+    }
+
+    /// The requests for a latest snapshot seen most recently, newest first.
+    pub fn recent_requests(&self) -> Vec<Request> {
+        self.entries
+            .lock()
+            .map(|e| e.recent.clone())
+            .unwrap_or_default()
+    }
+
+    /// Bytes of answers held over all runs.
+    pub fn held(&self) -> usize {
+        self.entries.lock().map(|e| e.held).unwrap_or(0)
+    }
+
+    /// Drops every kept answer, keeping the recent requests (for benchmarks measuring reads
+    /// that render).
+    pub fn clear(&self) {
+        if let Ok(mut entries) = self.entries.lock() {
+            entries.runs.clear();
+            entries.held = 0;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn body(n: usize) -> Bytes {
+        Bytes::from(vec![b'x'; n])
+    }
+
+    #[test]
+    fn an_answer_is_served_only_at_its_revision() {
+        let cache = RenderedCache::with_budget(1 << 20);
+        let chat = Request::latest(Format::OpenAiChat);
+        cache.put("r", 5, chat, body(10));
+        assert_eq!(cache.get("r", 5, &chat), Some(body(10)));
+        assert_eq!(cache.get("r", 6, &chat), None, "the run changed since");
+        assert_eq!(cache.get("other", 5, &chat), None);
+        let otel = Request::latest(Format::Otel);
+        assert_eq!(cache.get("r", 5, &otel), None, "another format");
+        let repaired = Request {
+            repair: true,
+            ..chat
+        };
+        assert_eq!(cache.get("r", 5, &repaired), None, "another request");
+    }
+
+    #[test]
+    fn a_newer_revision_drops_the_older_answers_and_an_older_one_is_not_kept() {
+        let cache = RenderedCache::with_budget(1 << 20);
+        let chat = Request::latest(Format::OpenAiChat);
+        let otel = Request::latest(Format::Otel);
+        cache.put("r", 5, chat, body(10));
+        cache.put("r", 5, otel, body(20));
+        assert_eq!(cache.held(), 30);
+        cache.put("r", 7, otel, body(25));
+        assert_eq!(cache.held(), 25);
+        assert_eq!(cache.get("r", 5, &chat), None);
+        cache.put("r", 6, chat, body(10));
+        assert_eq!(cache.get("r", 6, &chat), None, "older than what is kept");
+        assert_eq!(cache.held(), 25);
+        cache.put("r", 7, otel, body(5));
+        assert_eq!(cache.held(), 5, "a replaced answer frees its bytes");
+    }
+
+    #[test]
+    fn the_least_recently_used_answer_goes_first_and_big_ones_are_not_kept() {
+        let cache = RenderedCache::with_budget(100);
+        let chat = Request::latest(Format::OpenAiChat);
+        cache.put("a", 1, chat, body(20));
+        cache.put("b", 1, chat, body(20));
+        cache.put("c", 1, chat, body(20));
+        assert!(cache.get("a", 1, &chat).is_some());
+        cache.put("d", 1, chat, body(25));
+        cache.put("e", 1, chat, body(25));
+        assert!(cache.held() <= 100);
+        assert!(cache.get("b", 1, &chat).is_none(), "least recently used");
+        assert!(cache.get("a", 1, &chat).is_some());
+        assert!(cache.get("e", 1, &chat).is_some());
+        cache.put("f", 1, chat, body(26));
+        assert!(
+            cache.get("f", 1, &chat).is_none(),
+            "over a quarter of the budget"
+        );
+        cache.clear();
+        assert_eq!(cache.held(), 0);
+        assert!(cache.get("a", 1, &chat).is_none());
+    }
+
+    #[test]
+    fn recent_requests_are_distinct_newest_first_and_bounded() {
+        let cache = RenderedCache::default();
+        let at = Request {
+            at: Some(3),
+            ..Request::latest(Format::Otel)
+        };
+        cache.note_request(at);
+        assert!(
+            cache.recent_requests().is_empty(),
+            "a fixed snapshot is not noted"
+        );
+        for format in [
+            Format::Otel,
+            Format::Gemini,
+            Format::Otel,
+            Format::Anthropic,
+            Format::Strands,
+            Format::PydanticAi,
+        ] {
+            cache.note_request(Request::latest(format));
+        }
+        let formats: Vec<Format> = cache.recent_requests().iter().map(|r| r.format).collect();
+        assert_eq!(
+            formats,
+            [
+                Format::PydanticAi,
+                Format::Strands,
+                Format::Anthropic,
+                Format::Otel
+            ]
+        );
+        cache.clear();
+        assert_eq!(cache.recent_requests().len(), 4, "kept across clear");
+    }
+}

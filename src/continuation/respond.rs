@@ -1,0 +1,291 @@
+//! Answering a continuation request: the answer kept for the run's current revision when there
+//! is one ([`RenderedCache`]), else the snapshot's history loaded, its media restored, rendered
+//! in the asked format and kept.
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+use serde_json::json;
+
+use super::context::ContextCache;
+use super::history::{load, ContinuationError, History};
+use super::rendered::{MediaMode, RenderedCache, Request};
+use super::{render, Out};
+use crate::media::{self, Media};
+use crate::store::Store;
+
+/// What answering continuations needs: the store, the caches in front of it and the media store.
+pub struct Continuations {
+    store: Arc<Store>,
+    contexts: ContextCache,
+    rendered: RenderedCache,
+    media: Arc<Media>,
+}
+
+/// What the blocking part of a request found: a kept answer, or the history to render.
+enum Found {
+    Answer(Bytes),
+    History(Box<History>, u64),
+}
+
+impl Continuations {
+    /// Continuations of the runs in `store`, media restored from `media`.
+    pub fn new(store: Arc<Store>, media: Arc<Media>) -> Self {
+        Self {
+            store,
+            contexts: ContextCache::default(),
+            rendered: RenderedCache::default(),
+            media,
+        }
+    }
+
+    /// The store.
+    pub fn store(&self) -> &Arc<Store> {
+        &self.store
+    }
+
+    /// Effects and provenance of recently continued runs.
+    pub fn contexts(&self) -> &ContextCache {
+        &self.contexts
+    }
+
+    /// The media store continuations restore media parts from.
+    pub fn media(&self) -> &Media {
+        &self.media
+    }
+
+    /// Rendered answers, and the requests seen most recently.
+    pub fn rendered(&self) -> &RenderedCache {
+        &self.rendered
+    }
+
+    /// The answer to `request` for the run `id` (a run id or an alias): a JSON object with the
+    /// run id, the format, the snapshot, the unresolved effects, warnings, the repaired calls
+    /// when asked, and the format's own fields.
+    pub async fn respond(
+        self: &Arc<Self>,
+        id: &str,
+        request: Request,
+    ) -> Result<Bytes, ContinuationError> {
+        self.rendered.note_request(request);
+        self.answer(id, request).await
+    }
+
+    /// The answer to `request`, without noting the request as a recent one.
+    pub(super) async fn answer(
+        self: &Arc<Self>,
+        id: &str,
+        request: Request,
+    ) -> Result<Bytes, ContinuationError> {
+        let this = self.clone();
+        let id = id.to_string();
+        let found = tokio::task::spawn_blocking(move || this.kept_or_loaded(&id, request))
+            .await
+            .map_err(|e| ContinuationError::Task(e.to_string()))??;
+        let (mut history, revision) = match found {
+            Found::Answer(body) => return Ok(body),
+            Found::History(history, revision) => (history, revision),
+        };
+        // The loaded history may be shared with the store's history cache: media goes into a
+        // copy, made only when some message names a blob.
+        if media::holds_references(&history.messages) {
+            let mut messages = history.messages.to_vec();
+            match request.media {
+                MediaMode::Inline => {
+                    self.media
+                        .restore(&history.run.run_id, &mut messages)
+                        .await?;
+                }
+                MediaMode::Reference => media::show_references(&mut messages),
+            }
+            history.messages = messages.into();
+        }
+        let this = self.clone();
+        tokio::task::spawn_blocking(move || {
+            let body = Bytes::from(answer(&mut history, request));
+            this.rendered
+                .put(&history.run.run_id, revision, request, body.clone());
+            body
+        })
+        .await
+        .map_err(|e| ContinuationError::Task(e.to_string()))
+    }
+
+    /// The kept answer for the run's current revision, else the history to render and the
+    /// revision it is at least as new as.
+    fn kept_or_loaded(&self, id: &str, request: Request) -> Result<Found, ContinuationError> {
+        let run_id = self
+            .store
+            .resolve_run(id)?
+            .ok_or_else(|| ContinuationError::NoRun(format!("run {id:?} not found")))?;
+        // Read before anything else of the run, so what is rendered is at least this new and
+        // may be kept under it.
+        let revision = self.store.run_meta(&run_id)?.map_or(0, |m| m.revision);
+        if let Some(body) = self.rendered.get(&run_id, revision, &request) {
+            return Ok(Found::Answer(body));
+        }
+        let run = self
+            .store
+            .run(&run_id)?
+            .ok_or_else(|| ContinuationError::NoRun(format!("run {id:?} not found")))?;
+        let history = load(&self.store, &self.contexts, run, request.selector())?;
+        Ok(Found::History(Box::new(history), revision))
+    }
+}
+
+/// Renders the answer to `request` from the history of its snapshot (repairing it first when
+/// asked).
+fn answer(history: &mut History, request: Request) -> Vec<u8> {
+    let repaired = request.repair.then(|| history.repair());
+    let format = request.format;
+    let (fields, mut warnings) = render(format, history);
+    // What interpretation could only guess (tool spans joined to calls by order) applies too.
+    warnings.extend(history.run.warnings.iter().cloned());
+    let unresolved: Vec<_> = history
+        .effects
+        .iter()
+        .filter(|e| e.status.is_unresolved())
+        .collect();
+    let meta = &history.snapshot.meta;
+    let mut body = vec![
+        ("run_id", Out::Str(&history.run.run_id)),
+        ("format", Out::Str(format.as_str())),
+        (
+            "snapshot",
+            Out::Value(json!({
+                "seq": meta.seq,
+                "step_index": meta.step_index,
+                "state": meta.state,
+                "source": meta.source,
+                "message_count": meta.message_count,
+                "timestamp": meta.timestamp,
+            })),
+        ),
+        ("unresolved_effects", Out::Value(json!(unresolved))),
+        ("warnings", Out::Value(json!(warnings))),
+    ];
+    if let Some(repaired) = repaired {
+        body.push(("repaired", Out::Value(json!(repaired))));
+    }
+    body.extend(fields);
+    Out::Object(body).to_json_vec()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::continuation::{prefetch, Format};
+    use crate::exporter::Outbox;
+    use crate::ingest::Ingest;
+    use crate::test_fixtures::{delegate_scenario, request};
+
+    struct Setup {
+        store: Arc<Store>,
+        ingest: Ingest,
+        _dir: tempfile::TempDir,
+    }
+
+    fn setup() -> Setup {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Arc::new(Store::open(dir.path(), false).unwrap());
+        let ingest = Ingest::new(store.clone(), Arc::new(Outbox::disabled()));
+        Setup {
+            store,
+            ingest,
+            _dir: dir,
+        }
+    }
+
+    fn continuations(store: &Arc<Store>) -> Arc<Continuations> {
+        Arc::new(Continuations::new(
+            store.clone(),
+            Arc::new(Media::in_memory(None)),
+        ))
+    }
+
+    /// The answer a service with empty caches gives.
+    async fn fresh(store: &Arc<Store>, request: Request) -> Bytes {
+        continuations(store)
+            .respond("outer-call", request)
+            .await
+            .unwrap()
+    }
+
+    #[tokio::test]
+    async fn a_kept_answer_is_served_until_the_run_changes() {
+        let s = setup();
+        let spans = delegate_scenario();
+        // The outer run's model request, its tool call not answered yet.
+        s.ingest
+            .export_traces(request(vec![spans[0].clone()]))
+            .await
+            .unwrap();
+        let service = continuations(&s.store);
+        let asked = Request {
+            include_interrupted: true,
+            ..Request::latest(Format::OpenAiChat)
+        };
+        let first = service.respond("outer-call", asked).await.unwrap();
+        assert_eq!(first, fresh(&s.store, asked).await);
+        assert!(service.rendered().held() >= first.len());
+        let again = service.respond("outer-call", asked).await.unwrap();
+        assert_eq!(again.as_ptr(), first.as_ptr(), "the kept answer itself");
+        // Another request for the same run is rendered, not taken from the first.
+        let otel = Request {
+            format: Format::Otel,
+            ..asked
+        };
+        assert_ne!(service.respond("outer-call", otel).await.unwrap(), first);
+
+        // The tool answers: the run changes, and so does the answer.
+        s.ingest
+            .export_traces(request(vec![spans[3].clone()]))
+            .await
+            .unwrap();
+        let after = service.respond("outer-call", asked).await.unwrap();
+        assert_ne!(after, first);
+        assert_eq!(after, fresh(&s.store, asked).await);
+        let value: serde_json::Value = serde_json::from_slice(&after).unwrap();
+        assert_eq!(value["messages"].as_array().map(Vec::len), Some(3));
+    }
+
+    #[tokio::test]
+    async fn loading_ahead_renders_the_recent_requests() {
+        let s = setup();
+        s.ingest
+            .export_traces(request(delegate_scenario()))
+            .await
+            .unwrap();
+        let service = continuations(&s.store);
+        let gemini = Request::latest(Format::Gemini);
+        let asked = service.respond("outer-call", gemini).await.unwrap();
+        service.rendered().clear();
+        s.store.clear_history_cache();
+        service.contexts().clear();
+        let run_id = s.store.resolve_run("outer-call").unwrap().unwrap();
+        assert!(prefetch::load_ahead(&service, &run_id, 0).await.unwrap());
+        let held = service.rendered().held();
+        assert_eq!(held, asked.len(), "the recent request, rendered ahead");
+        let answered = service.respond("outer-call", gemini).await.unwrap();
+        assert_eq!(answered, asked);
+        assert_eq!(service.rendered().held(), held, "served from what was kept");
+        // Too short a run for the threshold: nothing loaded.
+        service.rendered().clear();
+        assert!(!prefetch::load_ahead(&service, &run_id, 1_000)
+            .await
+            .unwrap());
+        assert_eq!(service.rendered().held(), 0);
+    }
+
+    #[tokio::test]
+    async fn an_unknown_run_is_not_found() {
+        let s = setup();
+        let service = continuations(&s.store);
+        let e = service
+            .respond("nope", Request::latest(Format::Otel))
+            .await
+            .unwrap_err();
+        assert!(matches!(e, ContinuationError::NoRun(_)), "{e}");
+        assert!(e.to_string().contains("\"nope\" not found"), "{e}");
+    }
+}
