@@ -5,7 +5,7 @@
 //! cargo run --release --example history_bench -- --steps 1000 --iterations 200
 //! ```
 //!
-//! `--formats otel,pydantic-ai` and `--modes cold,prefetched,render,warm` measure some
+//! `--formats otel,pydantic-ai` and `--modes cold,next-step,prefetched,render,warm` measure some
 //! continuations only;
 //! `--checkpoints 10,100` sets the steps after which a report is printed besides the last.
 //!
@@ -19,8 +19,8 @@
 //!   early vs late, the time of interpreting the same spans alone, and of applying them to a
 //!   second store alone (the store's part: merge, append or derive, durable commit);
 //! - continuation: the answer for the latest snapshot, through the API's own path, p50/p99 per
-//!   format: cold, right after the service loaded the run ahead, rendered from cached history,
-//!   and kept from an earlier request.
+//!   format: cold, with the history of the step before in memory, right after the service loaded
+//!   the run ahead, rendered from cached history, and kept from an earlier request.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -32,7 +32,7 @@ use opentelemetry_proto::tonic::common::v1::{any_value, AnyValue, KeyValue};
 use opentelemetry_proto::tonic::trace::v1::{ResourceSpans, ScopeSpans, Span};
 use serde_json::{json, Value};
 use stepline::continuation::{self, prefetch, Continuations, Format, Selector};
-use stepline::domain::MessageHash;
+use stepline::domain::{MessageHash, SnapshotState};
 use stepline::exporter::Outbox;
 use stepline::ingest::{apply_group, Ingest, Work};
 use stepline::interpreter::{interpret_span_with, PrefixMemo};
@@ -56,7 +56,7 @@ struct Args {
 }
 
 /// The continuation modes, in the order they are measured.
-const MODES: [&str; 4] = ["cold", "prefetched", "render", "warm"];
+const MODES: [&str; 5] = ["cold", "next-step", "prefetched", "render", "warm"];
 
 fn parse_args() -> anyhow::Result<Args> {
     let mut args = Args {
@@ -120,9 +120,16 @@ fn kv(key: &str, value: String) -> KeyValue {
     }
 }
 
-fn span(id: u64, parent: u64, name: &str, start: u64, end: u64, attrs: Vec<KeyValue>) -> Span {
+fn span(
+    trace: [u8; 16],
+    id: u64,
+    parent: u64,
+    name: &str,
+    (start, end): (u64, u64),
+    attrs: Vec<KeyValue>,
+) -> Span {
     Span {
-        trace_id: TRACE.to_vec(),
+        trace_id: trace.to_vec(),
         span_id: id.to_be_bytes().to_vec(),
         parent_span_id: if parent == 0 {
             vec![]
@@ -169,11 +176,7 @@ async fn main() -> anyhow::Result<()> {
     let ingest = Ingest::new(store.clone(), Arc::new(Outbox::disabled()));
     let filler = "x".repeat(args.text_bytes);
 
-    let base_ns: u64 = 1_800_000_000_000_000_000;
-    let agent_span = 1u64;
-    let mut history: Vec<Value> = vec![json!({"role": "user", "parts": [
-        {"type": "text", "content": format!("Start the long task. {filler}")}
-    ]})];
+    let mut run = BenchRun::new(TRACE, ALIAS, &filler);
     let mut step_times: Vec<Duration> = Vec::with_capacity(args.steps);
     let mut step_bytes: Vec<u64> = Vec::with_capacity(args.steps);
     let mut interpret_times: Vec<Duration> = Vec::with_capacity(args.steps);
@@ -183,43 +186,8 @@ async fn main() -> anyhow::Result<()> {
     let memo = PrefixMemo::default();
 
     for step in 1..=args.steps {
-        let t = base_ns + step as u64 * 1_000_000;
-        let call_id = format!("call_{step}");
-        let output = json!([{"role": "assistant", "parts": [
-            {"type": "text", "content": format!("Step {step}: working. {filler}")},
-            {"type": "tool_call", "id": call_id, "name": "work", "arguments": {"step": step}}
-        ]}]);
-        let result = format!("result of step {step}: {filler}");
-        let chat = span(
-            (step as u64) * 2,
-            agent_span,
-            "chat bench-model",
-            t,
-            t + 100_000,
-            vec![
-                kv("gen_ai.operation.name", "chat".into()),
-                kv("gen_ai.agent.call.id", ALIAS.into()),
-                kv("gen_ai.request.model", "bench-model".into()),
-                kv(
-                    "gen_ai.input.messages",
-                    Value::Array(history.clone()).to_string(),
-                ),
-                kv("gen_ai.output.messages", output.to_string()),
-            ],
-        );
-        let tool = span(
-            (step as u64) * 2 + 1,
-            agent_span,
-            "execute_tool work",
-            t + 200_000,
-            t + 300_000,
-            vec![
-                kv("gen_ai.operation.name", "execute_tool".into()),
-                kv("gen_ai.tool.call.id", call_id.clone()),
-                kv("gen_ai.tool.name", "work".into()),
-                kv("gen_ai.tool.call.result", result.clone()),
-            ],
-        );
+        let t = run.time_of(step);
+        let (chat, tool) = run.step(step, &filler);
         // The interpretation alone (parse and hash the history the span carries): the part of
         // a step that grows with the history whatever the store does.
         let started = Instant::now();
@@ -254,12 +222,6 @@ async fn main() -> anyhow::Result<()> {
         step_times.push(started.elapsed());
         step_bytes.push(store.committed_bytes() - bytes_before);
 
-        let assistant = output[0].clone();
-        let answer = json!({"role": "user", "parts": [
-            {"type": "tool_call_response", "id": call_id, "name": "work", "result": result}
-        ]});
-        history.push(assistant);
-        history.push(answer);
         if step % 100 == 0 {
             eprintln!("step {step}: {:.2} ms", ms(step_times[step - 1]));
         }
@@ -270,9 +232,109 @@ async fn main() -> anyhow::Result<()> {
                 interpret: &interpret_times,
                 apply: &apply_times,
             };
-            report(&store, &history, &steps, &args).await?;
+            report(&store, &run.history, &steps, &args).await?;
         }
     }
+    second_run(&ingest, &filler, &step_times).await
+}
+
+/// One bench run: its trace, alias and the history its next model request carries.
+struct BenchRun {
+    trace: [u8; 16],
+    alias: &'static str,
+    history: Vec<Value>,
+}
+
+impl BenchRun {
+    fn new(trace: [u8; 16], alias: &'static str, filler: &str) -> Self {
+        Self {
+            trace,
+            alias,
+            history: vec![json!({"role": "user", "parts": [
+                {"type": "text", "content": format!("Start the long task. {filler}")}
+            ]})],
+        }
+    }
+
+    /// Start of a step's model request, in nanoseconds since the epoch.
+    fn time_of(&self, step: usize) -> u64 {
+        1_800_000_000_000_000_000 + step as u64 * 1_000_000
+    }
+
+    /// The spans of one step: a `chat` span carrying the whole history so far and asking for
+    /// one tool call, and the `execute_tool` span answering it. The history then holds both.
+    fn step(&mut self, step: usize, filler: &str) -> (Span, Span) {
+        const AGENT_SPAN: u64 = 1;
+        let t = self.time_of(step);
+        let call_id = format!("call_{step}");
+        let output = json!([{"role": "assistant", "parts": [
+            {"type": "text", "content": format!("Step {step}: working. {filler}")},
+            {"type": "tool_call", "id": call_id, "name": "work", "arguments": {"step": step}}
+        ]}]);
+        let result = format!("result of step {step}: {filler}");
+        let chat = span(
+            self.trace,
+            (step as u64) * 2,
+            AGENT_SPAN,
+            "chat bench-model",
+            (t, t + 100_000),
+            vec![
+                kv("gen_ai.operation.name", "chat".into()),
+                kv("gen_ai.agent.call.id", self.alias.into()),
+                kv("gen_ai.request.model", "bench-model".into()),
+                kv(
+                    "gen_ai.input.messages",
+                    Value::Array(self.history.clone()).to_string(),
+                ),
+                kv("gen_ai.output.messages", output.to_string()),
+            ],
+        );
+        let tool = span(
+            self.trace,
+            (step as u64) * 2 + 1,
+            AGENT_SPAN,
+            "execute_tool work",
+            (t + 200_000, t + 300_000),
+            vec![
+                kv("gen_ai.operation.name", "execute_tool".into()),
+                kv("gen_ai.tool.call.id", call_id.clone()),
+                kv("gen_ai.tool.name", "work".into()),
+                kv("gen_ai.tool.call.result", result.clone()),
+            ],
+        );
+        self.history.push(output[0].clone());
+        self.history.push(json!({"role": "user", "parts": [
+            {"type": "tool_call_response", "id": call_id, "name": "work", "result": result}
+        ]}));
+        (chat, tool)
+    }
+}
+
+/// Steps 1-15 of a second run in the same store, after the long one: what an early step costs
+/// once the store holds a long run, beside the long run's own early and late steps (so the
+/// growth from the history's length is told apart from the growth of the store).
+async fn second_run(ingest: &Ingest, filler: &str, first: &[Duration]) -> anyhow::Result<()> {
+    let mut run = BenchRun::new([7; 16], "bench-run-2", filler);
+    let mut times = Vec::with_capacity(15);
+    for step in 1..=15 {
+        let (chat, tool) = run.step(step, filler);
+        let started = Instant::now();
+        ingest
+            .export_traces(request(vec![chat, tool]))
+            .await
+            .map_err(|e| anyhow!("second run, step {step}: {e}"))?;
+        times.push(started.elapsed());
+    }
+    let mean = |d: &[Duration]| d.iter().map(|d| ms(*d)).sum::<f64>() / d.len().max(1) as f64;
+    let n = first.len();
+    let late = mean(&first[n.saturating_sub(10)..]);
+    let second = mean(&times[5..]);
+    println!(
+        "ingest of a second run in the same store, steps 6-15: {second:.3} ms; the long run's \
+         steps {}-{n}: {late:.3} ms: {:.1}x",
+        n.saturating_sub(9).max(1),
+        late / second,
+    );
     Ok(())
 }
 
@@ -410,7 +472,7 @@ async fn report(
     println!(
         "continuation of the latest snapshot ({} iterations each; the whole answer: load + render + \
          JSON, as the API gives it). cold: every cache emptied before each read (RocksDB's block \
-         cache stays warm); prefetched: emptied, then the run loaded ahead as the service does \
+         cache stays warm); next-step: emptied but for the history of the step before; prefetched: emptied, then the run loaded ahead as the service does \
          once a run is quiet (history, effects, provenance, and the answers to the requests seen \
          most recently, this format's among them), and the first read after it timed; render: \
          history and context cached, the answer rendered again each time; warm: the kept answer:",
@@ -420,6 +482,20 @@ async fn report(
         store.clone(),
         Arc::new(Media::in_memory(None)),
     ));
+    let run = store
+        .run(&run_id)?
+        .ok_or_else(|| anyhow!("run {run_id} missing"))?;
+    // The complete snapshot of the step before the last one.
+    let complete: Vec<u32> = store
+        .snapshots(&run_id)?
+        .iter()
+        .filter(|s| s.meta.state == SnapshotState::Complete)
+        .map(|s| s.meta.seq)
+        .collect();
+    let previous = Selector {
+        at: complete.len().checked_sub(2).map(|i| complete[i]),
+        ..Selector::default()
+    };
     for &format in &args.formats {
         let name = format.as_str();
         let request = continuation::Request::latest(format);
@@ -432,6 +508,13 @@ async fn report(
                 }
                 if mode == "cold" || mode == "prefetched" {
                     store.clear_history_cache();
+                    continuations.contexts().clear();
+                }
+                if mode == "next-step" {
+                    // The history of the step before in memory, as after a read or a load
+                    // ahead one step earlier; effects and provenance read anew (not timed).
+                    store.clear_history_cache();
+                    continuation::load(store, continuations.contexts(), run.clone(), previous)?;
                     continuations.contexts().clear();
                 }
                 if mode == "prefetched" {

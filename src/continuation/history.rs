@@ -71,7 +71,7 @@ pub struct History {
     /// The chosen snapshot.
     pub snapshot: SnapshotRecord,
     /// Message bodies (OTel GenAI shape), in order (shared with the store's history cache).
-    pub messages: Arc<[Value]>,
+    pub messages: Arc<[Arc<Value>]>,
     /// Their hashes, in order.
     pub hashes: Arc<[MessageHash]>,
     /// System instructions in force at the snapshot (array of parts).

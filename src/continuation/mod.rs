@@ -138,7 +138,7 @@ mod tests {
             run,
             snapshot,
             hashes: messages.iter().map(MessageHash::of).collect(),
-            messages: messages.into(),
+            messages: messages.into_iter().map(Arc::new).collect(),
             system_instructions: instructions.map(|t| json!([{"type": "text", "content": t}])),
             effects: Arc::from(Vec::new()),
             provenance: Default::default(),

@@ -4,7 +4,7 @@ use super::{Fields, History, Out};
 
 /// `messages` and `system_instructions`, as stored.
 pub fn render(history: &History) -> (Fields<'_>, Vec<String>) {
-    let messages = history.messages.iter().map(Out::Raw).collect();
+    let messages = history.messages.iter().map(|m| Out::Raw(m)).collect();
     let instructions = match &history.system_instructions {
         Some(v) => Out::Raw(v),
         None => Out::Array(Vec::new()),

@@ -4,6 +4,7 @@
 
 use std::borrow::Cow;
 use std::collections::HashMap;
+use std::sync::Arc;
 
 use serde_json::{Map, Value};
 
@@ -212,7 +213,7 @@ pub struct Pairing {
 impl Pairing {
     /// Walks the history: a call opens its id, a later response closes the earliest open call with
     /// that id.
-    pub fn of(messages: &[Value]) -> Self {
+    pub fn of(messages: &[Arc<Value>]) -> Self {
         let mut open: Vec<(String, usize, usize)> = Vec::new();
         let mut orphans = Vec::new();
         for (mi, message) in messages.iter().enumerate() {
@@ -244,7 +245,7 @@ impl Pairing {
     }
 
     /// Warnings for what [`Pairing::skip`] leaves out.
-    pub fn warnings(&self, messages: &[Value], format: &str, warnings: &mut Vec<String>) {
+    pub fn warnings(&self, messages: &[Arc<Value>], format: &str, warnings: &mut Vec<String>) {
         for &(m, p) in &self.unanswered {
             let id = parts(&messages[m])
                 .get(p)
@@ -320,8 +321,12 @@ mod tests {
     #[test]
     fn pairing_finds_unanswered_calls_and_orphans() {
         let messages = vec![
-            json!({"role":"assistant","parts":[{"type":"tool_call","id":"a"},{"type":"tool_call","id":"b"}]}),
-            json!({"role":"tool","parts":[{"type":"tool_call_response","id":"a"},{"type":"tool_call_response","id":"z"}]}),
+            Arc::new(
+                json!({"role":"assistant","parts":[{"type":"tool_call","id":"a"},{"type":"tool_call","id":"b"}]}),
+            ),
+            Arc::new(
+                json!({"role":"tool","parts":[{"type":"tool_call_response","id":"a"},{"type":"tool_call_response","id":"z"}]}),
+            ),
         ];
         let p = Pairing::of(&messages);
         assert_eq!(p.unanswered, vec![(0, 1)]);

@@ -2,6 +2,8 @@
 //! result whose content is fixed, so the repaired history is the same every time (caches stay
 //! valid).
 
+use std::sync::Arc;
+
 use serde::Serialize;
 use serde_json::{json, Value};
 
@@ -72,7 +74,7 @@ impl History {
             }
             let synthesized = json!({"role": "tool", "parts": closes});
             hashes.push(MessageHash::of(&synthesized));
-            messages.push(synthesized);
+            messages.push(Arc::new(synthesized));
         }
         self.messages = messages.into();
         self.hashes = hashes.into();

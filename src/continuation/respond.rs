@@ -5,7 +5,7 @@
 use std::sync::Arc;
 
 use bytes::Bytes;
-use serde_json::json;
+use serde_json::{json, Value};
 
 use super::context::ContextCache;
 use super::history::{load, ContinuationError, History};
@@ -88,8 +88,9 @@ impl Continuations {
         };
         // The loaded history may be shared with the store's history cache: media goes into a
         // copy, made only when some message names a blob.
-        if media::holds_references(&history.messages) {
-            let mut messages = history.messages.to_vec();
+        if media::holds_references(history.messages.iter().map(|m| &**m)) {
+            let mut messages: Vec<Value> =
+                history.messages.iter().map(|m| Value::clone(m)).collect();
             match request.media {
                 MediaMode::Inline => {
                     self.media
@@ -98,7 +99,7 @@ impl Continuations {
                 }
                 MediaMode::Reference => media::show_references(&mut messages),
             }
-            history.messages = messages.into();
+            history.messages = messages.into_iter().map(Arc::new).collect();
         }
         let this = self.clone();
         tokio::task::spawn_blocking(move || {

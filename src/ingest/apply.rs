@@ -1591,7 +1591,7 @@ mod tests {
             let history = store.history(&run, &latest.history).unwrap();
             let (role, key) = form;
             assert_eq!(
-                history.messages.last(),
+                history.messages.last().map(|m| &**m),
                 Some(&serde_json::json!({"role": role, "parts": [
                     {"type": "tool_call_response", "id": "c4", "name": "work", key: "r4"}]}))
             );

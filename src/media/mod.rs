@@ -333,9 +333,9 @@ impl Media {
 }
 
 /// Whether any of `messages` names a blob in the media store.
-pub fn holds_references(messages: &[Value]) -> bool {
+pub fn holds_references<'a>(messages: impl IntoIterator<Item = &'a Value>) -> bool {
     messages
-        .iter()
+        .into_iter()
         .any(|message| parts::references(message).next().is_some())
 }
 

@@ -142,34 +142,57 @@ impl Store {
             let id: [u8; NODE_ID_BYTES] = key[prefix.len()..]
                 .try_into()
                 .map_err(|_| corrupt("node key of the wrong length"))?;
-            let (parent, message) = match value.len() {
-                MESSAGE_HASH_BYTES => (None, value),
-                n if n == NODE_ID_BYTES + MESSAGE_HASH_BYTES => {
-                    let parent: [u8; NODE_ID_BYTES] = value[..NODE_ID_BYTES]
-                        .try_into()
-                        .map_err(|_| corrupt("node parent"))?;
-                    (Some(parent), &value[NODE_ID_BYTES..])
-                }
-                n => return Err(corrupt(format!("node value of {n} bytes"))),
-            };
-            let message: [u8; MESSAGE_HASH_BYTES] =
-                message.try_into().map_err(|_| corrupt("node message"))?;
-            nodes.insert(id, StoredNode { parent, message });
+            nodes.insert(id, StoredNode::decode(value)?);
             iter.next();
         }
         iter.status()?;
         Ok(RunNodes(nodes))
+    }
+
+    /// One history node of a run, read on its own (none when the run does not have it).
+    pub fn node(&self, run_id: &str, id: &NodeId) -> Result<Option<HistoryNode>, StoreError> {
+        let Some(run) = self.run_key(run_id)? else {
+            return Ok(None);
+        };
+        let handle = self.handle(cf::HISTORY)?;
+        match self.db.get_pinned_cf(handle, keys::node_key(run, id))? {
+            Some(value) => Ok(Some(StoredNode::decode(&value)?.to_node())),
+            None => Ok(None),
+        }
+    }
+}
+
+impl StoredNode {
+    /// Decodes a node's stored value: parent id (absent for a first message) + message hash.
+    fn decode(value: &[u8]) -> Result<Self, StoreError> {
+        let (parent, message) = match value.len() {
+            MESSAGE_HASH_BYTES => (None, value),
+            n if n == NODE_ID_BYTES + MESSAGE_HASH_BYTES => {
+                let parent: [u8; NODE_ID_BYTES] = value[..NODE_ID_BYTES]
+                    .try_into()
+                    .map_err(|_| corrupt("node parent"))?;
+                (Some(parent), &value[NODE_ID_BYTES..])
+            }
+            n => return Err(corrupt(format!("node value of {n} bytes"))),
+        };
+        let message: [u8; MESSAGE_HASH_BYTES] =
+            message.try_into().map_err(|_| corrupt("node message"))?;
+        Ok(Self { parent, message })
+    }
+
+    /// The node with its ids in their domain form.
+    fn to_node(self) -> HistoryNode {
+        HistoryNode {
+            parent: self.parent.map(|p| NodeId(hex::encode(p))),
+            message: MessageHash(hex::encode(self.message)),
+        }
     }
 }
 
 impl RunNodes {
     /// The node with this id.
     pub fn get(&self, id: &NodeId) -> Option<HistoryNode> {
-        let node = self.0.get(&binary_id(id)?)?;
-        Some(HistoryNode {
-            parent: node.parent.map(|p| NodeId(hex::encode(p))),
-            message: MessageHash(hex::encode(node.message)),
-        })
+        Some(self.0.get(&binary_id(id)?)?.to_node())
     }
 
     /// The message hashes of a history, in order.

@@ -20,13 +20,17 @@ use crate::domain::{ChainRef, MessageHash, NodeId};
 /// Most messages [`HistoryCache`] holds over all its entries.
 pub const HISTORY_CACHE_MESSAGES: usize = 50_000;
 
+/// Most nodes a read walks back from a history's tip looking for a cached history it extends.
+pub const EXTEND_WALK: usize = 64;
+
 /// A history resolved from its tip: message hashes and bodies, in order.
 #[derive(Debug, Clone)]
 pub struct ResolvedHistory {
     /// Message hashes, in order.
     pub hashes: Arc<[MessageHash]>,
-    /// Message bodies (OTel GenAI shape), in order.
-    pub messages: Arc<[Value]>,
+    /// Message bodies (OTel GenAI shape), in order; each shared with the other cached histories
+    /// of the run that hold it.
+    pub messages: Arc<[Arc<Value>]>,
 }
 
 impl ResolvedHistory {
@@ -47,6 +51,20 @@ pub struct HistoryCache {
 }
 
 impl HistoryCache {
+    /// The entry of `run_id` at `tip`, without marking it used.
+    fn peek(&self, run_id: &str, tip: &NodeId) -> Option<&ResolvedHistory> {
+        self.entries
+            .get(&(run_id.to_string(), tip.clone()))
+            .map(|(_, h)| h)
+    }
+
+    /// Drops the entry of `run_id` at `tip`.
+    fn remove(&mut self, run_id: &str, tip: &NodeId) {
+        if let Some((_, old)) = self.entries.remove(&(run_id.to_string(), tip.clone())) {
+            self.held = self.held.saturating_sub(old.messages.len());
+        }
+    }
+
     fn get(&mut self, run_id: &str, tip: &NodeId) -> Option<ResolvedHistory> {
         self.tick += 1;
         let tick = self.tick;
@@ -101,16 +119,85 @@ impl Store {
         {
             return Ok(hit);
         }
+        if let Some(extended) = self.extend_cached(run_id, chain, tip)? {
+            return Ok(extended);
+        }
         let hashes = self.run_nodes(run_id)?.resolve(chain)?;
         let messages = self.messages(run_id, &hashes)?;
         let resolved = ResolvedHistory {
             hashes: hashes.into(),
-            messages: messages.into(),
+            messages: messages.into_iter().map(Arc::new).collect(),
         };
         if let Ok(mut cache) = self.resolved.lock() {
             cache.put(run_id, tip, resolved.clone());
         }
         Ok(resolved)
+    }
+
+    /// The history ending at `tip` built on a cached history of the run it extends by at most
+    /// [`EXTEND_WALK`] messages (a run's next snapshot mostly is its last one plus a step): the
+    /// nodes after the cached tip are read one by one and only their bodies are read, the
+    /// cached bodies are shared. The cached history is then replaced by the longer one. None
+    /// when no cached history of the run is that close (or the chain is not as recorded: the
+    /// full read then says what is wrong).
+    fn extend_cached(
+        &self,
+        run_id: &str,
+        chain: &ChainRef,
+        tip: &NodeId,
+    ) -> Result<Option<ResolvedHistory>, StoreError> {
+        let cached_base = |id: &NodeId| {
+            self.resolved
+                .lock()
+                .ok()
+                .and_then(|c| c.peek(run_id, id).cloned())
+        };
+        if !self
+            .resolved
+            .lock()
+            .is_ok_and(|c| c.entries.keys().any(|(run, _)| run == run_id))
+        {
+            return Ok(None);
+        }
+        let mut walked: Vec<MessageHash> = Vec::new();
+        let mut at = Some(tip.clone());
+        let (base_tip, base) = loop {
+            let Some(id) = at else {
+                return Ok(None);
+            };
+            if !walked.is_empty() {
+                if let Some(base) = cached_base(&id) {
+                    break (id, base);
+                }
+            }
+            if walked.len() == EXTEND_WALK {
+                return Ok(None);
+            }
+            let Some(node) = self.node(run_id, &id)? else {
+                return Ok(None);
+            };
+            walked.push(node.message);
+            at = node.parent;
+        };
+        if base.hashes.len() + walked.len() != chain.len as usize {
+            return Ok(None);
+        }
+        walked.reverse();
+        let bodies = self.messages(run_id, &walked)?;
+        let resolved = ResolvedHistory {
+            hashes: base.hashes.iter().cloned().chain(walked).collect(),
+            messages: base
+                .messages
+                .iter()
+                .cloned()
+                .chain(bodies.into_iter().map(Arc::new))
+                .collect(),
+        };
+        if let Ok(mut cache) = self.resolved.lock() {
+            cache.remove(run_id, &base_tip);
+            cache.put(run_id, tip, resolved.clone());
+        }
+        Ok(Some(resolved))
     }
 
     /// Empties the history cache (for benchmarks measuring cold reads).
@@ -133,7 +220,7 @@ mod tests {
     fn history(n: usize) -> ResolvedHistory {
         ResolvedHistory {
             hashes: vec![MessageHash("h".into()); n].into(),
-            messages: vec![Value::Null; n].into(),
+            messages: (0..n).map(|_| Arc::new(Value::Null)).collect(),
         }
     }
 
@@ -156,5 +243,84 @@ mod tests {
         assert!(cache.get("a", &tip(4)).is_none());
         cache.put("e", &tip(5), history(HISTORY_CACHE_MESSAGES + 1));
         assert!(cache.get("e", &tip(5)).is_none());
+    }
+
+    /// Stores the messages and nodes of a history; returns its chain and each message's node.
+    fn store_history(store: &Store, bodies: &[Value]) -> (ChainRef, Vec<NodeId>) {
+        let mut batch = store.batch();
+        let mut ids = crate::domain::ChainIds::default();
+        let hashes: Vec<MessageHash> = bodies.iter().map(MessageHash::of).collect();
+        let node_ids = ids.ids(&hashes).to_vec();
+        for (body, hash) in bodies.iter().zip(&hashes) {
+            batch.put_message("run", hash, body).unwrap();
+        }
+        for (id, node) in ids.nodes_from(0) {
+            batch.put_node("run", id, &node).unwrap();
+        }
+        store.commit(batch).unwrap();
+        let chain = ChainRef {
+            tip: node_ids.last().cloned(),
+            len: bodies.len() as u32,
+        };
+        (chain, node_ids)
+    }
+
+    fn message(n: usize) -> Value {
+        serde_json::json!({"role": "user", "parts": [{"type": "text", "content": format!("m{n}")}]})
+    }
+
+    #[test]
+    fn a_history_extending_a_cached_one_shares_its_bodies_and_replaces_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path(), false).unwrap();
+        let bodies: Vec<Value> = (0..100).map(message).collect();
+        let (long, ids) = store_history(&store, &bodies);
+        let short = ChainRef {
+            tip: Some(ids[89].clone()),
+            len: 90,
+        };
+        let first = store.history("run", &short).unwrap();
+        assert_eq!(store.history_cache_messages(), 90);
+
+        // Ten messages on: built on the cached ninety, which it replaces.
+        let extended = store.history("run", &long).unwrap();
+        assert_eq!(
+            extended.messages.iter().map(|m| &**m).collect::<Vec<_>>(),
+            bodies.iter().collect::<Vec<_>>()
+        );
+        let hashes: Vec<MessageHash> = bodies.iter().map(MessageHash::of).collect();
+        assert_eq!(&extended.hashes[..], &hashes[..]);
+        assert!(
+            Arc::ptr_eq(&extended.messages[0], &first.messages[0]),
+            "the cached bodies are shared, not read again"
+        );
+        assert_eq!(
+            store.history_cache_messages(),
+            100,
+            "the shorter one was replaced"
+        );
+
+        // The same read from nothing gives the same history.
+        store.clear_history_cache();
+        let cold = store.history("run", &long).unwrap();
+        assert_eq!(cold.messages, extended.messages);
+        assert_eq!(cold.hashes, extended.hashes);
+        assert!(!Arc::ptr_eq(&cold.messages[0], &first.messages[0]));
+
+        // A history more than EXTEND_WALK messages past the cached one is read in full; one
+        // that branched off before the cached tip is not built on it.
+        let bodies: Vec<Value> = (0..200).map(message).collect();
+        let (far, _) = store_history(&store, &bodies);
+        store.clear_history_cache();
+        store.history("run", &short).unwrap();
+        let read = store.history("run", &far).unwrap();
+        assert_eq!(read.messages.len(), 200);
+        assert!(!Arc::ptr_eq(&read.messages[0], &first.messages[0]));
+        let mut branch: Vec<Value> = (0..50).map(message).collect();
+        branch.push(message(10_000));
+        let (branched, _) = store_history(&store, &branch);
+        let read = store.history("run", &branched).unwrap();
+        assert_eq!(read.messages.len(), 51);
+        assert_eq!(*read.messages[50], message(10_000));
     }
 }
