@@ -1,7 +1,7 @@
 //! What a continuation needs of a run besides the messages of its history: the tool-effect
 //! ledger and, for formats that carry them, which model request sent and produced each message.
 //!
-//! Reading these costs a scan of every effect (and every model-request fact) of the run, which
+//! Reading these costs a scan of every effect (and every model-request record) of the run, which
 //! for a long run is more than rendering it. [`ContextCache`] keeps them per run, tagged with the
 //! run's revision ([`RunMeta::revision`](crate::interpreter::RunMeta), raised by every write of
 //! the run's derived state): an entry is used only while the revision it was read at is the
@@ -12,12 +12,8 @@
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 
-use serde::Deserialize;
-
-use crate::domain::{ChainRef, MessageHash, NodeId, ToolEffect};
-use crate::interpreter::FactKind;
-use crate::store::keys::cf;
-use crate::store::{RunNodes, Store, StoreError};
+use crate::domain::{MessageHash, NodeId, ToolEffect};
+use crate::store::{ModelRequestRecord, RunNodes, Store, StoreError};
 
 /// Most effects plus model-request facts [`ContextCache`] holds over all runs.
 pub const CONTEXT_CACHE_ITEMS: usize = 100_000;
@@ -39,38 +35,8 @@ pub struct ModelRequest {
     pub output_tokens: Option<u64>,
 }
 
-/// The fields of a stored span fact that provenance reads; the rest of the record (tool
-/// arguments and results, message shapes) is skipped without being built.
-#[derive(Deserialize)]
-struct FactRecord {
-    fact: FactFields,
-    #[serde(default)]
-    input_chain: Option<ChainRef>,
-}
-
-#[derive(Deserialize)]
-struct FactFields {
-    kind: FactKind,
-    span_id: String,
-    start_ns: u64,
-    end_ns: u64,
-    #[serde(default)]
-    model: Option<String>,
-    #[serde(default)]
-    input_tokens: Option<u64>,
-    #[serde(default)]
-    output_tokens: Option<u64>,
-    #[serde(default)]
-    output: Option<Vec<OutputRef>>,
-}
-
-#[derive(Deserialize)]
-struct OutputRef {
-    hash: MessageHash,
-}
-
 /// Which model request sent and produced each message of a run.
-#[derive(Debug, Default)]
+#[derive(Debug, Default, PartialEq)]
 pub struct Provenance {
     /// The run's model requests, in start order.
     pub models: Vec<ModelRequest>,
@@ -81,51 +47,52 @@ pub struct Provenance {
 }
 
 impl Provenance {
-    /// Reads the run's model-request facts and indexes them by the messages they sent and
-    /// produced.
+    /// Reads the run's model-request records (kept at ingest next to its facts) and indexes them
+    /// by the messages they sent and produced.
     fn read(store: &Store, run_id: &str) -> Result<Provenance, StoreError> {
-        let mut stored: Vec<FactRecord> = store
-            .run_records::<FactRecord>(cf::FACTS, run_id)?
-            .into_iter()
-            .filter(|f| f.fact.kind == FactKind::ModelRequest)
-            .collect();
-        stored.sort_by(|a, b| {
-            (a.fact.start_ns, &a.fact.span_id).cmp(&(b.fact.start_ns, &b.fact.span_id))
-        });
+        let requests = store.model_requests(run_id)?;
+        Self::index(store, run_id, requests)
+    }
+
+    /// Indexes a run's model requests, given in start order (ties by span id).
+    fn index(
+        store: &Store,
+        run_id: &str,
+        requests: Vec<ModelRequestRecord>,
+    ) -> Result<Provenance, StoreError> {
         // The first request that sent each message: walk each request's input chain back until
         // a node an earlier request already covered (its ancestors are covered too).
         let mut sent_at: HashMap<MessageHash, u64> = HashMap::new();
         let mut seen: HashSet<NodeId> = HashSet::new();
-        let nodes = if stored.is_empty() {
+        let nodes = if requests.is_empty() {
             RunNodes::default()
         } else {
             store.run_nodes(run_id)?
         };
-        for s in &stored {
-            let mut at = s.input_chain.as_ref().and_then(|c| c.tip.clone());
+        for r in &requests {
+            let mut at = r.input_tip.clone();
             while let Some(id) = at {
                 let Some(node) = nodes.get(&id) else { break };
                 if !seen.insert(id) {
                     break;
                 }
-                sent_at.entry(node.message).or_insert(s.fact.start_ns);
+                sent_at.entry(node.message).or_insert(r.start_ns);
                 at = node.parent;
             }
         }
         let mut produced_by = HashMap::new();
-        let mut models = Vec::with_capacity(stored.len());
-        for (i, s) in stored.into_iter().enumerate() {
-            let f = s.fact;
-            for r in f.output.into_iter().flatten() {
-                produced_by.entry(r.hash).or_insert(i);
+        let mut models = Vec::with_capacity(requests.len());
+        for (i, r) in requests.into_iter().enumerate() {
+            for hash in r.output {
+                produced_by.entry(hash).or_insert(i);
             }
             models.push(ModelRequest {
-                span_id: f.span_id,
-                start_ns: f.start_ns,
-                end_ns: f.end_ns,
-                model: f.model,
-                input_tokens: f.input_tokens,
-                output_tokens: f.output_tokens,
+                span_id: r.span_id,
+                start_ns: r.start_ns,
+                end_ns: r.end_ns,
+                model: r.model,
+                input_tokens: r.input_tokens,
+                output_tokens: r.output_tokens,
             });
         }
         Ok(Provenance {
@@ -258,5 +225,221 @@ impl ContextCache {
     /// Effects and model-request facts held over all runs.
     pub fn held(&self) -> usize {
         self.entries.lock().map(|e| e.held).unwrap_or(0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::domain::ChainRef;
+    use crate::ingest::{apply_group, Work};
+    use crate::interpreter::{interpret_span, FactKind};
+    use crate::store::keys::cf;
+    use crate::test_fixtures::{kv, run_id, span};
+    use opentelemetry_proto::tonic::trace::v1::Span;
+    use serde::Deserialize;
+
+    /// Provenance as it was read before the model-request records: from every fact of the run.
+    fn read_from_facts(store: &Store, run_id: &str) -> Provenance {
+        #[derive(Deserialize)]
+        struct FactRecord {
+            fact: FactFields,
+            #[serde(default)]
+            input_chain: Option<ChainRef>,
+        }
+        #[derive(Deserialize)]
+        struct FactFields {
+            kind: FactKind,
+            span_id: String,
+            start_ns: u64,
+            end_ns: u64,
+            #[serde(default)]
+            model: Option<String>,
+            #[serde(default)]
+            input_tokens: Option<u64>,
+            #[serde(default)]
+            output_tokens: Option<u64>,
+            #[serde(default)]
+            output: Option<Vec<OutputRef>>,
+        }
+        #[derive(Deserialize)]
+        struct OutputRef {
+            hash: MessageHash,
+        }
+        let mut stored: Vec<FactRecord> = store
+            .run_records::<FactRecord>(cf::FACTS, run_id)
+            .unwrap()
+            .into_iter()
+            .filter(|f| f.fact.kind == FactKind::ModelRequest)
+            .collect();
+        stored.sort_by(|a, b| {
+            (a.fact.start_ns, &a.fact.span_id).cmp(&(b.fact.start_ns, &b.fact.span_id))
+        });
+        let requests = stored
+            .into_iter()
+            .map(|s| ModelRequestRecord {
+                span_id: s.fact.span_id,
+                start_ns: s.fact.start_ns,
+                end_ns: s.fact.end_ns,
+                model: s.fact.model,
+                input_tokens: s.fact.input_tokens,
+                output_tokens: s.fact.output_tokens,
+                input_tip: s.input_chain.and_then(|c| c.tip),
+                output: s
+                    .fact
+                    .output
+                    .into_iter()
+                    .flatten()
+                    .map(|r| r.hash)
+                    .collect(),
+            })
+            .collect();
+        Provenance::index(store, run_id, requests).unwrap()
+    }
+
+    fn user(n: u32) -> String {
+        format!(r#"{{"role":"user","parts":[{{"type":"text","content":"u{n}"}}]}}"#)
+    }
+
+    fn assistant(n: u32) -> String {
+        format!(r#"{{"role":"assistant","parts":[{{"type":"text","content":"a{n}"}}]}}"#)
+    }
+
+    /// Model request `n` (span `[n + 1; 8]`) of the run of span 1, at `start`: its input is the
+    /// conversation so far, its output answer `n`.
+    fn request(n: u32, start: u64, tokens: &str) -> Span {
+        let mut input = Vec::new();
+        for i in 1..=n {
+            input.push(user(i));
+            if i < n {
+                input.push(assistant(i));
+            }
+        }
+        span(
+            n as u8 + 1,
+            1,
+            "chat m",
+            start,
+            vec![
+                kv("gen_ai.operation.name", "chat"),
+                kv("gen_ai.request.model", &format!("model-{n}")),
+                kv("gen_ai.usage.input_tokens", tokens),
+                kv("gen_ai.usage.output_tokens", "7"),
+                kv("gen_ai.input.messages", &format!("[{}]", input.join(","))),
+                kv("gen_ai.output.messages", &format!("[{}]", assistant(n))),
+            ],
+        )
+    }
+
+    fn apply(store: &Store, spans: &[Span]) {
+        let work = Work::Received {
+            spans: spans.iter().filter_map(interpret_span).collect(),
+            logs: Vec::new(),
+            outbox: None,
+        };
+        apply_group(store, &[work], 1).unwrap();
+    }
+
+    /// A run of four model requests, two of them sent again later: one with another start
+    /// (moving it before the others), one with other token counts.
+    fn run_with_rewrites(store: &Store) {
+        let agent = span(
+            1,
+            0,
+            "invoke_agent a",
+            50,
+            vec![
+                kv("gen_ai.operation.name", "invoke_agent"),
+                kv("gen_ai.agent.name", "a"),
+            ],
+        );
+        apply(
+            store,
+            &[agent, request(1, 100, "10"), request(2, 200, "20")],
+        );
+        apply(store, &[request(3, 300, "30"), request(4, 300, "40")]);
+        // Rewritten: request 3 starts before request 1 now; request 2 has other tokens; and
+        // request 4 arrives twice in one group, moved both times.
+        apply(store, &[request(3, 90, "31"), request(2, 200, "21")]);
+        apply(store, &[request(4, 310, "40"), request(4, 320, "41")]);
+    }
+
+    #[test]
+    fn provenance_from_the_records_is_the_one_from_the_facts() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path(), false).unwrap();
+        run_with_rewrites(&store);
+        let run = run_id(1);
+        let from_records = Provenance::read(&store, &run).unwrap();
+        assert_eq!(from_records, read_from_facts(&store, &run));
+        let order: Vec<(u64, Option<u64>)> = from_records
+            .models
+            .iter()
+            .map(|m| (m.start_ns, m.input_tokens))
+            .collect();
+        assert_eq!(
+            order,
+            [
+                (90, Some(31)),
+                (100, Some(10)),
+                (200, Some(21)),
+                (320, Some(41))
+            ]
+        );
+        assert_eq!(from_records.produced_by.len(), 4);
+        assert!(from_records.sent_at.len() >= 4);
+        // One record per request: the moved ones left no record at their old start.
+        let run_key = store.run_key(&run).unwrap().unwrap();
+        assert_eq!(
+            store
+                .keys_with_prefix(cf::MODEL_REQUESTS, &run_key.0)
+                .unwrap()
+                .len(),
+            4
+        );
+    }
+
+    #[test]
+    fn a_schema_3_store_is_migrated_on_opening() {
+        let dir = tempfile::tempdir().unwrap();
+        let run = run_id(1);
+        let expected = {
+            let store = Store::open(dir.path(), false).unwrap();
+            run_with_rewrites(&store);
+            Provenance::read(&store, &run).unwrap()
+        };
+        // Back to what a schema-3 build leaves: no records, version 3.
+        {
+            let db = rocksdb::DB::open_cf(
+                &rocksdb::Options::default(),
+                dir.path(),
+                cf::ALL.iter().copied(),
+            )
+            .unwrap();
+            let records = db.cf_handle(cf::MODEL_REQUESTS).unwrap();
+            db.delete_range_cf(&records, &[0u8; 8][..], &[0xffu8; 9][..])
+                .unwrap();
+            db.put(b"schema_version", b"3").unwrap();
+            assert_eq!(
+                db.iterator_cf(&records, rocksdb::IteratorMode::Start)
+                    .count(),
+                0
+            );
+        }
+        let store = Store::open(dir.path(), false).unwrap();
+        assert_eq!(Provenance::read(&store, &run).unwrap(), expected);
+        assert_eq!(expected.models.len(), 4);
+        drop(store);
+        // Migrated once: the version written is this build's, and it opens again as is.
+        let db = rocksdb::DB::open_cf(
+            &rocksdb::Options::default(),
+            dir.path(),
+            cf::ALL.iter().copied(),
+        )
+        .unwrap();
+        assert_eq!(db.get(b"schema_version").unwrap().unwrap(), b"4".to_vec());
+        drop(db);
+        let store = Store::open(dir.path(), false).unwrap();
+        assert_eq!(Provenance::read(&store, &run).unwrap(), expected);
     }
 }

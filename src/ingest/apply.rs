@@ -10,7 +10,7 @@ use crate::interpreter::{
     RunMeta, SharedMessages, SpanFact, StoredFact,
 };
 use crate::store::keys::{self, cf};
-use crate::store::{Store, StoreError, WriteBatch};
+use crate::store::{request_start, Store, StoreError, WriteBatch};
 
 /// The run key a span names by itself: `<trace id>-<run span id>`. For conventions without
 /// grouping spans this is the run id; children of a grouping span (Strands' event-loop cycle)
@@ -544,7 +544,17 @@ fn write_fact(
         listed: bodies,
         shared: &SharedMessages::default(),
     };
-    write_fact_with(store, batch, run_id, work, fact, &chains, bodies)?;
+    let previous = work.all.as_ref().and_then(|all| all.get(&fact.span_id));
+    let previous = previous.and_then(request_start);
+    write_fact_with(
+        store,
+        batch,
+        run_id,
+        work,
+        (fact, previous),
+        &chains,
+        bodies,
+    )?;
     chains.keep(store, run_id);
     Ok(())
 }
@@ -599,20 +609,20 @@ struct Bodies<'a> {
     shared: &'a SharedMessages,
 }
 
+/// Writes a fact (with the start of the span's previous fact, when that was a model request:
+/// see [`WriteBatch::note_fact`]), its history nodes and the message bodies the run lacks.
 fn write_fact_with(
     store: &Store,
     batch: &mut WriteBatch<'_>,
     run_id: &str,
     work: &mut RunWork,
-    fact: &SpanFact,
+    (fact, previous_start): (&SpanFact, Option<u64>),
     chains: &FactChains,
     bodies: Bodies<'_>,
 ) -> Result<(), StoreError> {
-    batch.put_json(
-        cf::FACTS,
-        &keys::run_child(run_id, &fact.span_id),
-        &chains.stored(fact),
-    );
+    let stored = chains.stored(fact);
+    batch.put_json(cf::FACTS, &keys::run_child(run_id, &fact.span_id), &stored);
+    batch.note_fact(run_id, previous_start, &stored)?;
     // Messages before the first new node of a history are stored already (a node is written
     // with its message); the others may be new.
     let mut maybe_new: HashSet<&MessageHash> = HashSet::new();
@@ -695,6 +705,7 @@ fn add_fact(
     let work = load(store, runs, &run_id)?;
     let chains = FactChains::of(store, &run_id, &i.fact);
     let known = known_fact(store, work, &run_id, &i.fact.span_id)?;
+    let previous = known.as_ref().and_then(|k| request_start(&k.fact));
     let stored = chains.stored(&i.fact);
     match known {
         Some(known) if known == stored => {
@@ -713,7 +724,15 @@ fn add_fact(
         listed: &i.messages,
         shared: &i.shared,
     };
-    write_fact_with(store, batch, &run_id, work, &i.fact, &chains, bodies)?;
+    write_fact_with(
+        store,
+        batch,
+        &run_id,
+        work,
+        (&i.fact, previous),
+        &chains,
+        bodies,
+    )?;
     chains.keep(store, &run_id);
     work.added.insert(i.fact.span_id.clone(), i.fact.clone());
     if let Some(all) = &mut work.all {
@@ -1207,7 +1226,7 @@ mod tests {
                 store.keys_with_prefix(cf::RUN_KEYS, b"").unwrap(),
                 vec![run_id(1).into_bytes()]
             );
-            for cf_name in [cf::MESSAGES, cf::HISTORY, cf::SNAPSHOTS] {
+            for cf_name in [cf::MESSAGES, cf::HISTORY, cf::SNAPSHOTS, cf::MODEL_REQUESTS] {
                 for key in store.keys_with_prefix(cf_name, b"").unwrap() {
                     assert!(key.starts_with(&run_key.0), "left-over {cf_name} key");
                 }

@@ -48,6 +48,9 @@ pub mod cf {
     pub const GROUP_SPANS: &str = "group_spans";
     /// trace_id span_id \0 order key → a legacy GenAI event received as an OTLP log record.
     pub const SPAN_LOGS: &str = "span_logs";
+    /// run key start_ns(be64) span_id → model-request record (binary: see
+    /// `store::model_requests`).
+    pub const MODEL_REQUESTS: &str = "model_requests";
     /// All column families besides `default` (which holds the schema version).
     pub const ALL: &[&str] = &[
         RUNS,
@@ -68,6 +71,7 @@ pub mod cf {
         HISTORY,
         RUN_STATE,
         RUN_KEYS,
+        MODEL_REQUESTS,
     ];
 }
 

@@ -18,8 +18,12 @@ use crate::domain::{
 };
 use crate::interpreter::{LogEvent, RunMeta, RunState, SpanFact, StoredFact};
 
-/// The schema version this build writes. Opening a database with a higher one fails.
-pub const SCHEMA_VERSION: u32 = 3;
+/// The schema version this build writes. Opening a database with a higher one fails; one of
+/// [`MIGRATED_SCHEMA`] is migrated on opening, an older one is refused.
+pub const SCHEMA_VERSION: u32 = 4;
+/// The oldest schema version migrated on opening: 3 lacks the model-request records (4), which
+/// are written from its facts.
+pub const MIGRATED_SCHEMA: u32 = 3;
 const SCHEMA_KEY: &[u8] = b"schema_version";
 /// Bytes of the block cache shared by the column families.
 pub const BLOCK_CACHE_BYTES: usize = 64 * 1024 * 1024;
@@ -156,15 +160,20 @@ impl Store {
             run_keys: std::sync::Mutex::new(Default::default()),
             recent: std::sync::Mutex::new(Default::default()),
         };
-        store.check_schema(dir)?;
+        let migrate = store.check_schema(dir)?;
         store.next_run_key.store(
             store.stored_next_run_key()?,
             std::sync::atomic::Ordering::SeqCst,
         );
+        if migrate {
+            store.migrate_model_requests((SCHEMA_KEY, SCHEMA_VERSION.to_string().as_bytes()))?;
+        }
         Ok(store)
     }
 
-    fn check_schema(&self, dir: &Path) -> Result<(), StoreError> {
+    /// Checks the schema version on disk (writing it in a new store); true when the store is to
+    /// be migrated.
+    fn check_schema(&self, dir: &Path) -> Result<bool, StoreError> {
         match self.db.get(SCHEMA_KEY)? {
             Some(bytes) => {
                 let found = std::str::from_utf8(&bytes)
@@ -174,7 +183,7 @@ impl Store {
                         cf: "default",
                         reason: "schema version is not a number".into(),
                     })?;
-                if found < SCHEMA_VERSION {
+                if found < MIGRATED_SCHEMA {
                     return Err(StoreError::OlderSchema {
                         path: dir.display().to_string(),
                         found,
@@ -188,14 +197,14 @@ impl Store {
                         supported: SCHEMA_VERSION,
                     });
                 }
-                Ok(())
+                Ok(found < SCHEMA_VERSION)
             }
             None => {
                 let mut options = WriteOptions::default();
                 options.set_sync(true);
                 self.db
                     .put_opt(SCHEMA_KEY, SCHEMA_VERSION.to_string(), &options)?;
-                Ok(())
+                Ok(false)
             }
         }
     }
@@ -705,15 +714,21 @@ mod tests {
         let text = err.to_string();
         assert!(text.contains("schema version 99"), "{text}");
         assert!(text.contains("upgrade stepline"), "{text}");
-        // An older layout is refused too (no migration: history storage changed in 2).
-        let old = tempfile::tempdir().unwrap();
-        {
-            let store = Store::open(old.path(), true).unwrap();
-            store.db.put(SCHEMA_KEY, "1").unwrap();
+        // A layout older than 3 is refused too (not migrated: history storage changed in 2 and
+        // 3; 3 is migrated, see `continuation::context`).
+        for version in ["1", "2"] {
+            let old = tempfile::tempdir().unwrap();
+            {
+                let store = Store::open(old.path(), true).unwrap();
+                store.db.put(SCHEMA_KEY, version).unwrap();
+            }
+            let text = Store::open(old.path(), true).err().unwrap().to_string();
+            assert!(
+                text.contains(&format!("schema version {version}")),
+                "{text}"
+            );
+            assert!(text.contains("older"), "{text}");
         }
-        let text = Store::open(old.path(), true).err().unwrap().to_string();
-        assert!(text.contains("schema version 1"), "{text}");
-        assert!(text.contains("older"), "{text}");
         // The current version reopens fine.
         let dir2 = tempfile::tempdir().unwrap();
         drop(Store::open(dir2.path(), true).unwrap());

@@ -108,7 +108,8 @@ impl WriteBatch<'_> {
         Ok(key)
     }
 
-    /// Deletes a run's messages, history nodes and snapshots, and its key (a merged run).
+    /// Deletes a run's messages, history nodes, snapshots and model-request records, and its key
+    /// (a merged run).
     pub fn delete_run_history(&mut self, run_id: &str) -> Result<(), StoreError> {
         let key = match self.run_keys.assigned.remove(run_id) {
             Some(key) => Some(key),
@@ -118,7 +119,7 @@ impl WriteBatch<'_> {
         if let Some(key) = key {
             // A range, not the keys found on disk: it also covers what this batch put before.
             let end = RunKey::of(key.number().saturating_add(1));
-            for name in [cf::MESSAGES, cf::HISTORY, cf::SNAPSHOTS] {
+            for name in [cf::MESSAGES, cf::HISTORY, cf::SNAPSHOTS, cf::MODEL_REQUESTS] {
                 self.delete_range(name, &key.0, &end.0);
             }
         }

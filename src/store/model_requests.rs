@@ -1,0 +1,491 @@
+//! A run's model requests in short: what a continuation's provenance reads of each model-request
+//! fact (span, times, model, tokens, input history tip, output message hashes), kept at ingest
+//! next to the fact so provenance is a prefix scan of small records instead of a read of every
+//! fact of the run.
+//!
+//! Keys: `run key` `start_ns(be64)` `span id` (text), so a run's requests come in start order,
+//! ties by span id. Layout of a record: a format byte (1), a flag byte, the span id (varint
+//! length and UTF-8), start and end (varints), then the optional model (length and UTF-8), input
+//! and output tokens (varints) and input chain tip (length and bytes), then the count of output
+//! messages and each hash (length and bytes). Ids are stored in binary when they are hex (as
+//! every id this store makes is), else as text, with a flag saying so.
+
+use rocksdb::{Direction, IteratorMode, WriteOptions};
+
+use super::error::StoreError;
+use super::keys::{cf, RunKey};
+use super::rocks::{Store, WriteBatch};
+use crate::domain::{MessageHash, NodeId};
+use crate::interpreter::{FactKind, StoredFact};
+
+const FORMAT: u8 = 1;
+const MODEL: u8 = 1;
+const INPUT_TOKENS: u8 = 1 << 1;
+const OUTPUT_TOKENS: u8 = 1 << 2;
+const TIP: u8 = 1 << 3;
+const TEXT_IDS: u8 = 1 << 4;
+
+/// Stored facts decoded per migration batch (see [`Store::migrate_model_requests`]).
+const MIGRATION_BATCH: usize = 10_000;
+
+/// What provenance reads of one model-request fact.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ModelRequestRecord {
+    /// Span id (hex).
+    pub span_id: String,
+    /// Start, nanoseconds since the epoch.
+    pub start_ns: u64,
+    /// End, nanoseconds since the epoch.
+    pub end_ns: u64,
+    /// Model name.
+    pub model: Option<String>,
+    /// Input tokens.
+    pub input_tokens: Option<u64>,
+    /// Output tokens.
+    pub output_tokens: Option<u64>,
+    /// The tip of the input history chain (none: no input, or an empty one).
+    pub input_tip: Option<NodeId>,
+    /// Hashes of the output messages, in order.
+    pub output: Vec<MessageHash>,
+}
+
+impl ModelRequestRecord {
+    /// The record of a stored fact, none when the fact is not a model request.
+    pub fn of(stored: &StoredFact) -> Option<ModelRequestRecord> {
+        let f = &stored.fact;
+        (f.kind == FactKind::ModelRequest).then(|| ModelRequestRecord {
+            span_id: f.span_id.clone(),
+            start_ns: f.start_ns,
+            end_ns: f.end_ns,
+            model: f.model.clone(),
+            input_tokens: f.input_tokens,
+            output_tokens: f.output_tokens,
+            input_tip: stored.input_chain.as_ref().and_then(|c| c.tip.clone()),
+            output: f.output.iter().flatten().map(|r| r.hash.clone()).collect(),
+        })
+    }
+}
+
+/// `run key` `start_ns(be64)` `span id`: a model-request record.
+pub fn model_request_key(run: RunKey, start_ns: u64, span_id: &str) -> Vec<u8> {
+    let mut k = Vec::with_capacity(16 + span_id.len());
+    k.extend_from_slice(&run.0);
+    k.extend_from_slice(&start_ns.to_be_bytes());
+    k.extend_from_slice(span_id.as_bytes());
+    k
+}
+
+// The only places that look inside message hashes and node ids.
+fn hash_text(hash: &MessageHash) -> &str {
+    &hash.0
+}
+
+fn node_text(id: &NodeId) -> &str {
+    &id.0
+}
+
+fn hash_of(bytes: &[u8], text: bool) -> Result<MessageHash, StoreError> {
+    id_of(bytes, text).map(MessageHash)
+}
+
+fn node_of(bytes: &[u8], text: bool) -> Result<NodeId, StoreError> {
+    id_of(bytes, text).map(NodeId)
+}
+
+/// True when `id` is lowercase hex of whole bytes, so its binary form gives it back.
+fn is_hex(id: &str) -> bool {
+    id.len().is_multiple_of(2)
+        && id
+            .bytes()
+            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+}
+
+fn id_of(bytes: &[u8], text: bool) -> Result<String, StoreError> {
+    if text {
+        String::from_utf8(bytes.to_vec()).map_err(|_| corrupt("id is not UTF-8"))
+    } else {
+        Ok(hex::encode(bytes))
+    }
+}
+
+fn put_varint(out: &mut Vec<u8>, mut n: u64) {
+    while n >= 0x80 {
+        out.push((n as u8) | 0x80);
+        n >>= 7;
+    }
+    out.push(n as u8);
+}
+
+fn put_bytes(out: &mut Vec<u8>, bytes: &[u8]) {
+    put_varint(out, bytes.len() as u64);
+    out.extend_from_slice(bytes);
+}
+
+fn put_id(out: &mut Vec<u8>, id: &str, text: bool) {
+    if text {
+        put_bytes(out, id.as_bytes());
+    } else {
+        // Hex by `is_hex`; an error cannot happen, and would store nothing rather than panic.
+        put_bytes(out, &hex::decode(id).unwrap_or_default());
+    }
+}
+
+/// Encodes a model-request record.
+pub fn encode(record: &ModelRequestRecord) -> Vec<u8> {
+    let text_ids = !record
+        .input_tip
+        .iter()
+        .map(node_text)
+        .chain(record.output.iter().map(hash_text))
+        .all(is_hex);
+    let mut flags = 0u8;
+    for (present, flag) in [
+        (record.model.is_some(), MODEL),
+        (record.input_tokens.is_some(), INPUT_TOKENS),
+        (record.output_tokens.is_some(), OUTPUT_TOKENS),
+        (record.input_tip.is_some(), TIP),
+        (text_ids, TEXT_IDS),
+    ] {
+        if present {
+            flags |= flag;
+        }
+    }
+    let mut out = Vec::with_capacity(64 + 17 * record.output.len());
+    out.push(FORMAT);
+    out.push(flags);
+    put_bytes(&mut out, record.span_id.as_bytes());
+    put_varint(&mut out, record.start_ns);
+    put_varint(&mut out, record.end_ns);
+    if let Some(model) = &record.model {
+        put_bytes(&mut out, model.as_bytes());
+    }
+    for n in [record.input_tokens, record.output_tokens]
+        .into_iter()
+        .flatten()
+    {
+        put_varint(&mut out, n);
+    }
+    if let Some(tip) = &record.input_tip {
+        put_id(&mut out, node_text(tip), text_ids);
+    }
+    put_varint(&mut out, record.output.len() as u64);
+    for hash in &record.output {
+        put_id(&mut out, hash_text(hash), text_ids);
+    }
+    out
+}
+
+fn corrupt(reason: &str) -> StoreError {
+    StoreError::Corrupt {
+        cf: cf::MODEL_REQUESTS,
+        reason: format!("model-request record: {reason}"),
+    }
+}
+
+/// Reads the parts of an encoded record in order.
+struct Reader<'a> {
+    bytes: &'a [u8],
+}
+
+impl<'a> Reader<'a> {
+    fn take(&mut self, n: usize) -> Result<&'a [u8], StoreError> {
+        if self.bytes.len() < n {
+            return Err(corrupt("truncated"));
+        }
+        let (head, rest) = self.bytes.split_at(n);
+        self.bytes = rest;
+        Ok(head)
+    }
+
+    fn byte(&mut self) -> Result<u8, StoreError> {
+        Ok(self.take(1)?[0])
+    }
+
+    fn varint(&mut self) -> Result<u64, StoreError> {
+        let mut n = 0u64;
+        for shift in (0..64).step_by(7) {
+            let byte = self.byte()?;
+            n |= u64::from(byte & 0x7f) << shift;
+            if byte & 0x80 == 0 {
+                return Ok(n);
+            }
+        }
+        Err(corrupt("varint too long"))
+    }
+
+    fn bytes(&mut self) -> Result<&'a [u8], StoreError> {
+        let len = usize::try_from(self.varint()?).map_err(|_| corrupt("length out of range"))?;
+        self.take(len)
+    }
+
+    fn text(&mut self) -> Result<String, StoreError> {
+        String::from_utf8(self.bytes()?.to_vec()).map_err(|_| corrupt("text is not UTF-8"))
+    }
+}
+
+/// Decodes a model-request record.
+pub fn decode(bytes: &[u8]) -> Result<ModelRequestRecord, StoreError> {
+    let mut r = Reader { bytes };
+    let format = r.byte()?;
+    if format != FORMAT {
+        return Err(corrupt(&format!("unknown format {format}")));
+    }
+    let flags = r.byte()?;
+    let text_ids = flags & TEXT_IDS != 0;
+    let span_id = r.text()?;
+    let start_ns = r.varint()?;
+    let end_ns = r.varint()?;
+    let model = if flags & MODEL != 0 {
+        Some(r.text()?)
+    } else {
+        None
+    };
+    let input_tokens = if flags & INPUT_TOKENS != 0 {
+        Some(r.varint()?)
+    } else {
+        None
+    };
+    let output_tokens = if flags & OUTPUT_TOKENS != 0 {
+        Some(r.varint()?)
+    } else {
+        None
+    };
+    let input_tip = if flags & TIP != 0 {
+        Some(node_of(r.bytes()?, text_ids)?)
+    } else {
+        None
+    };
+    let count = r.varint()?;
+    // Each hash takes at least its length byte: a count beyond the bytes left is damage.
+    if count > r.bytes.len() as u64 {
+        return Err(corrupt("output count beyond the record"));
+    }
+    let mut output = Vec::with_capacity(count as usize);
+    for _ in 0..count {
+        output.push(hash_of(r.bytes()?, text_ids)?);
+    }
+    if !r.bytes.is_empty() {
+        return Err(corrupt("trailing bytes"));
+    }
+    Ok(ModelRequestRecord {
+        span_id,
+        start_ns,
+        end_ns,
+        model,
+        input_tokens,
+        output_tokens,
+        input_tip,
+        output,
+    })
+}
+
+/// The run id of a `facts` key (`run_id \0 span_id`).
+fn fact_run_id(key: &[u8]) -> Result<&str, StoreError> {
+    let end = key
+        .iter()
+        .position(|b| *b == 0)
+        .ok_or(StoreError::Corrupt {
+            cf: cf::FACTS,
+            reason: "fact key without a run id".into(),
+        })?;
+    std::str::from_utf8(&key[..end]).map_err(|_| StoreError::Corrupt {
+        cf: cf::FACTS,
+        reason: "fact key's run id is not UTF-8".into(),
+    })
+}
+
+impl WriteBatch<'_> {
+    /// Keeps a run's model-request record in step with one of its facts being written:
+    /// `previous_start` is the start of the fact of the same span the run had (stored or written
+    /// earlier in this batch) when that one was a model request, `stored` the fact written now.
+    /// Drops the previous record when its key changes (another start, or no longer a model
+    /// request), and puts the current one.
+    pub fn note_fact(
+        &mut self,
+        run_id: &str,
+        previous_start: Option<u64>,
+        stored: &StoredFact,
+    ) -> Result<(), StoreError> {
+        let current = ModelRequestRecord::of(stored);
+        let stale =
+            previous_start.filter(|start| current.as_ref().is_none_or(|c| c.start_ns != *start));
+        if current.is_none() && stale.is_none() {
+            return Ok(());
+        }
+        let run = self.run_key(run_id)?;
+        if let Some(start) = stale {
+            let key = model_request_key(run, start, &stored.fact.span_id);
+            self.delete(cf::MODEL_REQUESTS, &key);
+        }
+        if let Some(c) = current {
+            let key = model_request_key(run, c.start_ns, &c.span_id);
+            self.put_raw(cf::MODEL_REQUESTS, &key, &encode(&c));
+        }
+        Ok(())
+    }
+}
+
+/// The start of a fact when it is a model request (the `previous_start` of
+/// [`WriteBatch::note_fact`]).
+pub fn request_start(fact: &crate::interpreter::SpanFact) -> Option<u64> {
+    (fact.kind == FactKind::ModelRequest).then_some(fact.start_ns)
+}
+
+impl Store {
+    /// A run's model-request records, in start order (ties by span id).
+    pub fn model_requests(&self, run_id: &str) -> Result<Vec<ModelRequestRecord>, StoreError> {
+        let Some(run) = self.run_key(run_id)? else {
+            return Ok(Vec::new());
+        };
+        let handle = self.handle(cf::MODEL_REQUESTS)?;
+        let mut out = Vec::new();
+        for item in self
+            .db
+            .iterator_cf(handle, IteratorMode::From(&run.0, Direction::Forward))
+        {
+            let (key, value) = item?;
+            if !key.starts_with(&run.0) {
+                break;
+            }
+            out.push(decode(&value)?);
+        }
+        Ok(out)
+    }
+
+    /// Writes the model-request record of every stored model-request fact (a schema-3 store
+    /// has facts but no records), in durable batches; `finish` is put in the last one (the
+    /// schema version, so a store is marked migrated only once every record is written).
+    /// Rerunning after an interruption writes the same records again.
+    pub(super) fn migrate_model_requests(&self, finish: (&[u8], &[u8])) -> Result<(), StoreError> {
+        let mut options = WriteOptions::default();
+        options.set_sync(true);
+        let facts = self.handle(cf::FACTS)?;
+        let mut batch = self.batch();
+        let mut in_batch = 0usize;
+        for item in self.db.iterator_cf(facts, IteratorMode::Start) {
+            let (key, value) = item?;
+            let stored: StoredFact = super::rocks::decode(cf::FACTS, &value)?;
+            if stored.fact.kind != FactKind::ModelRequest {
+                continue;
+            }
+            batch.note_fact(fact_run_id(&key)?, None, &stored)?;
+            in_batch += 1;
+            if in_batch == MIGRATION_BATCH {
+                let full = std::mem::replace(&mut batch, self.batch());
+                self.db.write_opt(full.batch, &options)?;
+                self.settle_run_keys(full.run_keys);
+                in_batch = 0;
+            }
+        }
+        batch.put_default(finish.0, finish.1);
+        self.db.write_opt(batch.batch, &options)?;
+        self.settle_run_keys(batch.run_keys);
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn record(text_ids: bool) -> ModelRequestRecord {
+        let id = |n: u8| {
+            if text_ids {
+                format!("not-hex-{n}")
+            } else {
+                hex::encode([n; 16])
+            }
+        };
+        ModelRequestRecord {
+            span_id: "0102030405060708".into(),
+            start_ns: 1_795_860_000_123_456_789,
+            end_ns: 1_795_860_001_000_000_000,
+            model: Some("gpt-4o-2024-08-06".into()),
+            input_tokens: Some(12_345),
+            output_tokens: Some(0),
+            input_tip: Some(NodeId(id(1))),
+            output: vec![MessageHash(id(2)), MessageHash(id(3))],
+        }
+    }
+
+    #[test]
+    fn records_round_trip() {
+        let bare = ModelRequestRecord {
+            span_id: String::new(),
+            start_ns: 0,
+            end_ns: u64::MAX,
+            model: None,
+            input_tokens: None,
+            output_tokens: None,
+            input_tip: None,
+            output: Vec::new(),
+        };
+        let mut mixed = record(false);
+        mixed.output.push(MessageHash("ABCD".into()));
+        for r in [record(false), record(true), bare, mixed] {
+            assert_eq!(decode(&encode(&r)).unwrap(), r);
+        }
+        let binary = encode(&record(false)).len();
+        assert!(binary <= 112, "{binary} bytes");
+    }
+
+    #[test]
+    fn damaged_records_are_errors_not_panics() {
+        let bytes = encode(&record(false));
+        for cut in 0..bytes.len() {
+            assert!(decode(&bytes[..cut]).is_err(), "cut at {cut}");
+        }
+        let mut unknown = bytes.clone();
+        unknown[0] = 9;
+        assert!(decode(&unknown)
+            .unwrap_err()
+            .to_string()
+            .contains("format 9"));
+        let mut longer = bytes.clone();
+        longer.push(0);
+        assert!(decode(&longer).is_err());
+        // A huge output count, an overlong varint, text ids that are not UTF-8.
+        let mut r = record(false);
+        r.output.clear();
+        let mut huge = encode(&r);
+        huge.pop();
+        huge.extend_from_slice(&[0xff, 0xff, 0xff, 0xff, 0x0f]);
+        assert!(decode(&huge).is_err());
+        assert!(decode(&[
+            FORMAT, 0, 0, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff
+        ])
+        .is_err());
+        let bad_text = [FORMAT, TEXT_IDS | TIP, 0, 0, 0, 1, 0xff, 0];
+        assert!(decode(&bad_text).is_err());
+        // Every single-byte change decodes or fails, never panics.
+        for at in 0..bytes.len() {
+            for value in [0u8, 0x7f, 0x80, 0xff] {
+                let mut damaged = bytes.clone();
+                damaged[at] = value;
+                let _ = decode(&damaged);
+            }
+        }
+    }
+
+    #[test]
+    fn keys_order_by_start_then_span_id() {
+        let run = RunKey::of(3);
+        let mut keys = [
+            model_request_key(run, 20, "aa"),
+            model_request_key(run, 10, "bb"),
+            model_request_key(run, 10, "ab"),
+            model_request_key(run, 256, "00"),
+        ];
+        keys.sort();
+        assert_eq!(
+            keys,
+            [
+                model_request_key(run, 10, "ab"),
+                model_request_key(run, 10, "bb"),
+                model_request_key(run, 20, "aa"),
+                model_request_key(run, 256, "00"),
+            ]
+        );
+        assert!(model_request_key(run, u64::MAX, "ff") < RunKey::of(4).0.to_vec());
+    }
+}
