@@ -153,6 +153,18 @@ mod tests {
             .collect()
     }
 
+    /// Ids computed by the code that hashed `String` ids: stores written by it stay readable.
+    #[test]
+    fn node_ids_are_pinned() {
+        let hash =
+            MessageHash::of(&json!({"parts": [{"content": "hi", "type": "text"}], "role": "user"}));
+        assert_eq!(hash.0, "2c4fb9146c86a694441f6306ee7e2bf6");
+        let first = NodeId::child(None, &hash);
+        assert_eq!(first.0, "806e9295288c0dbbe044ed95c2810be9");
+        let second = NodeId::child(Some(&first), &hash);
+        assert_eq!(second.0, "d66ea70f26783654879610bffe5b1a88");
+    }
+
     #[test]
     fn a_history_is_named_by_its_content_and_prefixes_share_nodes() {
         let a = refs(&["a", "b", "c"]);
