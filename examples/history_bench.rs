@@ -60,7 +60,10 @@ fn parse_args() -> anyhow::Result<Args> {
         checkpoints: vec![10, 100, 250, 500, 750],
         iterations: 200,
         text_bytes: 200,
-        formats: Format::NAMES.iter().filter_map(|n| Format::parse(n)).collect(),
+        formats: Format::NAMES
+            .iter()
+            .filter_map(|n| Format::parse(n))
+            .collect(),
         modes: MODES.iter().map(|m| m.to_string()).collect(),
     };
     let mut it = std::env::args().skip(1);
