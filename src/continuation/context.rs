@@ -102,7 +102,7 @@ impl Provenance {
             store.run_nodes(run_id)?
         };
         for s in &stored {
-            let mut at = s.input_chain.as_ref().and_then(|c| c.tip.clone());
+            let mut at = s.input_chain.as_ref().and_then(|c| c.tip);
             while let Some(id) = at {
                 let Some(node) = nodes.get(&id) else { break };
                 if !seen.insert(id) {

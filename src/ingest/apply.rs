@@ -414,7 +414,7 @@ fn merge_run(
                 .into_iter()
                 .flatten()
                 .flatten()
-                .map(|r| r.hash.clone())
+                .map(|r| r.hash)
                 .collect();
         let values = store.messages(from, &hashes)?;
         let bodies: Vec<(MessageHash, serde_json::Value)> =
@@ -650,7 +650,7 @@ fn write_fact_with(
         if !store.has_message(run_id, hash)? {
             batch.put_message(run_id, hash, body)?;
         }
-        work.known_messages.insert(hash.clone());
+        work.known_messages.insert(*hash);
     }
     Ok(())
 }
@@ -676,7 +676,7 @@ fn write_chain(
     }
     for (id, node) in chain.nodes_from(from) {
         batch.put_node(run_id, id, &node)?;
-        work.known_nodes.insert(id.clone());
+        work.known_nodes.insert(*id);
     }
     Ok(from)
 }
@@ -1037,7 +1037,7 @@ fn try_append(
         }
     }
     for (id, node) in &a.nodes {
-        if work.known_nodes.insert(id.clone()) {
+        if work.known_nodes.insert(*id) {
             batch.put_node(run_id, id, node)?;
         }
     }

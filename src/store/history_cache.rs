@@ -50,7 +50,7 @@ impl HistoryCache {
     fn get(&mut self, run_id: &str, tip: &NodeId) -> Option<ResolvedHistory> {
         self.tick += 1;
         let tick = self.tick;
-        let entry = self.entries.get_mut(&(run_id.to_string(), tip.clone()))?;
+        let entry = self.entries.get_mut(&(run_id.to_string(), *tip))?;
         entry.0 = tick;
         Some(entry.1.clone())
     }
@@ -61,7 +61,7 @@ impl HistoryCache {
             return;
         }
         self.tick += 1;
-        let key = (run_id.to_string(), tip.clone());
+        let key = (run_id.to_string(), *tip);
         if let Some((_, old)) = self.entries.insert(key, (self.tick, history)) {
             self.held = self.held.saturating_sub(old.messages.len());
         }
@@ -129,10 +129,11 @@ impl Store {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::domain::{MESSAGE_HASH_BYTES, NODE_ID_BYTES};
 
     fn history(n: usize) -> ResolvedHistory {
         ResolvedHistory {
-            hashes: vec![MessageHash("h".into()); n].into(),
+            hashes: vec![MessageHash([7; MESSAGE_HASH_BYTES]); n].into(),
             messages: vec![Value::Null; n].into(),
         }
     }
@@ -140,7 +141,7 @@ mod tests {
     #[test]
     fn the_cache_stays_within_its_bound_least_recently_used_first_out() {
         let mut cache = HistoryCache::default();
-        let tip = |n: u8| NodeId(format!("{n:032}"));
+        let tip = |n: u8| NodeId([n; NODE_ID_BYTES]);
         let third = HISTORY_CACHE_MESSAGES / 3;
         cache.put("a", &tip(1), history(third));
         cache.put("b", &tip(2), history(third));

@@ -450,7 +450,12 @@ impl Store {
         let mut shapes: HashMap<MessageHash, MessageShape> = HashMap::new();
         if let Some(run) = self.run_key(run_id)? {
             self.scan(cf::MESSAGES, &run.0, &run.0, |k, v| {
-                let hash = MessageHash(hex::encode(&k[run.0.len()..]));
+                let hash = MessageHash::from_slice(&k[run.0.len()..]).ok_or_else(|| {
+                    StoreError::Corrupt {
+                        cf: cf::MESSAGES,
+                        reason: format!("message key of {} bytes", k.len()),
+                    }
+                })?;
                 let body: Value = decode(cf::MESSAGES, v)?;
                 shapes.insert(hash, MessageShape::of(&body));
                 Ok(true)
@@ -467,7 +472,7 @@ impl Store {
                     }),
                     None => Err(StoreError::MissingMessage {
                         run_id: run_id.to_string(),
-                        hash: hash.0,
+                        hash: hash.to_string(),
                     }),
                 })
                 .collect()
