@@ -19,7 +19,6 @@
 //!   second store alone (the store's part: merge, append or derive, durable commit);
 //! - continuation: load + render + serialise of the latest snapshot, p50/p99 per format.
 
-use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -29,7 +28,7 @@ use opentelemetry_proto::tonic::common::v1::{any_value, AnyValue, KeyValue};
 use opentelemetry_proto::tonic::trace::v1::{ResourceSpans, ScopeSpans, Span};
 use serde_json::{json, Value};
 use stepline::continuation::{self, prefetch, Format, Selector};
-use stepline::domain::MessageHash;
+use stepline::domain::{IdMap, MessageHash};
 use stepline::exporter::Outbox;
 use stepline::ingest::{apply_group, Ingest, Work};
 use stepline::interpreter::{interpret_span_with, PrefixMemo};
@@ -296,7 +295,7 @@ async fn report(
     args: &Args,
 ) -> anyhow::Result<()> {
     let iterations = args.iterations;
-    let mut distinct: HashMap<MessageHash, usize> = HashMap::new();
+    let mut distinct: IdMap<MessageHash, usize> = IdMap::default();
     for m in history {
         distinct
             .entry(MessageHash::of(m))

@@ -9,12 +9,12 @@
 //! would give. Bounded by [`CONTEXT_CACHE_ITEMS`], least recently used run first out; in memory
 //! only.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use serde::Deserialize;
 
-use crate::domain::{ChainRef, MessageHash, NodeId, ToolEffect};
+use crate::domain::{ChainRef, IdMap, IdSet, MessageHash, NodeId, ToolEffect};
 use crate::interpreter::FactKind;
 use crate::store::keys::cf;
 use crate::store::{RunNodes, Store, StoreError};
@@ -75,9 +75,9 @@ pub struct Provenance {
     /// The run's model requests, in start order.
     pub models: Vec<ModelRequest>,
     /// Start of the first model request whose input holds each message.
-    pub sent_at: HashMap<MessageHash, u64>,
+    pub sent_at: IdMap<MessageHash, u64>,
     /// Index in `models` of the first model request whose output holds each message.
-    pub produced_by: HashMap<MessageHash, usize>,
+    pub produced_by: IdMap<MessageHash, usize>,
 }
 
 impl Provenance {
@@ -94,8 +94,8 @@ impl Provenance {
         });
         // The first request that sent each message: walk each request's input chain back until
         // a node an earlier request already covered (its ancestors are covered too).
-        let mut sent_at: HashMap<MessageHash, u64> = HashMap::new();
-        let mut seen: HashSet<NodeId> = HashSet::new();
+        let mut sent_at: IdMap<MessageHash, u64> = IdMap::default();
+        let mut seen: IdSet<NodeId> = IdSet::default();
         let nodes = if stored.is_empty() {
             RunNodes::default()
         } else {
@@ -112,7 +112,7 @@ impl Provenance {
                 at = node.parent;
             }
         }
-        let mut produced_by = HashMap::new();
+        let mut produced_by = IdMap::default();
         let mut models = Vec::with_capacity(stored.len());
         for (i, s) in stored.into_iter().enumerate() {
             let f = s.fact;

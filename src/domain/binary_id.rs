@@ -63,6 +63,9 @@ pub type IdSet<K> = HashSet<K, BuildIdHasher>;
 /// without allocating.
 macro_rules! binary_id {
     ($name:ident, $bytes:expr, $what:literal) => {
+        // `Hash` takes the first 8 bytes.
+        const _: () = assert!($bytes >= 8);
+
         impl $name {
             /// Writes its lowercase hex text into `out` and returns it (no allocation).
             pub fn hex_into<'a>(&self, out: &'a mut [u8; 2 * $bytes]) -> &'a str {
@@ -149,3 +152,49 @@ macro_rules! binary_id {
 }
 
 pub(crate) use binary_id;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::domain::{MessageHash, NodeId};
+    use std::hash::BuildHasher;
+
+    #[test]
+    fn ids_show_as_hex_and_parse_back() {
+        let mut bytes = [0u8; 16];
+        for (i, b) in bytes.iter_mut().enumerate() {
+            *b = (i as u8) * 17;
+        }
+        let id = NodeId(bytes);
+        assert_eq!(id.to_string(), "00112233445566778899aabbccddeeff");
+        assert_eq!(
+            format!("{id:?}"),
+            "NodeId(00112233445566778899aabbccddeeff)"
+        );
+        assert_eq!("00112233445566778899AABBCCDDEEFF".parse::<NodeId>(), Ok(id));
+        assert!("0011".parse::<NodeId>().is_err());
+        assert!("not hex at all, but 32 chars ok?"
+            .parse::<NodeId>()
+            .is_err());
+        assert_eq!(NodeId::from_slice(&bytes), Some(id));
+        assert_eq!(NodeId::from_slice(&bytes[1..]), None);
+    }
+
+    #[test]
+    fn the_id_hasher_keeps_the_first_eight_bytes() {
+        let hash = MessageHash([1, 2, 3, 4, 5, 6, 7, 8, 9, 9, 9, 9, 9, 9, 9, 9]);
+        let build = BuildIdHasher::default();
+        assert_eq!(
+            build.hash_one(hash),
+            u64::from_le_bytes([1, 2, 3, 4, 5, 6, 7, 8])
+        );
+        // A reference hashes as its value, so maps of either agree.
+        assert_eq!(build.hash_one::<&MessageHash>(&hash), build.hash_one(hash));
+        let mut map: IdMap<MessageHash, u32> = IdMap::default();
+        map.insert(hash, 1);
+        let mut other = hash;
+        other.0[15] = 0;
+        map.insert(other, 2);
+        assert_eq!((map[&hash], map[&other], map.len()), (1, 2, 2));
+    }
+}

@@ -172,6 +172,18 @@ mod tests {
         assert_eq!(first.to_string(), "806e9295288c0dbbe044ed95c2810be9");
         let second = NodeId::child(Some(&first), &hash);
         assert_eq!(second.to_string(), "d66ea70f26783654879610bffe5b1a88");
+        // Records keep the hex text of ids.
+        let chain = ChainRef {
+            tip: Some(second),
+            len: 2,
+        };
+        let json = serde_json::to_string(&chain).unwrap();
+        assert_eq!(
+            json,
+            r#"{"tip":"d66ea70f26783654879610bffe5b1a88","len":2}"#
+        );
+        assert_eq!(serde_json::from_str::<ChainRef>(&json).unwrap(), chain);
+        assert!(serde_json::from_str::<ChainRef>(r#"{"tip":"d66e","len":2}"#).is_err());
     }
 
     #[test]

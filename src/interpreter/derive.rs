@@ -8,12 +8,11 @@ use serde_json::Value;
 
 use super::fact::{FactKind, SpanFact};
 use super::tool_return::{Answer, ToolReturnForm};
-use std::collections::HashSet;
 
 use super::incremental::{state_after_derive, RunState, SnapshotTail};
 use super::validity::{Walk, WalkState};
 use crate::domain::{
-    format_timestamp, ChainIds, ChainRef, EffectStatus, EventKind, HistoryNode, MessageHash,
+    format_timestamp, ChainIds, ChainRef, EffectStatus, EventKind, HistoryNode, IdSet, MessageHash,
     MessageRef, NodeId, Run, RunStatus, SnapshotMeta, SnapshotRecord, SnapshotSource,
     SnapshotState, StepEvent, ToolEffect,
 };
@@ -556,10 +555,10 @@ fn build_snapshots(
 ) -> BuiltSnapshots {
     let mut out = SnapshotBuilder::new(0, None);
     let mut chain = ChainIds::default();
-    let mut emitted: HashSet<NodeId> = HashSet::new();
+    let mut emitted: IdSet<NodeId> = IdSet::default();
     let mut nodes: Vec<(NodeId, HistoryNode)> = Vec::new();
     let mut new_messages = Vec::new();
-    let mut instruction_bodies: HashSet<MessageHash> = HashSet::new();
+    let mut instruction_bodies: IdSet<MessageHash> = IdSet::default();
     let mut instructions = |value: Option<&Value>, new_messages: &mut Vec<Value>| {
         value.map(|v| {
             let hash = MessageHash::of(v);

@@ -23,7 +23,7 @@ pub use parts::Blob;
 pub use reference::MediaRef;
 
 use crate::config::MediaConfig;
-use crate::domain::MessageHash;
+use crate::domain::{IdMap, MessageHash};
 use crate::interpreter::Interpreted;
 use crate::service_error::{ServiceError, ServiceErrorCode};
 
@@ -180,7 +180,7 @@ impl Media {
         };
         let mut blobs = Vec::new();
         for item in interpreted {
-            let mut renamed: HashMap<MessageHash, MessageHash> = HashMap::new();
+            let mut renamed: IdMap<MessageHash, MessageHash> = IdMap::default();
             for (hash, body) in &mut item.messages {
                 if parts::offload(body, threshold, &mut blobs) {
                     let new = MessageHash::of(body);

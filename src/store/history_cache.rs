@@ -15,7 +15,7 @@ use serde_json::Value;
 
 use super::error::StoreError;
 use super::rocks::Store;
-use crate::domain::{ChainRef, MessageHash, NodeId};
+use crate::domain::{ChainRef, IdMap, MessageHash, NodeId};
 
 /// Most messages [`HistoryCache`] holds over all its entries.
 pub const HISTORY_CACHE_MESSAGES: usize = 50_000;
@@ -38,10 +38,11 @@ impl ResolvedHistory {
     }
 }
 
-/// Resolved histories by (run id, tip), with a use counter for eviction.
+/// Resolved histories by run id, then tip (a map per run, so a lookup neither allocates the run
+/// id nor hashes it with the tip), with a use counter for eviction.
 #[derive(Default)]
 pub struct HistoryCache {
-    entries: HashMap<(String, NodeId), (u64, ResolvedHistory)>,
+    entries: HashMap<String, IdMap<NodeId, (u64, ResolvedHistory)>>,
     held: usize,
     tick: u64,
 }
@@ -50,7 +51,7 @@ impl HistoryCache {
     fn get(&mut self, run_id: &str, tip: &NodeId) -> Option<ResolvedHistory> {
         self.tick += 1;
         let tick = self.tick;
-        let entry = self.entries.get_mut(&(run_id.to_string(), *tip))?;
+        let entry = self.entries.get_mut(run_id)?.get_mut(tip)?;
         entry.0 = tick;
         Some(entry.1.clone())
     }
@@ -61,22 +62,32 @@ impl HistoryCache {
             return;
         }
         self.tick += 1;
-        let key = (run_id.to_string(), *tip);
-        if let Some((_, old)) = self.entries.insert(key, (self.tick, history)) {
+        let run = match self.entries.get_mut(run_id) {
+            Some(run) => run,
+            None => self.entries.entry(run_id.to_string()).or_default(),
+        };
+        if let Some((_, old)) = run.insert(*tip, (self.tick, history)) {
             self.held = self.held.saturating_sub(old.messages.len());
         }
         self.held += len;
         while self.held > HISTORY_CACHE_MESSAGES {
-            let Some(oldest) = self
+            let Some((run_id, tip)) = self
                 .entries
                 .iter()
-                .min_by_key(|(_, (t, _))| *t)
-                .map(|(k, _)| k.clone())
+                .flat_map(|(run, tips)| tips.iter().map(move |(tip, (t, _))| (*t, run, *tip)))
+                .min_by_key(|(t, _, _)| *t)
+                .map(|(_, run, tip)| (run.clone(), tip))
             else {
                 break;
             };
-            if let Some((_, evicted)) = self.entries.remove(&oldest) {
+            let Some(run) = self.entries.get_mut(&run_id) else {
+                break;
+            };
+            if let Some((_, evicted)) = run.remove(&tip) {
                 self.held = self.held.saturating_sub(evicted.messages.len());
+            }
+            if run.is_empty() {
+                self.entries.remove(&run_id);
             }
         }
     }

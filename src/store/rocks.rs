@@ -11,10 +11,10 @@ use serde_json::Value;
 use super::error::StoreError;
 use super::keys::{self, cf, RunFilter};
 use super::snapshot_codec;
-use std::collections::HashMap;
 
 use crate::domain::{
-    ChainRef, MessageHash, MessageRef, MessageShape, Run, SnapshotRecord, StepEvent, ToolEffect,
+    ChainRef, IdMap, MessageHash, MessageRef, MessageShape, Run, SnapshotRecord, StepEvent,
+    ToolEffect,
 };
 use crate::interpreter::{LogEvent, RunMeta, RunState, SpanFact, StoredFact};
 
@@ -447,7 +447,7 @@ impl Store {
             return Ok(stored.into_iter().map(|s| s.fact).collect());
         }
         let nodes = self.run_nodes(run_id)?;
-        let mut shapes: HashMap<MessageHash, MessageShape> = HashMap::new();
+        let mut shapes: IdMap<MessageHash, MessageShape> = IdMap::default();
         if let Some(run) = self.run_key(run_id)? {
             self.scan(cf::MESSAGES, &run.0, &run.0, |k, v| {
                 let hash = MessageHash::from_slice(&k[run.0.len()..]).ok_or_else(|| {

@@ -283,4 +283,15 @@ mod tests {
         ])
         .is_err());
     }
+
+    #[test]
+    fn ids_of_the_wrong_length_are_errors() {
+        for (flag, len) in [(TIP, 15), (TIP, 17), (INSTRUCTIONS, 15), (INSTRUCTIONS, 0)] {
+            let mut bytes = vec![FORMAT, flag, 0, 0, 0, 0];
+            bytes.extend_from_slice(&1u64.to_be_bytes());
+            bytes.push(len);
+            bytes.extend(std::iter::repeat_n(7u8, usize::from(len)));
+            assert!(decode(&bytes).is_err(), "flag {flag} length {len}");
+        }
+    }
 }
