@@ -22,7 +22,6 @@
 //!   format: cold, with the history of the step before in memory, right after the service loaded
 //!   the run ahead, rendered from cached history, and kept from an earlier request.
 
-use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -32,7 +31,7 @@ use opentelemetry_proto::tonic::common::v1::{any_value, AnyValue, KeyValue};
 use opentelemetry_proto::tonic::trace::v1::{ResourceSpans, ScopeSpans, Span};
 use serde_json::{json, Value};
 use stepline::continuation::{self, prefetch, Continuations, Format, Selector};
-use stepline::domain::{MessageHash, SnapshotState};
+use stepline::domain::{IdMap, MessageHash, SnapshotState};
 use stepline::exporter::Outbox;
 use stepline::ingest::{apply_group, Ingest, Work};
 use stepline::interpreter::{interpret_span_with, PrefixMemo};
@@ -362,7 +361,7 @@ async fn report(
     args: &Args,
 ) -> anyhow::Result<()> {
     let iterations = args.iterations;
-    let mut distinct: HashMap<MessageHash, usize> = HashMap::new();
+    let mut distinct: IdMap<MessageHash, usize> = IdMap::default();
     for m in history {
         distinct
             .entry(MessageHash::of(m))

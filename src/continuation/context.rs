@@ -9,10 +9,10 @@
 //! would give. Bounded by [`CONTEXT_CACHE_ITEMS`], least recently used run first out; in memory
 //! only.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
-use crate::domain::{MessageHash, NodeId, ToolEffect};
+use crate::domain::{IdMap, IdSet, MessageHash, NodeId, ToolEffect};
 use crate::store::{ModelRequestRecord, RunNodes, Store, StoreError};
 
 /// Most effects plus model-request facts [`ContextCache`] holds over all runs.
@@ -41,9 +41,9 @@ pub struct Provenance {
     /// The run's model requests, in start order.
     pub models: Vec<ModelRequest>,
     /// Start of the first model request whose input holds each message.
-    pub sent_at: HashMap<MessageHash, u64>,
+    pub sent_at: IdMap<MessageHash, u64>,
     /// Index in `models` of the first model request whose output holds each message.
-    pub produced_by: HashMap<MessageHash, usize>,
+    pub produced_by: IdMap<MessageHash, usize>,
 }
 
 impl Provenance {
@@ -62,15 +62,15 @@ impl Provenance {
     ) -> Result<Provenance, StoreError> {
         // The first request that sent each message: walk each request's input chain back until
         // a node an earlier request already covered (its ancestors are covered too).
-        let mut sent_at: HashMap<MessageHash, u64> = HashMap::new();
-        let mut seen: HashSet<NodeId> = HashSet::new();
+        let mut sent_at: IdMap<MessageHash, u64> = IdMap::default();
+        let mut seen: IdSet<NodeId> = IdSet::default();
         let nodes = if requests.is_empty() {
             RunNodes::default()
         } else {
             store.run_nodes(run_id)?
         };
         for r in &requests {
-            let mut at = r.input_tip.clone();
+            let mut at = r.input_tip;
             while let Some(id) = at {
                 let Some(node) = nodes.get(&id) else { break };
                 if !seen.insert(id) {
@@ -80,7 +80,7 @@ impl Provenance {
                 at = node.parent;
             }
         }
-        let mut produced_by = HashMap::new();
+        let mut produced_by = IdMap::default();
         let mut models = Vec::with_capacity(requests.len());
         for (i, r) in requests.into_iter().enumerate() {
             for hash in r.output {

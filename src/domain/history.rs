@@ -6,27 +6,36 @@
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
-use super::{MessageHash, MessageRef};
+use super::binary_id::binary_id;
+use super::{MessageHash, MessageRef, MESSAGE_HASH_BYTES};
 
 /// Bytes of a node id (a truncated SHA-256: collisions within one run are out of reach).
 pub const NODE_ID_BYTES: usize = 16;
 
-/// The id of a history node: 32 lowercase hex characters.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
-#[serde(transparent)]
-pub struct NodeId(pub String);
+/// The id of a history node. Binary in memory; shown and serialised as 32 lowercase hex
+/// characters.
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub struct NodeId(pub [u8; NODE_ID_BYTES]);
+
+binary_id!(NodeId, NODE_ID_BYTES, "node id");
 
 impl NodeId {
     /// The node that appends `message` to the history ending at `parent` (none: empty history).
+    /// It hashes the hex text of both (as ids were hashed when they were strings), so the ids of
+    /// existing stores stay valid.
     pub fn child(parent: Option<&NodeId>, message: &MessageHash) -> NodeId {
         let mut hasher = Sha256::new();
         if let Some(p) = parent {
-            hasher.update(p.0.as_bytes());
+            let mut buf = [0u8; 2 * NODE_ID_BYTES];
+            hasher.update(p.hex_into(&mut buf).as_bytes());
         }
         hasher.update(b"/");
-        hasher.update(message.0.as_bytes());
+        let mut buf = [0u8; 2 * MESSAGE_HASH_BYTES];
+        hasher.update(message.hex_into(&mut buf).as_bytes());
         let digest = hasher.finalize();
-        NodeId(hex::encode(&digest[..NODE_ID_BYTES]))
+        let mut out = [0u8; NODE_ID_BYTES];
+        out.copy_from_slice(&digest[..NODE_ID_BYTES]);
+        NodeId(out)
     }
 }
 
@@ -55,7 +64,7 @@ impl ChainRef {
 }
 
 /// One stored node: its parent and its message.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct HistoryNode {
     /// The node before it (none for a first message).
     pub parent: Option<NodeId>,
@@ -96,7 +105,7 @@ impl ChainIds {
                 self.ids.truncate(n);
             }
             let id = NodeId::child(self.ids.last(), hash);
-            self.hashes.push(hash.clone());
+            self.hashes.push(*hash);
             self.ids.push(id);
             n += 1;
             self.fresh = self.fresh.min(n - 1);
@@ -118,8 +127,8 @@ impl ChainIds {
             (
                 &self.ids[i],
                 HistoryNode {
-                    parent: i.checked_sub(1).map(|p| self.ids[p].clone()),
-                    message: self.hashes[i].clone(),
+                    parent: i.checked_sub(1).map(|p| self.ids[p]),
+                    message: self.hashes[i],
                 },
             )
         })
@@ -133,7 +142,7 @@ impl ChainIds {
     /// The reference of the history of the last call.
     pub fn current(&self) -> ChainRef {
         ChainRef {
-            tip: self.ids.last().cloned(),
+            tip: self.ids.last().copied(),
             len: self.ids.len() as u32,
         }
     }
@@ -153,11 +162,35 @@ mod tests {
             .collect()
     }
 
+    /// Ids computed by the code that hashed `String` ids: stores written by it stay readable.
+    #[test]
+    fn node_ids_are_pinned() {
+        let hash =
+            MessageHash::of(&json!({"parts": [{"content": "hi", "type": "text"}], "role": "user"}));
+        assert_eq!(hash.to_string(), "2c4fb9146c86a694441f6306ee7e2bf6");
+        let first = NodeId::child(None, &hash);
+        assert_eq!(first.to_string(), "806e9295288c0dbbe044ed95c2810be9");
+        let second = NodeId::child(Some(&first), &hash);
+        assert_eq!(second.to_string(), "d66ea70f26783654879610bffe5b1a88");
+        // Records keep the hex text of ids.
+        let chain = ChainRef {
+            tip: Some(second),
+            len: 2,
+        };
+        let json = serde_json::to_string(&chain).unwrap();
+        assert_eq!(
+            json,
+            r#"{"tip":"d66ea70f26783654879610bffe5b1a88","len":2}"#
+        );
+        assert_eq!(serde_json::from_str::<ChainRef>(&json).unwrap(), chain);
+        assert!(serde_json::from_str::<ChainRef>(r#"{"tip":"d66e","len":2}"#).is_err());
+    }
+
     #[test]
     fn a_history_is_named_by_its_content_and_prefixes_share_nodes() {
         let a = refs(&["a", "b", "c"]);
         let mut ids = ChainIds::default();
-        let hashes = |r: &[MessageRef]| r.iter().map(|m| m.hash.clone()).collect::<Vec<_>>();
+        let hashes = |r: &[MessageRef]| r.iter().map(|m| m.hash).collect::<Vec<_>>();
         let full = ids.ids(&hashes(&a)).to_vec();
         assert_eq!(ChainRef::of(&a).tip.as_ref(), full.last());
         assert_eq!(ChainRef::of(&a[..2]).tip.as_ref(), Some(&full[1]));

@@ -4,24 +4,28 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 
+use super::binary_id::binary_id;
+
 /// Bytes of a message hash: a truncated SHA-256 of the message's canonical JSON (128 bits, so
 /// a collision between two messages of one run is out of reach).
 pub const MESSAGE_HASH_BYTES: usize = 16;
 
 /// The message's truncated SHA-256 ([`MESSAGE_HASH_BYTES`]) over its canonical JSON (object keys
-/// sorted), as lowercase hex.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
-#[serde(transparent)]
-pub struct MessageHash(pub String);
+/// sorted). Binary in memory; shown and serialised as 32 lowercase hex characters.
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub struct MessageHash(pub [u8; MESSAGE_HASH_BYTES]);
+
+binary_id!(MessageHash, MESSAGE_HASH_BYTES, "message hash");
 
 impl MessageHash {
     /// Hashes a message. `serde_json::Value` keeps object keys sorted, so equal messages hash
     /// equally whatever key order the producer used.
     pub fn of(message: &Value) -> Self {
         let canonical = serde_json::to_vec(message).unwrap_or_default();
-        Self(hex::encode(
-            &Sha256::digest(&canonical)[..MESSAGE_HASH_BYTES],
-        ))
+        let digest = Sha256::digest(&canonical);
+        let mut out = [0u8; MESSAGE_HASH_BYTES];
+        out.copy_from_slice(&digest[..MESSAGE_HASH_BYTES]);
+        Self(out)
     }
 }
 
@@ -105,6 +109,25 @@ mod tests {
             serde_json::from_str(r#"{"parts":[{"content":"hi","type":"text"}],"role":"user"}"#)
                 .unwrap();
         assert_eq!(MessageHash::of(&a), MessageHash::of(&b));
+    }
+
+    #[test]
+    fn hashes_serialise_as_hex_and_reject_anything_else() {
+        let hash = MessageHash::of(&json!({"role": "user"}));
+        let text = serde_json::to_string(&hash).unwrap();
+        assert_eq!(text, format!("\"{hash}\""));
+        assert_eq!(text.len(), 2 + 2 * MESSAGE_HASH_BYTES);
+        assert_eq!(serde_json::from_str::<MessageHash>(&text).unwrap(), hash);
+        for bad in [
+            "\"\"",
+            "\"abc\"",
+            "\"zz4fb9146c86a694441f6306ee7e2bf6\"",
+            "7",
+            "\"2c4fb9146c86a694441f6306ee7e2bf600\"",
+        ] {
+            assert!(serde_json::from_str::<MessageHash>(bad).is_err(), "{bad}");
+        }
+        assert_eq!(MessageHash::from_slice(&[0; 3]), None);
     }
 
     #[test]

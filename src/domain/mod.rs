@@ -1,5 +1,6 @@
 //! Domain records: what stepline knows about agent runs. Names follow the design document.
 
+mod binary_id;
 mod effect;
 mod event;
 mod history;
@@ -8,6 +9,7 @@ mod run;
 mod snapshot;
 mod time;
 
+pub use binary_id::{BuildIdHasher, IdHasher, IdMap, IdSet};
 pub use effect::{EffectStatus, ToolEffect};
 pub use event::{EventKind, StepEvent};
 pub use history::{ChainIds, ChainRef, HistoryNode, NodeId, NODE_ID_BYTES};

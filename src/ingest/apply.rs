@@ -4,7 +4,7 @@
 use std::collections::{BTreeMap, HashMap, HashSet};
 
 use crate::config::SignalKind;
-use crate::domain::{ChainIds, ChainRef, MessageHash, NodeId, Run};
+use crate::domain::{ChainIds, ChainRef, IdSet, MessageHash, NodeId, Run};
 use crate::interpreter::{
     append, derive, with_log_content, Abandonment, FactKind, Interpreted, LogEvent, NewFact,
     RunMeta, SharedMessages, SpanFact, StoredFact,
@@ -94,9 +94,9 @@ struct RunWork {
     /// the run abandoned).
     full: bool,
     /// Messages written for the run by this group.
-    known_messages: HashSet<MessageHash>,
+    known_messages: IdSet<MessageHash>,
     /// History nodes written for the run by this group.
-    known_nodes: HashSet<NodeId>,
+    known_nodes: IdSet<NodeId>,
     /// Input histories of the facts this group added, by span id.
     input_chains: HashMap<String, ChainRef>,
     meta: RunMeta,
@@ -414,7 +414,7 @@ fn merge_run(
                 .into_iter()
                 .flatten()
                 .flatten()
-                .map(|r| r.hash.clone())
+                .map(|r| r.hash)
                 .collect();
         let values = store.messages(from, &hashes)?;
         let bodies: Vec<(MessageHash, serde_json::Value)> =
@@ -476,8 +476,8 @@ fn load<'a>(
             all: None,
             added: BTreeMap::new(),
             full: false,
-            known_messages: HashSet::new(),
-            known_nodes: HashSet::new(),
+            known_messages: IdSet::default(),
+            known_nodes: IdSet::default(),
             input_chains: HashMap::new(),
             meta: store.run_meta(run_id)?.unwrap_or_default(),
             old: store.run(run_id)?,
@@ -625,7 +625,7 @@ fn write_fact_with(
     batch.note_fact(run_id, previous_start, &stored)?;
     // Messages before the first new node of a history are stored already (a node is written
     // with its message); the others may be new.
-    let mut maybe_new: HashSet<&MessageHash> = HashSet::new();
+    let mut maybe_new: IdSet<&MessageHash> = IdSet::default();
     // Shared input bodies of the messages from the first new node on (the ones before are
     // stored), when the reference at their position is theirs.
     let mut shared: Vec<(&MessageHash, &serde_json::Value)> = Vec::new();
@@ -660,7 +660,7 @@ fn write_fact_with(
         if !store.has_message(run_id, hash)? {
             batch.put_message(run_id, hash, body)?;
         }
-        work.known_messages.insert(hash.clone());
+        work.known_messages.insert(*hash);
     }
     Ok(())
 }
@@ -686,7 +686,7 @@ fn write_chain(
     }
     for (id, node) in chain.nodes_from(from) {
         batch.put_node(run_id, id, &node)?;
-        work.known_nodes.insert(id.clone());
+        work.known_nodes.insert(*id);
     }
     Ok(from)
 }
@@ -1056,7 +1056,7 @@ fn try_append(
         }
     }
     for (id, node) in &a.nodes {
-        if work.known_nodes.insert(id.clone()) {
+        if work.known_nodes.insert(*id) {
             batch.put_node(run_id, id, node)?;
         }
     }

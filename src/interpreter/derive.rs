@@ -8,12 +8,11 @@ use serde_json::Value;
 
 use super::fact::{FactKind, SpanFact};
 use super::tool_return::{Answer, ToolReturnForm};
-use std::collections::HashSet;
 
 use super::incremental::{state_after_derive, RunState, SnapshotTail};
 use super::validity::{Walk, WalkState};
 use crate::domain::{
-    format_timestamp, ChainIds, ChainRef, EffectStatus, EventKind, HistoryNode, MessageHash,
+    format_timestamp, ChainIds, ChainRef, EffectStatus, EventKind, HistoryNode, IdSet, MessageHash,
     MessageRef, NodeId, Run, RunStatus, SnapshotMeta, SnapshotRecord, SnapshotSource,
     SnapshotState, StepEvent, ToolEffect,
 };
@@ -556,14 +555,14 @@ fn build_snapshots(
 ) -> BuiltSnapshots {
     let mut out = SnapshotBuilder::new(0, None);
     let mut chain = ChainIds::default();
-    let mut emitted: HashSet<NodeId> = HashSet::new();
+    let mut emitted: IdSet<NodeId> = IdSet::default();
     let mut nodes: Vec<(NodeId, HistoryNode)> = Vec::new();
     let mut new_messages = Vec::new();
-    let mut instruction_bodies: HashSet<MessageHash> = HashSet::new();
+    let mut instruction_bodies: IdSet<MessageHash> = IdSet::default();
     let mut instructions = |value: Option<&Value>, new_messages: &mut Vec<Value>| {
         value.map(|v| {
             let hash = MessageHash::of(v);
-            if instruction_bodies.insert(hash.clone()) {
+            if instruction_bodies.insert(hash) {
                 new_messages.push(v.clone());
             }
             hash
@@ -574,8 +573,8 @@ fn build_snapshots(
         chain.ids(parts.iter().flat_map(|p| p.iter().map(|m| &m.hash)));
         let fresh = chain.take_fresh();
         for (id, node) in chain.nodes_from(fresh) {
-            if emitted.insert(id.clone()) {
-                nodes.push((id.clone(), node));
+            if emitted.insert(*id) {
+                nodes.push((*id, node));
             }
         }
         chain.current()
@@ -606,7 +605,7 @@ fn build_snapshots(
             SnapshotSource::Observed,
             step_index,
             m.start_ns,
-            instr.clone(),
+            instr,
         );
         fixed = (out.next_seq, out.previous.clone());
         let (None, Some(output)) = (&m.error, &m.output) else {
@@ -620,7 +619,7 @@ fn build_snapshots(
             SnapshotSource::Observed,
             step_index,
             m.end_ns,
-            instr.clone(),
+            instr,
         );
         fixed = (out.next_seq, out.previous.clone());
         last_full = Some(LastFull {
@@ -920,10 +919,10 @@ mod tests {
         let by_id: std::collections::HashMap<_, _> = d.nodes.iter().cloned().collect();
         for s in &d.snapshots {
             let mut len = 0;
-            let mut at = s.history.tip.clone();
+            let mut at = s.history.tip;
             while let Some(id) = at {
                 len += 1;
-                at = by_id[&id].parent.clone();
+                at = by_id[&id].parent;
             }
             assert_eq!(len, s.meta.message_count, "snapshot {}", s.meta.seq);
         }
@@ -1046,7 +1045,7 @@ mod tests {
         // The form the run will send next: identical to an observed answer, so the same hash.
         let observed = json!({"role":"user","parts":[{"type":"tool_call_response","id":"c2","name":"get_weather","result":"18C"}]});
         assert_eq!(reconstructed(&d), &observed);
-        let tip = d.snapshots.last().unwrap().history.tip.clone().unwrap();
+        let tip = d.snapshots.last().unwrap().history.tip.unwrap();
         let by_id: std::collections::HashMap<_, _> = d.nodes.iter().cloned().collect();
         assert_eq!(by_id[&tip].message, MessageHash::of(&observed));
     }

@@ -297,7 +297,7 @@ pub(crate) fn store_bodies(
         .into_iter()
         .map(|item| {
             let reference = MessageRef::of(&item);
-            bodies.push((reference.hash.clone(), item));
+            bodies.push((reference.hash, item));
             reference
         })
         .collect()
@@ -413,7 +413,7 @@ fn read_messages(
             return None;
         }
         let reference = MessageRef::of(&item);
-        bodies.push((reference.hash.clone(), item));
+        bodies.push((reference.hash, item));
         refs.push(reference);
     }
     Some(refs)
@@ -484,7 +484,7 @@ mod tests {
             assert_eq!(plain.fact.tool_return_form, shown, "step {k}");
             assert_eq!(plain.run_span_id, memoised.run_span_id);
             let bodies = |i: &Interpreted| -> Vec<(MessageHash, Value)> {
-                i.bodies().map(|(h, v)| (h.clone(), v.clone())).collect()
+                i.bodies().map(|(h, v)| (*h, v.clone())).collect()
             };
             assert_eq!(bodies(&plain), bodies(&memoised));
             assert_eq!(memoised.shared.len(), history.len());

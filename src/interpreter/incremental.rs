@@ -311,7 +311,7 @@ pub fn append(
     let mut out = SnapshotBuilder::new(state.fixed.0, state.fixed.1.clone());
     let mut nodes: Vec<(NodeId, HistoryNode)> = Vec::new();
     let mut new_messages: Vec<Value> = Vec::new();
-    let (mut model_instructions, agent_instructions) = state.instructions.clone();
+    let (mut model_instructions, agent_instructions) = state.instructions;
     let mut form = state.tool_return_form;
     let entries_of = |step: usize, known: &BTreeMap<u32, EffectBuild>| -> Vec<EffectBuild> {
         known
@@ -324,7 +324,7 @@ pub fn append(
         let next_observed = models.first().is_some_and(|n| n.fact.input.is_some());
         if !next_observed {
             let entries = entries_of(last, &known);
-            let instructions = model_instructions.clone().or(agent_instructions.clone());
+            let instructions = model_instructions.or(agent_instructions);
             if let Some(r) = reconstruct(full, &entries, form.unwrap_or_default()) {
                 r.push_to(
                     &mut out,
@@ -354,7 +354,7 @@ pub fn append(
         fixed = (out.next_seq, out.previous.clone());
         let previous_full = last_full.take();
         let Some(input) = &m.input else { continue };
-        let instructions = model_instructions.clone().or(agent_instructions.clone());
+        let instructions = model_instructions.or(agent_instructions);
         let mut walk = walk_input(input, n.input_prefixes, previous_full.as_ref());
         let history = n.input_chain.clone().unwrap_or_else(|| ChainRef::of(input));
         out.push(
@@ -363,20 +363,20 @@ pub fn append(
             SnapshotSource::Observed,
             step_index,
             m.start_ns,
-            instructions.clone(),
+            instructions,
         );
         fixed = (out.next_seq, out.previous.clone());
         let (None, Some(output)) = (&m.error, &m.output) else {
             continue;
         };
-        let mut tip = history.tip.clone();
+        let mut tip = history.tip;
         for r in output {
             let id = NodeId::child(tip.as_ref(), &r.hash);
             output_nodes.push((
-                id.clone(),
+                id,
                 HistoryNode {
-                    parent: tip.clone(),
-                    message: r.hash.clone(),
+                    parent: tip,
+                    message: r.hash,
                 },
             ));
             tip = Some(id);
@@ -396,7 +396,7 @@ pub fn append(
             SnapshotSource::Observed,
             step_index,
             m.end_ns,
-            instructions.clone(),
+            instructions,
         );
         fixed = (out.next_seq, out.previous.clone());
         let next_observed = models.get(j + 1).is_some_and(|n| n.fact.input.is_some());
@@ -563,7 +563,7 @@ fn reconstruct(
     walk.push(&answer.shape);
     Some(Reconstructed {
         history: ChainRef {
-            tip: Some(id.clone()),
+            tip: Some(id),
             len: full.history.len + 1,
         },
         walk,
@@ -571,7 +571,7 @@ fn reconstruct(
         node: (
             id,
             HistoryNode {
-                parent: full.history.tip.clone(),
+                parent: full.history.tip,
                 message: answer.hash,
             },
         ),

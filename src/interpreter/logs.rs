@@ -41,9 +41,11 @@ impl LogEvent {
         key.extend_from_slice(&index.to_be_bytes());
         key.extend_from_slice(&self.time_ns.to_be_bytes());
         let body = Value::Object(self.body.clone());
+        // The hash's hex text, as when hashes were strings (the order of equal keys is kept).
+        let mut hex = [0u8; 2 * crate::domain::MESSAGE_HASH_BYTES];
         key.extend_from_slice(
             MessageHash::of(&serde_json::json!([self.name, body]))
-                .0
+                .hex_into(&mut hex)
                 .as_bytes(),
         );
         key

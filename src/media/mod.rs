@@ -23,7 +23,7 @@ pub use parts::Blob;
 pub use reference::MediaRef;
 
 use crate::config::MediaConfig;
-use crate::domain::MessageHash;
+use crate::domain::{IdMap, MessageHash};
 use crate::interpreter::Interpreted;
 use crate::service_error::{ServiceError, ServiceErrorCode};
 
@@ -180,11 +180,11 @@ impl Media {
         };
         let mut blobs = Vec::new();
         for item in interpreted {
-            let mut renamed: HashMap<MessageHash, MessageHash> = HashMap::new();
+            let mut renamed: IdMap<MessageHash, MessageHash> = IdMap::default();
             for (hash, body) in &mut item.messages {
                 if parts::offload(body, threshold, &mut blobs) {
                     let new = MessageHash::of(body);
-                    renamed.insert(std::mem::replace(hash, new.clone()), new);
+                    renamed.insert(std::mem::replace(hash, new), new);
                 }
             }
             // Shared input bodies are read only: one with a blob to take out is copied into
@@ -196,7 +196,7 @@ impl Media {
                 let mut body = m.body.clone();
                 if parts::offload(&mut body, threshold, &mut blobs) {
                     let new = MessageHash::of(&body);
-                    renamed.insert(m.reference.hash.clone(), new.clone());
+                    renamed.insert(m.reference.hash, new);
                     item.messages.push((new, body));
                 }
             }
@@ -212,7 +212,7 @@ impl Media {
             {
                 for r in list.iter_mut() {
                     if let Some(new) = renamed.get(&r.hash) {
-                        r.hash = new.clone();
+                        r.hash = *new;
                     }
                 }
             }

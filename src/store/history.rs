@@ -8,7 +8,7 @@ use super::error::StoreError;
 use super::keys::{self, cf};
 use super::rocks::{Store, WriteBatch};
 use crate::domain::{
-    ChainIds, ChainRef, HistoryNode, MessageHash, NodeId, MESSAGE_HASH_BYTES, NODE_ID_BYTES,
+    ChainIds, ChainRef, HistoryNode, IdMap, MessageHash, NodeId, MESSAGE_HASH_BYTES, NODE_ID_BYTES,
 };
 
 /// Most messages whose node ids [`ChainCache`] holds, over all runs (about 150 bytes each).
@@ -25,22 +25,9 @@ pub struct ChainCache {
     tick: u64,
 }
 
-/// The nodes of one run, by id (binary, decoded only for the messages a caller asks for).
+/// The nodes of one run, by id.
 #[derive(Debug, Default)]
-pub struct RunNodes(HashMap<[u8; NODE_ID_BYTES], StoredNode>);
-
-/// A node as stored: parent id and message hash, binary.
-#[derive(Debug, Clone, Copy)]
-struct StoredNode {
-    parent: Option<[u8; NODE_ID_BYTES]>,
-    message: [u8; MESSAGE_HASH_BYTES],
-}
-
-fn binary_id(id: &NodeId) -> Option<[u8; NODE_ID_BYTES]> {
-    let mut out = [0u8; NODE_ID_BYTES];
-    hex::decode_to_slice(&id.0, &mut out).ok()?;
-    Some(out)
-}
+pub struct RunNodes(IdMap<NodeId, HistoryNode>);
 
 fn corrupt(reason: impl Into<String>) -> StoreError {
     StoreError::Corrupt {
@@ -60,9 +47,9 @@ impl WriteBatch<'_> {
         let run = self.run_key(run_id)?;
         let mut value = Vec::with_capacity(NODE_ID_BYTES + MESSAGE_HASH_BYTES);
         if let Some(parent) = &node.parent {
-            value.extend(hex::decode(&parent.0).unwrap_or_default());
+            value.extend_from_slice(&parent.0);
         }
-        value.extend(hex::decode(&node.message.0).unwrap_or_default());
+        value.extend_from_slice(&node.message.0);
         self.put_raw(cf::HISTORY, &keys::node_key(run, id), &value);
         Ok(())
     }
@@ -127,7 +114,7 @@ impl Store {
 
     /// Every history node of a run.
     pub fn run_nodes(&self, run_id: &str) -> Result<RunNodes, StoreError> {
-        let mut nodes = HashMap::new();
+        let mut nodes = IdMap::default();
         let Some(run) = self.run_key(run_id)? else {
             return Ok(RunNodes(nodes));
         };
@@ -139,10 +126,9 @@ impl Store {
             if !key.starts_with(&prefix) {
                 break;
             }
-            let id: [u8; NODE_ID_BYTES] = key[prefix.len()..]
-                .try_into()
-                .map_err(|_| corrupt("node key of the wrong length"))?;
-            nodes.insert(id, StoredNode::decode(value)?);
+            let id = NodeId::from_slice(&key[prefix.len()..])
+                .ok_or_else(|| corrupt("node key of the wrong length"))?;
+            nodes.insert(id, decode_node(value)?);
             iter.next();
         }
         iter.status()?;
@@ -156,65 +142,47 @@ impl Store {
         };
         let handle = self.handle(cf::HISTORY)?;
         match self.db.get_pinned_cf(handle, keys::node_key(run, id))? {
-            Some(value) => Ok(Some(StoredNode::decode(&value)?.to_node())),
+            Some(value) => Ok(Some(decode_node(&value)?)),
             None => Ok(None),
         }
     }
 }
 
-impl StoredNode {
-    /// Decodes a node's stored value: parent id (absent for a first message) + message hash.
-    fn decode(value: &[u8]) -> Result<Self, StoreError> {
-        let (parent, message) = match value.len() {
-            MESSAGE_HASH_BYTES => (None, value),
-            n if n == NODE_ID_BYTES + MESSAGE_HASH_BYTES => {
-                let parent: [u8; NODE_ID_BYTES] = value[..NODE_ID_BYTES]
-                    .try_into()
-                    .map_err(|_| corrupt("node parent"))?;
-                (Some(parent), &value[NODE_ID_BYTES..])
-            }
-            n => return Err(corrupt(format!("node value of {n} bytes"))),
-        };
-        let message: [u8; MESSAGE_HASH_BYTES] =
-            message.try_into().map_err(|_| corrupt("node message"))?;
-        Ok(Self { parent, message })
-    }
-
-    /// The node with its ids in their domain form.
-    fn to_node(self) -> HistoryNode {
-        HistoryNode {
-            parent: self.parent.map(|p| NodeId(hex::encode(p))),
-            message: MessageHash(hex::encode(self.message)),
+/// Decodes a node's stored value: parent id (absent for a first message) + message hash.
+fn decode_node(value: &[u8]) -> Result<HistoryNode, StoreError> {
+    let (parent, message) = match value.len() {
+        MESSAGE_HASH_BYTES => (None, value),
+        n if n == NODE_ID_BYTES + MESSAGE_HASH_BYTES => {
+            let parent = NodeId::from_slice(&value[..NODE_ID_BYTES])
+                .ok_or_else(|| corrupt("node parent"))?;
+            (Some(parent), &value[NODE_ID_BYTES..])
         }
-    }
+        n => return Err(corrupt(format!("node value of {n} bytes"))),
+    };
+    let message = MessageHash::from_slice(message).ok_or_else(|| corrupt("node message"))?;
+    Ok(HistoryNode { parent, message })
 }
 
 impl RunNodes {
     /// The node with this id.
     pub fn get(&self, id: &NodeId) -> Option<HistoryNode> {
-        Some(self.0.get(&binary_id(id)?)?.to_node())
+        self.0.get(id).copied()
     }
 
     /// The message hashes of a history, in order.
     pub fn resolve(&self, chain: &ChainRef) -> Result<Vec<MessageHash>, StoreError> {
         let mut out = Vec::with_capacity(chain.len as usize);
-        let mut at = match &chain.tip {
-            Some(tip) => {
-                Some(binary_id(tip).ok_or_else(|| corrupt(format!("node id {:?}", tip.0)))?)
-            }
-            None => None,
-        };
+        let mut at = chain.tip;
         while let Some(id) = at {
             let node = self
                 .0
                 .get(&id)
-                .ok_or_else(|| corrupt(format!("history node {} is missing", hex::encode(id))))?;
-            out.push(MessageHash(hex::encode(node.message)));
+                .ok_or_else(|| corrupt(format!("history node {id} is missing")))?;
+            out.push(node.message);
             if out.len() > chain.len as usize {
                 return Err(corrupt(format!(
                     "history {} is longer than its {} messages",
-                    hex::encode(id),
-                    chain.len
+                    id, chain.len
                 )));
             }
             at = node.parent;

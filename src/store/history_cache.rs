@@ -15,7 +15,7 @@ use serde_json::Value;
 
 use super::error::StoreError;
 use super::rocks::Store;
-use crate::domain::{ChainRef, MessageHash, NodeId};
+use crate::domain::{ChainRef, IdMap, MessageHash, NodeId};
 
 /// Most messages [`HistoryCache`] holds over all its entries.
 pub const HISTORY_CACHE_MESSAGES: usize = 50_000;
@@ -42,10 +42,11 @@ impl ResolvedHistory {
     }
 }
 
-/// Resolved histories by (run id, tip), with a use counter for eviction.
+/// Resolved histories by run id, then tip (a map per run, so a lookup neither allocates the run
+/// id nor hashes it with the tip), with a use counter for eviction.
 #[derive(Default)]
 pub struct HistoryCache {
-    entries: HashMap<(String, NodeId), (u64, ResolvedHistory)>,
+    entries: HashMap<String, IdMap<NodeId, (u64, ResolvedHistory)>>,
     held: usize,
     tick: u64,
 }
@@ -53,22 +54,31 @@ pub struct HistoryCache {
 impl HistoryCache {
     /// The entry of `run_id` at `tip`, without marking it used.
     fn peek(&self, run_id: &str, tip: &NodeId) -> Option<&ResolvedHistory> {
-        self.entries
-            .get(&(run_id.to_string(), tip.clone()))
-            .map(|(_, h)| h)
+        self.entries.get(run_id)?.get(tip).map(|(_, h)| h)
+    }
+
+    /// True when some history of `run_id` is held.
+    fn holds_run(&self, run_id: &str) -> bool {
+        self.entries.contains_key(run_id)
     }
 
     /// Drops the entry of `run_id` at `tip`.
     fn remove(&mut self, run_id: &str, tip: &NodeId) {
-        if let Some((_, old)) = self.entries.remove(&(run_id.to_string(), tip.clone())) {
+        let Some(run) = self.entries.get_mut(run_id) else {
+            return;
+        };
+        if let Some((_, old)) = run.remove(tip) {
             self.held = self.held.saturating_sub(old.messages.len());
+        }
+        if run.is_empty() {
+            self.entries.remove(run_id);
         }
     }
 
     fn get(&mut self, run_id: &str, tip: &NodeId) -> Option<ResolvedHistory> {
         self.tick += 1;
         let tick = self.tick;
-        let entry = self.entries.get_mut(&(run_id.to_string(), tip.clone()))?;
+        let entry = self.entries.get_mut(run_id)?.get_mut(tip)?;
         entry.0 = tick;
         Some(entry.1.clone())
     }
@@ -79,22 +89,32 @@ impl HistoryCache {
             return;
         }
         self.tick += 1;
-        let key = (run_id.to_string(), tip.clone());
-        if let Some((_, old)) = self.entries.insert(key, (self.tick, history)) {
+        let run = match self.entries.get_mut(run_id) {
+            Some(run) => run,
+            None => self.entries.entry(run_id.to_string()).or_default(),
+        };
+        if let Some((_, old)) = run.insert(*tip, (self.tick, history)) {
             self.held = self.held.saturating_sub(old.messages.len());
         }
         self.held += len;
         while self.held > HISTORY_CACHE_MESSAGES {
-            let Some(oldest) = self
+            let Some((run_id, tip)) = self
                 .entries
                 .iter()
-                .min_by_key(|(_, (t, _))| *t)
-                .map(|(k, _)| k.clone())
+                .flat_map(|(run, tips)| tips.iter().map(move |(tip, (t, _))| (*t, run, *tip)))
+                .min_by_key(|(t, _, _)| *t)
+                .map(|(_, run, tip)| (run.clone(), tip))
             else {
                 break;
             };
-            if let Some((_, evicted)) = self.entries.remove(&oldest) {
+            let Some(run) = self.entries.get_mut(&run_id) else {
+                break;
+            };
+            if let Some((_, evicted)) = run.remove(&tip) {
                 self.held = self.held.saturating_sub(evicted.messages.len());
+            }
+            if run.is_empty() {
+                self.entries.remove(&run_id);
             }
         }
     }
@@ -152,15 +172,11 @@ impl Store {
                 .ok()
                 .and_then(|c| c.peek(run_id, id).cloned())
         };
-        if !self
-            .resolved
-            .lock()
-            .is_ok_and(|c| c.entries.keys().any(|(run, _)| run == run_id))
-        {
+        if !self.resolved.lock().is_ok_and(|c| c.holds_run(run_id)) {
             return Ok(None);
         }
         let mut walked: Vec<MessageHash> = Vec::new();
-        let mut at = Some(tip.clone());
+        let mut at = Some(*tip);
         let (base_tip, base) = loop {
             let Some(id) = at else {
                 return Ok(None);
@@ -216,10 +232,11 @@ impl Store {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::domain::{MESSAGE_HASH_BYTES, NODE_ID_BYTES};
 
     fn history(n: usize) -> ResolvedHistory {
         ResolvedHistory {
-            hashes: vec![MessageHash("h".into()); n].into(),
+            hashes: vec![MessageHash([7; MESSAGE_HASH_BYTES]); n].into(),
             messages: (0..n).map(|_| Arc::new(Value::Null)).collect(),
         }
     }
@@ -227,7 +244,7 @@ mod tests {
     #[test]
     fn the_cache_stays_within_its_bound_least_recently_used_first_out() {
         let mut cache = HistoryCache::default();
-        let tip = |n: u8| NodeId(format!("{n:032}"));
+        let tip = |n: u8| NodeId([n; NODE_ID_BYTES]);
         let third = HISTORY_CACHE_MESSAGES / 3;
         cache.put("a", &tip(1), history(third));
         cache.put("b", &tip(2), history(third));
@@ -276,7 +293,7 @@ mod tests {
         let bodies: Vec<Value> = (0..100).map(message).collect();
         let (long, ids) = store_history(&store, &bodies);
         let short = ChainRef {
-            tip: Some(ids[89].clone()),
+            tip: Some(ids[89]),
             len: 90,
         };
         let first = store.history("run", &short).unwrap();

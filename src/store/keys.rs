@@ -3,7 +3,7 @@
 //! that grow with a run's history (messages, history nodes, snapshots) key a run by its short
 //! [`RunKey`] instead of its id, with binary hashes after it.
 
-use crate::domain::{MessageHash, NodeId, Run};
+use crate::domain::{MessageHash, NodeId, Run, MESSAGE_HASH_BYTES, NODE_ID_BYTES};
 
 /// Column families and what they hold.
 pub mod cf {
@@ -93,28 +93,19 @@ impl RunKey {
     }
 }
 
-/// Appends the binary form of a hex id (a message hash or node id), or its text when it is not
-/// hex (ids this store did not make).
-fn push_hex(key: &mut Vec<u8>, id: &str) {
-    match hex::decode(id) {
-        Ok(bytes) => key.extend_from_slice(&bytes),
-        Err(_) => key.extend_from_slice(id.as_bytes()),
-    }
-}
-
 /// `run key` `hash` (binary): a message body.
 pub fn message_key(run: RunKey, hash: &MessageHash) -> Vec<u8> {
-    let mut k = Vec::with_capacity(8 + hash.0.len() / 2);
+    let mut k = Vec::with_capacity(8 + MESSAGE_HASH_BYTES);
     k.extend_from_slice(&run.0);
-    push_hex(&mut k, &hash.0);
+    k.extend_from_slice(&hash.0);
     k
 }
 
 /// `run key` `node id` (binary): a history node.
 pub fn node_key(run: RunKey, id: &NodeId) -> Vec<u8> {
-    let mut k = Vec::with_capacity(8 + id.0.len() / 2);
+    let mut k = Vec::with_capacity(8 + NODE_ID_BYTES);
     k.extend_from_slice(&run.0);
-    push_hex(&mut k, &id.0);
+    k.extend_from_slice(&id.0);
     k
 }
 

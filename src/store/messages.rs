@@ -1,14 +1,12 @@
 //! Message bodies: `run key` `hash` (binary) → the message's canonical JSON, each distinct
 //! message once per run.
 
-use std::collections::HashMap;
-
 use serde_json::Value;
 
 use super::error::StoreError;
 use super::keys::{self, cf, RunKey};
 use super::rocks::{decode, Store, WriteBatch};
-use crate::domain::{MessageHash, MESSAGE_HASH_BYTES};
+use crate::domain::{IdMap, MessageHash};
 
 /// From this many messages a history's bodies are read with one scan of the run's messages
 /// instead of one lookup each: a long history is most of its run's messages, and they lie
@@ -47,7 +45,7 @@ impl Store {
     pub fn messages(&self, run_id: &str, hashes: &[MessageHash]) -> Result<Vec<Value>, StoreError> {
         let missing = |hash: &MessageHash| StoreError::MissingMessage {
             run_id: run_id.to_string(),
-            hash: hash.0.clone(),
+            hash: hash.to_string(),
         };
         let Some(run) = self.run_key(run_id)? else {
             return match hashes.first() {
@@ -92,14 +90,9 @@ impl Store {
         hashes: &[MessageHash],
     ) -> Result<Vec<Option<Value>>, StoreError> {
         // Where each wanted hash goes (a message may appear more than once in a history).
-        let mut wanted: HashMap<[u8; MESSAGE_HASH_BYTES], Vec<usize>> = HashMap::new();
+        let mut wanted: IdMap<MessageHash, Vec<usize>> = IdMap::default();
         for (at, hash) in hashes.iter().enumerate() {
-            let mut binary = [0u8; MESSAGE_HASH_BYTES];
-            if hex::decode_to_slice(&hash.0, &mut binary).is_err() {
-                // Not a hash this store made: look each message up.
-                return self.get_messages(run, hashes);
-            }
-            wanted.entry(binary).or_default().push(at);
+            wanted.entry(*hash).or_default().push(at);
         }
         // The bodies are copied out of the scan, then decoded in history order (so each
         // decoded message lies near the next one in memory, which rendering reads in that
@@ -112,10 +105,8 @@ impl Store {
             if !key.starts_with(&run.0) || wanted.is_empty() {
                 break;
             }
-            if let Some(at) = key[run.0.len()..]
-                .try_into()
-                .ok()
-                .and_then(|hash: [u8; MESSAGE_HASH_BYTES]| wanted.remove(&hash))
+            if let Some(at) =
+                MessageHash::from_slice(&key[run.0.len()..]).and_then(|hash| wanted.remove(&hash))
             {
                 found.push((at, value.to_vec()));
             }
@@ -205,9 +196,9 @@ mod tests {
         for len in [3, PARALLEL_FROM] {
             let mut hashes: Vec<MessageHash> = bodies[..len].iter().map(MessageHash::of).collect();
             let absent = MessageHash::of(&message(usize::MAX));
-            hashes.push(absent.clone());
+            hashes.push(absent);
             let error = store.messages("run", &hashes).unwrap_err().to_string();
-            assert!(error.contains(&absent.0), "{error}");
+            assert!(error.contains(&absent.to_string()), "{error}");
         }
         assert!(store
             .messages("no-such-run", &[MessageHash::of(&message(0))])

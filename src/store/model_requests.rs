@@ -7,8 +7,7 @@
 //! ties by span id. Layout of a record: a format byte (1), a flag byte, the span id (varint
 //! length and UTF-8), start and end (varints), then the optional model (length and UTF-8), input
 //! and output tokens (varints) and input chain tip (length and bytes), then the count of output
-//! messages and each hash (length and bytes). Ids are stored in binary when they are hex (as
-//! every id this store makes is), else as text, with a flag saying so.
+//! messages and each hash (length and bytes).
 
 use rocksdb::{Direction, IteratorMode, WriteOptions};
 
@@ -23,7 +22,7 @@ const MODEL: u8 = 1;
 const INPUT_TOKENS: u8 = 1 << 1;
 const OUTPUT_TOKENS: u8 = 1 << 2;
 const TIP: u8 = 1 << 3;
-const TEXT_IDS: u8 = 1 << 4;
+const KNOWN_FLAGS: u8 = MODEL | INPUT_TOKENS | OUTPUT_TOKENS | TIP;
 
 /// Stored facts decoded per migration batch (see [`Store::migrate_model_requests`]).
 const MIGRATION_BATCH: usize = 10_000;
@@ -60,8 +59,8 @@ impl ModelRequestRecord {
             model: f.model.clone(),
             input_tokens: f.input_tokens,
             output_tokens: f.output_tokens,
-            input_tip: stored.input_chain.as_ref().and_then(|c| c.tip.clone()),
-            output: f.output.iter().flatten().map(|r| r.hash.clone()).collect(),
+            input_tip: stored.input_chain.as_ref().and_then(|c| c.tip),
+            output: f.output.iter().flatten().map(|r| r.hash).collect(),
         })
     }
 }
@@ -75,37 +74,13 @@ pub fn model_request_key(run: RunKey, start_ns: u64, span_id: &str) -> Vec<u8> {
     k
 }
 
-// The only places that look inside message hashes and node ids.
-fn hash_text(hash: &MessageHash) -> &str {
-    &hash.0
+fn hash_of(bytes: &[u8]) -> Result<MessageHash, StoreError> {
+    MessageHash::from_slice(bytes)
+        .ok_or_else(|| corrupt(&format!("message hash of {} bytes", bytes.len())))
 }
 
-fn node_text(id: &NodeId) -> &str {
-    &id.0
-}
-
-fn hash_of(bytes: &[u8], text: bool) -> Result<MessageHash, StoreError> {
-    id_of(bytes, text).map(MessageHash)
-}
-
-fn node_of(bytes: &[u8], text: bool) -> Result<NodeId, StoreError> {
-    id_of(bytes, text).map(NodeId)
-}
-
-/// True when `id` is lowercase hex of whole bytes, so its binary form gives it back.
-fn is_hex(id: &str) -> bool {
-    id.len().is_multiple_of(2)
-        && id
-            .bytes()
-            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
-}
-
-fn id_of(bytes: &[u8], text: bool) -> Result<String, StoreError> {
-    if text {
-        String::from_utf8(bytes.to_vec()).map_err(|_| corrupt("id is not UTF-8"))
-    } else {
-        Ok(hex::encode(bytes))
-    }
+fn node_of(bytes: &[u8]) -> Result<NodeId, StoreError> {
+    NodeId::from_slice(bytes).ok_or_else(|| corrupt(&format!("node id of {} bytes", bytes.len())))
 }
 
 fn put_varint(out: &mut Vec<u8>, mut n: u64) {
@@ -121,30 +96,14 @@ fn put_bytes(out: &mut Vec<u8>, bytes: &[u8]) {
     out.extend_from_slice(bytes);
 }
 
-fn put_id(out: &mut Vec<u8>, id: &str, text: bool) {
-    if text {
-        put_bytes(out, id.as_bytes());
-    } else {
-        // Hex by `is_hex`; an error cannot happen, and would store nothing rather than panic.
-        put_bytes(out, &hex::decode(id).unwrap_or_default());
-    }
-}
-
 /// Encodes a model-request record.
 pub fn encode(record: &ModelRequestRecord) -> Vec<u8> {
-    let text_ids = !record
-        .input_tip
-        .iter()
-        .map(node_text)
-        .chain(record.output.iter().map(hash_text))
-        .all(is_hex);
     let mut flags = 0u8;
     for (present, flag) in [
         (record.model.is_some(), MODEL),
         (record.input_tokens.is_some(), INPUT_TOKENS),
         (record.output_tokens.is_some(), OUTPUT_TOKENS),
         (record.input_tip.is_some(), TIP),
-        (text_ids, TEXT_IDS),
     ] {
         if present {
             flags |= flag;
@@ -166,11 +125,11 @@ pub fn encode(record: &ModelRequestRecord) -> Vec<u8> {
         put_varint(&mut out, n);
     }
     if let Some(tip) = &record.input_tip {
-        put_id(&mut out, node_text(tip), text_ids);
+        put_bytes(&mut out, &tip.0);
     }
     put_varint(&mut out, record.output.len() as u64);
     for hash in &record.output {
-        put_id(&mut out, hash_text(hash), text_ids);
+        put_bytes(&mut out, &hash.0);
     }
     out
 }
@@ -231,7 +190,9 @@ pub fn decode(bytes: &[u8]) -> Result<ModelRequestRecord, StoreError> {
         return Err(corrupt(&format!("unknown format {format}")));
     }
     let flags = r.byte()?;
-    let text_ids = flags & TEXT_IDS != 0;
+    if flags & !KNOWN_FLAGS != 0 {
+        return Err(corrupt(&format!("unknown flags {flags:#04x}")));
+    }
     let span_id = r.text()?;
     let start_ns = r.varint()?;
     let end_ns = r.varint()?;
@@ -251,7 +212,7 @@ pub fn decode(bytes: &[u8]) -> Result<ModelRequestRecord, StoreError> {
         None
     };
     let input_tip = if flags & TIP != 0 {
-        Some(node_of(r.bytes()?, text_ids)?)
+        Some(node_of(r.bytes()?)?)
     } else {
         None
     };
@@ -262,7 +223,7 @@ pub fn decode(bytes: &[u8]) -> Result<ModelRequestRecord, StoreError> {
     }
     let mut output = Vec::with_capacity(count as usize);
     for _ in 0..count {
-        output.push(hash_of(r.bytes()?, text_ids)?);
+        output.push(hash_of(r.bytes()?)?);
     }
     if !r.bytes.is_empty() {
         return Err(corrupt("trailing bytes"));
@@ -388,14 +349,7 @@ impl Store {
 mod tests {
     use super::*;
 
-    fn record(text_ids: bool) -> ModelRequestRecord {
-        let id = |n: u8| {
-            if text_ids {
-                format!("not-hex-{n}")
-            } else {
-                hex::encode([n; 16])
-            }
-        };
+    fn record() -> ModelRequestRecord {
         ModelRequestRecord {
             span_id: "0102030405060708".into(),
             start_ns: 1_795_860_000_123_456_789,
@@ -403,8 +357,8 @@ mod tests {
             model: Some("gpt-4o-2024-08-06".into()),
             input_tokens: Some(12_345),
             output_tokens: Some(0),
-            input_tip: Some(NodeId(id(1))),
-            output: vec![MessageHash(id(2)), MessageHash(id(3))],
+            input_tip: Some(NodeId([1; 16])),
+            output: vec![MessageHash([2; 16]), MessageHash([3; 16])],
         }
     }
 
@@ -420,18 +374,16 @@ mod tests {
             input_tip: None,
             output: Vec::new(),
         };
-        let mut mixed = record(false);
-        mixed.output.push(MessageHash("ABCD".into()));
-        for r in [record(false), record(true), bare, mixed] {
+        for r in [record(), bare] {
             assert_eq!(decode(&encode(&r)).unwrap(), r);
         }
-        let binary = encode(&record(false)).len();
+        let binary = encode(&record()).len();
         assert!(binary <= 112, "{binary} bytes");
     }
 
     #[test]
     fn damaged_records_are_errors_not_panics() {
-        let bytes = encode(&record(false));
+        let bytes = encode(&record());
         for cut in 0..bytes.len() {
             assert!(decode(&bytes[..cut]).is_err(), "cut at {cut}");
         }
@@ -444,8 +396,8 @@ mod tests {
         let mut longer = bytes.clone();
         longer.push(0);
         assert!(decode(&longer).is_err());
-        // A huge output count, an overlong varint, text ids that are not UTF-8.
-        let mut r = record(false);
+        // A huge output count, an overlong varint, an id of the wrong length, an unknown flag.
+        let mut r = record();
         r.output.clear();
         let mut huge = encode(&r);
         huge.pop();
@@ -455,8 +407,15 @@ mod tests {
             FORMAT, 0, 0, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff
         ])
         .is_err());
-        let bad_text = [FORMAT, TEXT_IDS | TIP, 0, 0, 0, 1, 0xff, 0];
-        assert!(decode(&bad_text).is_err());
+        let short_tip = [FORMAT, TIP, 0, 0, 0, 1, 0xff, 0];
+        assert!(decode(&short_tip)
+            .unwrap_err()
+            .to_string()
+            .contains("node id of 1 bytes"));
+        assert!(decode(&[FORMAT, 1 << 4, 0, 0, 0, 0])
+            .unwrap_err()
+            .to_string()
+            .contains("unknown flags"));
         // Every single-byte change decodes or fails, never panics.
         for at in 0..bytes.len() {
             for value in [0u8, 0x7f, 0x80, 0xff] {

@@ -11,10 +11,10 @@ use serde_json::Value;
 use super::error::StoreError;
 use super::keys::{self, cf, RunFilter};
 use super::snapshot_codec;
-use std::collections::HashMap;
 
 use crate::domain::{
-    ChainRef, MessageHash, MessageRef, MessageShape, Run, SnapshotRecord, StepEvent, ToolEffect,
+    ChainRef, IdMap, MessageHash, MessageRef, MessageShape, Run, SnapshotRecord, StepEvent,
+    ToolEffect,
 };
 use crate::interpreter::{LogEvent, RunMeta, RunState, SpanFact, StoredFact};
 
@@ -456,10 +456,15 @@ impl Store {
             return Ok(stored.into_iter().map(|s| s.fact).collect());
         }
         let nodes = self.run_nodes(run_id)?;
-        let mut shapes: HashMap<MessageHash, MessageShape> = HashMap::new();
+        let mut shapes: IdMap<MessageHash, MessageShape> = IdMap::default();
         if let Some(run) = self.run_key(run_id)? {
             self.scan(cf::MESSAGES, &run.0, &run.0, |k, v| {
-                let hash = MessageHash(hex::encode(&k[run.0.len()..]));
+                let hash = MessageHash::from_slice(&k[run.0.len()..]).ok_or_else(|| {
+                    StoreError::Corrupt {
+                        cf: cf::MESSAGES,
+                        reason: format!("message key of {} bytes", k.len()),
+                    }
+                })?;
                 let body: Value = decode(cf::MESSAGES, v)?;
                 shapes.insert(hash, MessageShape::of(&body));
                 Ok(true)
@@ -476,7 +481,7 @@ impl Store {
                     }),
                     None => Err(StoreError::MissingMessage {
                         run_id: run_id.to_string(),
-                        hash: hash.0,
+                        hash: hash.to_string(),
                     }),
                 })
                 .collect()

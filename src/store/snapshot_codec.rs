@@ -37,11 +37,6 @@ fn put_bytes(out: &mut Vec<u8>, bytes: &[u8]) {
     out.extend_from_slice(bytes);
 }
 
-/// The binary form of an id that is hex (as every id this store makes is), else its text.
-fn id_bytes(id: &str) -> Vec<u8> {
-    hex::decode(id).unwrap_or_else(|_| id.as_bytes().to_vec())
-}
-
 /// The nanosecond time a timestamp is the canonical text of, if it is one.
 fn nanos_of(text: &str) -> Option<u64> {
     let ns = DateTime::parse_from_rfc3339(text)
@@ -90,10 +85,10 @@ pub fn encode(record: &SnapshotRecord) -> Vec<u8> {
         None => put_bytes(&mut out, meta.timestamp.as_bytes()),
     }
     if let Some(tip) = &record.history.tip {
-        put_bytes(&mut out, &id_bytes(&tip.0));
+        put_bytes(&mut out, &tip.0);
     }
     if let Some(hash) = &record.instructions {
-        put_bytes(&mut out, &id_bytes(&hash.0));
+        put_bytes(&mut out, &hash.0);
     }
     if let Some(reason) = &meta.reason {
         put_bytes(&mut out, reason.as_bytes());
@@ -168,12 +163,15 @@ pub fn decode(bytes: &[u8]) -> Result<SnapshotRecord, StoreError> {
         format_timestamp(u64::from_be_bytes(ns))
     };
     let tip = if flags & TIP != 0 {
-        Some(NodeId(hex::encode(r.bytes()?)))
+        Some(NodeId::from_slice(r.bytes()?).ok_or_else(|| corrupt("tip node id"))?)
     } else {
         None
     };
     let instructions = if flags & INSTRUCTIONS != 0 {
-        Some(MessageHash(hex::encode(r.bytes()?)))
+        Some(
+            MessageHash::from_slice(r.bytes()?)
+                .ok_or_else(|| corrupt("instructions message hash"))?,
+        )
     } else {
         None
     };
@@ -284,5 +282,16 @@ mod tests {
             FORMAT, 0, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff
         ])
         .is_err());
+    }
+
+    #[test]
+    fn ids_of_the_wrong_length_are_errors() {
+        for (flag, len) in [(TIP, 15), (TIP, 17), (INSTRUCTIONS, 15), (INSTRUCTIONS, 0)] {
+            let mut bytes = vec![FORMAT, flag, 0, 0, 0, 0];
+            bytes.extend_from_slice(&1u64.to_be_bytes());
+            bytes.push(len);
+            bytes.extend(std::iter::repeat_n(7u8, usize::from(len)));
+            assert!(decode(&bytes).is_err(), "flag {flag} length {len}");
+        }
     }
 }
