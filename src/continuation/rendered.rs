@@ -5,7 +5,8 @@
 //! raised by every write of the run's derived state, its run record included) and the request
 //! that asked for it ([`Request`]): it is used only while the revision it was rendered at is
 //! still the run's current one, so a kept answer is never older than a fresh render would be.
-//! A run's answers of an older revision are dropped when one of a newer revision is kept.
+//! A run's answers of an older revision are dropped when one of a newer revision is kept. An
+//! answer with media restored from the media store is not kept (it depends on that store too).
 //!
 //! The cache also remembers the last few requests for a run's latest snapshot
 //! ([`RenderedCache::recent_requests`]): the formats orchestrators continue with, which the

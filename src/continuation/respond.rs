@@ -88,7 +88,11 @@ impl Continuations {
         };
         // The loaded history may be shared with the store's history cache: media goes into a
         // copy, made only when some message names a blob.
-        if media::holds_references(history.messages.iter().map(|m| &**m)) {
+        let holds_media = media::holds_references(history.messages.iter().map(|m| &**m));
+        // An answer with blobs read from the media store is not kept: it depends on the media
+        // store too (a blob gone missing must give its error on the next request as well).
+        let keep = !(holds_media && request.media == MediaMode::Inline);
+        if holds_media {
             let mut messages: Vec<Value> =
                 history.messages.iter().map(|m| Value::clone(m)).collect();
             match request.media {
@@ -104,8 +108,10 @@ impl Continuations {
         let this = self.clone();
         tokio::task::spawn_blocking(move || {
             let body = Bytes::from(answer(&mut history, request));
-            this.rendered
-                .put(&history.run.run_id, revision, request, body.clone());
+            if keep {
+                this.rendered
+                    .put(&history.run.run_id, revision, request, body.clone());
+            }
             body
         })
         .await
