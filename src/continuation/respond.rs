@@ -25,7 +25,7 @@ pub struct Continuations {
 /// What the blocking part of a request found: a kept answer, or the history to render.
 enum Found {
     Answer(Bytes),
-    History(Box<History>, u64),
+    History(Box<History>, Option<u64>),
 }
 
 impl Continuations {
@@ -91,7 +91,7 @@ impl Continuations {
         let holds_media = media::holds_references(history.messages.iter().map(|m| &**m));
         // An answer with blobs read from the media store is not kept: it depends on the media
         // store too (a blob gone missing must give its error on the next request as well).
-        let keep = !(holds_media && request.media == MediaMode::Inline);
+        let keep = revision.filter(|_| !(holds_media && request.media == MediaMode::Inline));
         if holds_media {
             let mut messages: Vec<Value> =
                 history.messages.iter().map(|m| Value::clone(m)).collect();
@@ -108,7 +108,7 @@ impl Continuations {
         let this = self.clone();
         tokio::task::spawn_blocking(move || {
             let body = Bytes::from(answer(&mut history, request));
-            if keep {
+            if let Some(revision) = keep {
                 this.rendered
                     .put(&history.run.run_id, revision, request, body.clone());
             }
@@ -119,16 +119,16 @@ impl Continuations {
     }
 
     /// The kept answer for the run's current revision, else the history to render and the
-    /// revision it is at least as new as.
+    /// revision it is at least as new as (none when the run has no revision yet).
     fn kept_or_loaded(&self, id: &str, request: Request) -> Result<Found, ContinuationError> {
         let run_id = self
             .store
             .resolve_run(id)?
             .ok_or_else(|| ContinuationError::NoRun(format!("run {id:?} not found")))?;
         // Read before anything else of the run, so what is rendered is at least this new and
-        // may be kept under it.
-        let revision = self.store.run_meta(&run_id)?.map_or(0, |m| m.revision);
-        if let Some(body) = self.rendered.get(&run_id, revision, &request) {
+        // may be kept under it (a run without one is rendered each time).
+        let revision = self.store.run_meta(&run_id)?.map(|m| m.revision);
+        if let Some(body) = revision.and_then(|r| self.rendered.get(&run_id, r, &request)) {
             return Ok(Found::Answer(body));
         }
         let run = self
