@@ -10,9 +10,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::context::ContextCache;
-use super::history::{load, ContinuationError, Selector};
+use super::history::{load, ContinuationError, History, Selector};
+use super::rendered::MediaMode;
 use super::respond::Continuations;
 use crate::domain::SnapshotState;
+use crate::media;
 use crate::store::Store;
 
 /// How long a run must go without a write before its continuation is loaded ahead.
@@ -32,26 +34,36 @@ pub fn warm(
     run_id: &str,
     min_messages: u32,
 ) -> Result<bool, ContinuationError> {
+    Ok(warm_history(store, contexts, run_id, min_messages)?.is_some())
+}
+
+/// [`warm`], giving the history it loaded.
+fn warm_history(
+    store: &Store,
+    contexts: &ContextCache,
+    run_id: &str,
+    min_messages: u32,
+) -> Result<Option<History>, ContinuationError> {
     let Some(run) = store.run(run_id)? else {
-        return Ok(false);
+        return Ok(None);
     };
     let latest = store.last_snapshot(run_id, |r| r.meta.state == SnapshotState::Complete)?;
     if latest.is_none_or(|s| s.meta.message_count < min_messages) {
-        return Ok(false);
+        return Ok(None);
     }
     let selector = Selector {
         provenance: true,
         ..Selector::default()
     };
-    load(store, contexts, run, selector)?;
-    Ok(true)
+    Ok(Some(load(store, contexts, run, selector)?))
 }
 
 /// Loads ahead the continuation of `run_id` when its history has at least `min_messages`, then
 /// renders and keeps the answers to the requests for a latest snapshot seen most recently
 /// ([`RenderedCache::recent_requests`](super::RenderedCache::recent_requests)); true when the
 /// run was long enough. A request that cannot be answered (e.g. a blob missing from the media
-/// store) is skipped: it gives its error when it is asked for.
+/// store) is skipped: it gives its error when it is asked for. So is a request for media inline
+/// when the history holds blobs: such an answer is not kept.
 pub async fn load_ahead(
     continuations: &Arc<Continuations>,
     run_id: &str,
@@ -59,14 +71,19 @@ pub async fn load_ahead(
 ) -> Result<bool, ContinuationError> {
     let this = continuations.clone();
     let id = run_id.to_string();
-    let long =
-        tokio::task::spawn_blocking(move || warm(this.store(), this.contexts(), &id, min_messages))
-            .await
-            .map_err(|e| ContinuationError::Task(e.to_string()))??;
-    if !long {
+    let loaded = tokio::task::spawn_blocking(move || {
+        warm_history(this.store(), this.contexts(), &id, min_messages)
+            .map(|h| h.map(|h| media::holds_references(h.messages.iter().map(|m| &**m))))
+    })
+    .await
+    .map_err(|e| ContinuationError::Task(e.to_string()))??;
+    let Some(holds_media) = loaded else {
         return Ok(false);
-    }
+    };
     for request in continuations.rendered().recent_requests() {
+        if holds_media && request.media == MediaMode::Inline {
+            continue;
+        }
         if let Err(e) = continuations.answer(run_id, request).await {
             tracing::debug!(run_id, error = %e, "continuation not rendered ahead");
         }

@@ -295,4 +295,70 @@ mod tests {
         assert!(matches!(e, ContinuationError::NoRun(_)), "{e}");
         assert!(e.to_string().contains("\"nope\" not found"), "{e}");
     }
+
+    #[tokio::test]
+    async fn an_answer_with_media_inline_is_neither_kept_nor_rendered_ahead() {
+        use crate::test_fixtures::{kv, span};
+        use base64::Engine;
+        let dir = tempfile::tempdir().unwrap();
+        let store = Arc::new(Store::open(dir.path(), false).unwrap());
+        let media = Arc::new(Media::in_memory(Some(16)));
+        let ingest =
+            Ingest::new(store.clone(), Arc::new(Outbox::disabled())).with_media(media.clone());
+        let picture = base64::engine::general_purpose::STANDARD.encode([7u8; 64]);
+        let input = serde_json::json!([{"role": "user", "parts": [
+            {"type": "blob", "mime_type": "image/png", "modality": "image", "content": picture}
+        ]}]);
+        let output = serde_json::json!([{"role": "assistant", "parts": [
+            {"type": "text", "content": "a square"}
+        ]}]);
+        let chat = span(
+            2,
+            1,
+            "chat m",
+            10,
+            vec![
+                kv("gen_ai.operation.name", "chat"),
+                kv("gen_ai.agent.call.id", "media-run"),
+                kv("gen_ai.input.messages", &input.to_string()),
+                kv("gen_ai.output.messages", &output.to_string()),
+            ],
+        );
+        ingest.export_traces(request(vec![chat])).await.unwrap();
+        let service = Arc::new(Continuations::new(store.clone(), media));
+        let inline = Request::latest(Format::Otel);
+        let body = service.respond("media-run", inline).await.unwrap();
+        assert!(
+            String::from_utf8_lossy(&body).contains(&picture),
+            "the blob is restored"
+        );
+        assert_eq!(service.rendered().held(), 0, "not kept");
+        let reference = Request {
+            media: MediaMode::Reference,
+            ..inline
+        };
+        let shown = service.respond("media-run", reference).await.unwrap();
+        assert!(String::from_utf8_lossy(&shown).contains("media+sha256://"));
+        assert_eq!(service.rendered().held(), shown.len(), "kept");
+
+        // Ahead of a request, only the answer that would be kept is rendered: no blob is read.
+        service.rendered().clear();
+        let restored = || {
+            service
+                .media()
+                .counters()
+                .restored
+                .load(std::sync::atomic::Ordering::Relaxed)
+        };
+        let before = restored();
+        assert!(before > 0);
+        let run_id = store.resolve_run("media-run").unwrap().unwrap();
+        assert!(prefetch::load_ahead(&service, &run_id, 0).await.unwrap());
+        assert_eq!(service.rendered().held(), shown.len());
+        assert_eq!(
+            restored(),
+            before,
+            "the inline answer was not rendered ahead"
+        );
+    }
 }
