@@ -12,7 +12,7 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
-use crate::domain::{IdMap, IdSet, MessageHash, NodeId, ToolEffect};
+use crate::domain::{EffectOutcome, IdMap, IdSet, MessageHash, NodeId, ToolEffect};
 use crate::store::{ModelRequestRecord, RunNodes, Store, StoreError};
 
 /// Most effects plus model-request facts [`ContextCache`] holds over all runs.
@@ -110,15 +110,19 @@ impl Provenance {
 /// A run's context at one revision.
 #[derive(Debug, Clone)]
 pub struct RunContext {
-    /// The tool-effect ledger, in request order.
-    pub effects: Arc<[ToolEffect]>,
+    /// How each entry of the tool-effect ledger ended, in request order.
+    pub effects: Arc<[EffectOutcome]>,
+    /// The whole ledger entries of the calls whose outcome is not known, in request order.
+    pub unresolved: Arc<[ToolEffect]>,
     /// Provenance, when it was asked for.
     pub provenance: Option<Arc<Provenance>>,
 }
 
 impl RunContext {
     fn items(&self) -> usize {
-        self.effects.len() + self.provenance.as_ref().map_or(0, |p| p.items())
+        self.effects.len()
+            + self.unresolved.len()
+            + self.provenance.as_ref().map_or(0, |p| p.items())
     }
 }
 
@@ -152,9 +156,12 @@ impl ContextCache {
         provenance: bool,
     ) -> Result<RunContext, StoreError> {
         let cached = self.lookup(run_id, revision);
-        let (effects, held_provenance) = match cached {
-            Some(c) => (c.effects, c.provenance),
-            None => (Arc::from(store.effects(run_id)?), None),
+        let (effects, unresolved, held_provenance) = match cached {
+            Some(c) => (c.effects, c.unresolved, c.provenance),
+            None => {
+                let (outcomes, unresolved) = store.effect_outcomes(run_id)?;
+                (Arc::from(outcomes), Arc::from(unresolved), None)
+            }
         };
         let provenance = match (provenance, held_provenance) {
             (_, Some(p)) => Some(p),
@@ -163,6 +170,7 @@ impl ContextCache {
         };
         let context = RunContext {
             effects,
+            unresolved,
             provenance,
         };
         self.keep(run_id, revision, &context);

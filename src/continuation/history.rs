@@ -6,7 +6,7 @@ use std::sync::Arc;
 use serde_json::Value;
 
 use super::context::{ContextCache, ModelRequest, Provenance};
-use crate::domain::{MessageHash, Run, SnapshotRecord, SnapshotState, ToolEffect};
+use crate::domain::{EffectOutcome, MessageHash, Run, SnapshotRecord, SnapshotState, ToolEffect};
 use crate::media::MediaError;
 use crate::service_error::{ServiceError, ServiceErrorCode};
 use crate::store::{Store, StoreError};
@@ -76,8 +76,10 @@ pub struct History {
     pub hashes: Arc<[MessageHash]>,
     /// System instructions in force at the snapshot (array of parts).
     pub system_instructions: Option<Value>,
-    /// The run's tool-effect ledger (shared with the [`ContextCache`]).
-    pub effects: Arc<[ToolEffect]>,
+    /// How each entry of the run's tool-effect ledger ended (shared with the [`ContextCache`]).
+    pub effects: Arc<[EffectOutcome]>,
+    /// The whole ledger entries of the calls whose outcome is not known.
+    pub unresolved: Arc<[ToolEffect]>,
     /// Which model request sent and produced each message (empty unless
     /// [`Selector::provenance`] asked for it).
     pub provenance: Arc<Provenance>,
@@ -101,8 +103,8 @@ impl History {
     }
 
     /// Index of effects by tool-call id, in ledger order.
-    pub fn effects_by_id(&self) -> HashMap<&str, Vec<&ToolEffect>> {
-        let mut map: HashMap<&str, Vec<&ToolEffect>> = HashMap::new();
+    pub fn effects_by_id(&self) -> HashMap<&str, Vec<&EffectOutcome>> {
+        let mut map: HashMap<&str, Vec<&EffectOutcome>> = HashMap::new();
         for e in self.effects.iter() {
             map.entry(e.tool_call_id.as_str()).or_default().push(e);
         }
@@ -160,6 +162,7 @@ pub fn load(
         hashes: resolved.hashes,
         system_instructions,
         effects: context.effects,
+        unresolved: context.unresolved,
         provenance: context.provenance.unwrap_or_default(),
     })
 }

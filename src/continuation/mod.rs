@@ -141,6 +141,7 @@ mod tests {
             messages: messages.into_iter().map(Arc::new).collect(),
             system_instructions: instructions.map(|t| json!([{"type": "text", "content": t}])),
             effects: Arc::from(Vec::new()),
+            unresolved: Arc::from(Vec::new()),
             provenance: Default::default(),
         }
     }

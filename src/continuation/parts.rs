@@ -166,7 +166,7 @@ pub fn instructions_text(history: &History) -> Option<String> {
 /// Resolves the outcome of each `tool_call_response` in history order: a synthesized part says
 /// its own outcome; otherwise the n-th response with an id matches the n-th ledger entry with it.
 pub struct Outcomes<'h> {
-    effects: HashMap<&'h str, Vec<&'h crate::domain::ToolEffect>>,
+    effects: HashMap<&'h str, Vec<&'h crate::domain::EffectOutcome>>,
     seen: HashMap<&'h str, usize>,
 }
 

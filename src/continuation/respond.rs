@@ -148,11 +148,7 @@ fn answer(history: &mut History, request: Request) -> Vec<u8> {
     let (fields, mut warnings) = render(format, history);
     // What interpretation could only guess (tool spans joined to calls by order) applies too.
     warnings.extend(history.run.warnings.iter().cloned());
-    let unresolved: Vec<_> = history
-        .effects
-        .iter()
-        .filter(|e| e.status.is_unresolved())
-        .collect();
+    let unresolved = &history.unresolved;
     let meta = &history.snapshot.meta;
     let mut body = vec![
         ("run_id", Out::Str(&history.run.run_id)),

@@ -65,3 +65,34 @@ pub struct ToolEffect {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub retry: Option<Value>,
 }
+
+/// How a ledger entry ended, as a continuation reads it: the call, the tool, its status and
+/// whether it failed or asked for a retry. Read from a stored [`ToolEffect`] without building
+/// its arguments, result and times.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+pub struct EffectOutcome {
+    /// The call id.
+    pub tool_call_id: String,
+    /// The tool.
+    pub tool_name: String,
+    /// Where it stands.
+    pub status: EffectStatus,
+    /// Error text of a failed call.
+    #[serde(default)]
+    pub error: Option<String>,
+    /// Framework retry details, when the tool asked for a retry.
+    #[serde(default)]
+    pub retry: Option<Value>,
+}
+
+impl From<&ToolEffect> for EffectOutcome {
+    fn from(e: &ToolEffect) -> Self {
+        Self {
+            tool_call_id: e.tool_call_id.clone(),
+            tool_name: e.tool_name.clone(),
+            status: e.status,
+            error: e.error.clone(),
+            retry: e.retry.clone(),
+        }
+    }
+}

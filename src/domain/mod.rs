@@ -10,7 +10,7 @@ mod snapshot;
 mod time;
 
 pub use binary_id::{BuildIdHasher, IdHasher, IdMap, IdSet};
-pub use effect::{EffectStatus, ToolEffect};
+pub use effect::{EffectOutcome, EffectStatus, ToolEffect};
 pub use event::{EventKind, StepEvent};
 pub use history::{ChainIds, ChainRef, HistoryNode, NodeId, NODE_ID_BYTES};
 pub use message::{MessageHash, MessageRef, MessageShape, MESSAGE_HASH_BYTES};

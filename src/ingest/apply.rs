@@ -1736,7 +1736,19 @@ mod tests {
         apply_group(&store, &[spans_work(interpreted(&all[..3]))], 1).unwrap();
         let first = revision(&store);
         let h = read(&store);
-        assert_eq!(&h.effects[..], &store.effects(&run_id(1)).unwrap()[..]);
+        // What a continuation reads of the ledger: every entry's outcome, and the unresolved
+        // entries whole.
+        let ledger = |store: &Store| {
+            let full = store.effects(&run_id(1)).unwrap();
+            let outcomes: Vec<crate::domain::EffectOutcome> = full.iter().map(Into::into).collect();
+            let unresolved: Vec<_> = full
+                .into_iter()
+                .filter(|e| e.status.is_unresolved())
+                .collect();
+            (outcomes, unresolved)
+        };
+        assert_eq!((h.effects.to_vec(), h.unresolved.to_vec()), ledger(&store));
+        assert!(!h.unresolved.is_empty());
         assert!(h.effects.iter().any(|e| e.status.is_unresolved()));
         assert!(!h.models().is_empty(), "provenance was read");
         assert!(contexts.held() > 0);
@@ -1764,7 +1776,10 @@ mod tests {
         let after = read(&store);
         assert_eq!(after.snapshot.history, h.snapshot.history);
         assert_ne!(&after.effects[..], &h.effects[..]);
-        assert_eq!(&after.effects[..], &store.effects(&run_id(1)).unwrap()[..]);
+        assert_eq!(
+            (after.effects.to_vec(), after.unresolved.to_vec()),
+            ledger(&store)
+        );
         assert_eq!(after.models().len(), h.models().len());
     }
 

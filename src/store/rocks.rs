@@ -13,8 +13,8 @@ use super::keys::{self, cf, RunFilter};
 use super::snapshot_codec;
 
 use crate::domain::{
-    ChainRef, IdMap, MessageHash, MessageRef, MessageShape, Run, SnapshotRecord, StepEvent,
-    ToolEffect,
+    ChainRef, EffectOutcome, IdMap, MessageHash, MessageRef, MessageShape, Run, SnapshotRecord,
+    StepEvent, ToolEffect,
 };
 use crate::interpreter::{LogEvent, RunMeta, RunState, SpanFact, StoredFact};
 
@@ -363,6 +363,26 @@ impl Store {
     /// A run's tool-effect ledger.
     pub fn effects(&self, run_id: &str) -> Result<Vec<ToolEffect>, StoreError> {
         self.scan_json(cf::EFFECTS, &keys::run_prefix(run_id))
+    }
+
+    /// A run's tool-effect ledger as a continuation reads it: how each entry ended, in request
+    /// order, and the whole entries of the unresolved calls (the others' arguments, results and
+    /// times are skipped, not built).
+    pub fn effect_outcomes(
+        &self,
+        run_id: &str,
+    ) -> Result<(Vec<EffectOutcome>, Vec<ToolEffect>), StoreError> {
+        let prefix = keys::run_prefix(run_id);
+        let (mut outcomes, mut unresolved) = (Vec::new(), Vec::new());
+        self.scan(cf::EFFECTS, &prefix, &prefix, |_, v| {
+            let outcome: EffectOutcome = decode(cf::EFFECTS, v)?;
+            if outcome.status.is_unresolved() {
+                unresolved.push(decode(cf::EFFECTS, v)?);
+            }
+            outcomes.push(outcome);
+            Ok(true)
+        })?;
+        Ok((outcomes, unresolved))
     }
 
     /// A run's snapshots, in order.
