@@ -15,7 +15,7 @@ use std::sync::{Arc, Mutex};
 use crate::domain::{EffectOutcome, IdMap, IdSet, MessageHash, NodeId, ToolEffect};
 use crate::store::{ModelRequestRecord, RunNodes, Store, StoreError};
 
-/// Most effects plus model-request facts [`ContextCache`] holds over all runs.
+/// Most ledger entries plus model requests [`ContextCache`] holds over all runs.
 pub const CONTEXT_CACHE_ITEMS: usize = 100_000;
 
 /// What a continuation shows of the model request that produced a message.
