@@ -9,6 +9,7 @@ pub mod keys;
 mod messages;
 mod model_requests;
 mod outbox;
+mod record_codec;
 mod rocks;
 mod run_keys;
 mod snapshot_codec;

@@ -12,6 +12,10 @@
 use rocksdb::{Direction, IteratorMode, WriteOptions};
 
 use super::error::StoreError;
+use super::record_codec::{self, put_bytes, put_varint, Reader};
+
+/// What a damaged record is called in errors.
+const RECORD: &str = "model-request record";
 use super::keys::{cf, RunKey};
 use super::rocks::{Store, WriteBatch};
 use crate::domain::{MessageHash, NodeId};
@@ -83,19 +87,6 @@ fn node_of(bytes: &[u8]) -> Result<NodeId, StoreError> {
     NodeId::from_slice(bytes).ok_or_else(|| corrupt(&format!("node id of {} bytes", bytes.len())))
 }
 
-fn put_varint(out: &mut Vec<u8>, mut n: u64) {
-    while n >= 0x80 {
-        out.push((n as u8) | 0x80);
-        n >>= 7;
-    }
-    out.push(n as u8);
-}
-
-fn put_bytes(out: &mut Vec<u8>, bytes: &[u8]) {
-    put_varint(out, bytes.len() as u64);
-    out.extend_from_slice(bytes);
-}
-
 /// Encodes a model-request record.
 pub fn encode(record: &ModelRequestRecord) -> Vec<u8> {
     let mut flags = 0u8;
@@ -135,56 +126,12 @@ pub fn encode(record: &ModelRequestRecord) -> Vec<u8> {
 }
 
 fn corrupt(reason: &str) -> StoreError {
-    StoreError::Corrupt {
-        cf: cf::MODEL_REQUESTS,
-        reason: format!("model-request record: {reason}"),
-    }
-}
-
-/// Reads the parts of an encoded record in order.
-struct Reader<'a> {
-    bytes: &'a [u8],
-}
-
-impl<'a> Reader<'a> {
-    fn take(&mut self, n: usize) -> Result<&'a [u8], StoreError> {
-        if self.bytes.len() < n {
-            return Err(corrupt("truncated"));
-        }
-        let (head, rest) = self.bytes.split_at(n);
-        self.bytes = rest;
-        Ok(head)
-    }
-
-    fn byte(&mut self) -> Result<u8, StoreError> {
-        Ok(self.take(1)?[0])
-    }
-
-    fn varint(&mut self) -> Result<u64, StoreError> {
-        let mut n = 0u64;
-        for shift in (0..64).step_by(7) {
-            let byte = self.byte()?;
-            n |= u64::from(byte & 0x7f) << shift;
-            if byte & 0x80 == 0 {
-                return Ok(n);
-            }
-        }
-        Err(corrupt("varint too long"))
-    }
-
-    fn bytes(&mut self) -> Result<&'a [u8], StoreError> {
-        let len = usize::try_from(self.varint()?).map_err(|_| corrupt("length out of range"))?;
-        self.take(len)
-    }
-
-    fn text(&mut self) -> Result<String, StoreError> {
-        String::from_utf8(self.bytes()?.to_vec()).map_err(|_| corrupt("text is not UTF-8"))
-    }
+    record_codec::corrupt(cf::MODEL_REQUESTS, RECORD, reason)
 }
 
 /// Decodes a model-request record.
 pub fn decode(bytes: &[u8]) -> Result<ModelRequestRecord, StoreError> {
-    let mut r = Reader { bytes };
+    let mut r = Reader::new(bytes, cf::MODEL_REQUESTS, RECORD);
     let format = r.byte()?;
     if format != FORMAT {
         return Err(corrupt(&format!("unknown format {format}")));
@@ -218,16 +165,14 @@ pub fn decode(bytes: &[u8]) -> Result<ModelRequestRecord, StoreError> {
     };
     let count = r.varint()?;
     // Each hash takes at least its length byte: a count beyond the bytes left is damage.
-    if count > r.bytes.len() as u64 {
+    if count > r.remaining() as u64 {
         return Err(corrupt("output count beyond the record"));
     }
     let mut output = Vec::with_capacity(count as usize);
     for _ in 0..count {
         output.push(hash_of(r.bytes()?)?);
     }
-    if !r.bytes.is_empty() {
-        return Err(corrupt("trailing bytes"));
-    }
+    r.finish()?;
     Ok(ModelRequestRecord {
         span_id,
         start_ns,

@@ -10,6 +10,10 @@
 use chrono::DateTime;
 
 use super::error::StoreError;
+use super::record_codec::{self, put_bytes, put_varint, Reader};
+
+/// What a damaged record is called in errors.
+const RECORD: &str = "snapshot record";
 use super::keys::cf;
 use crate::domain::{
     format_timestamp, ChainRef, MessageHash, NodeId, SnapshotMeta, SnapshotRecord, SnapshotSource,
@@ -23,19 +27,6 @@ const TIP: u8 = 1 << 2;
 const REASON: u8 = 1 << 3;
 const INSTRUCTIONS: u8 = 1 << 4;
 const TEXT_TIME: u8 = 1 << 5;
-
-fn put_varint(out: &mut Vec<u8>, mut n: u64) {
-    while n >= 0x80 {
-        out.push((n as u8) | 0x80);
-        n >>= 7;
-    }
-    out.push(n as u8);
-}
-
-fn put_bytes(out: &mut Vec<u8>, bytes: &[u8]) {
-    put_varint(out, bytes.len() as u64);
-    out.extend_from_slice(bytes);
-}
 
 /// The nanosecond time a timestamp is the canonical text of, if it is one.
 fn nanos_of(text: &str) -> Option<u64> {
@@ -96,62 +87,18 @@ pub fn encode(record: &SnapshotRecord) -> Vec<u8> {
     out
 }
 
-/// Reads the parts of an encoded record in order.
-struct Reader<'a> {
-    bytes: &'a [u8],
-}
-
 fn corrupt(reason: &str) -> StoreError {
-    StoreError::Corrupt {
-        cf: cf::SNAPSHOTS,
-        reason: format!("snapshot record: {reason}"),
-    }
-}
-
-impl<'a> Reader<'a> {
-    fn take(&mut self, n: usize) -> Result<&'a [u8], StoreError> {
-        if self.bytes.len() < n {
-            return Err(corrupt("truncated"));
-        }
-        let (head, rest) = self.bytes.split_at(n);
-        self.bytes = rest;
-        Ok(head)
-    }
-
-    fn varint(&mut self) -> Result<u64, StoreError> {
-        let mut n = 0u64;
-        for shift in (0..64).step_by(7) {
-            let byte = self.take(1)?[0];
-            n |= u64::from(byte & 0x7f) << shift;
-            if byte & 0x80 == 0 {
-                return Ok(n);
-            }
-        }
-        Err(corrupt("varint too long"))
-    }
-
-    fn u32(&mut self) -> Result<u32, StoreError> {
-        u32::try_from(self.varint()?).map_err(|_| corrupt("count out of range"))
-    }
-
-    fn bytes(&mut self) -> Result<&'a [u8], StoreError> {
-        let len = usize::try_from(self.varint()?).map_err(|_| corrupt("length out of range"))?;
-        self.take(len)
-    }
-
-    fn text(&mut self) -> Result<String, StoreError> {
-        String::from_utf8(self.bytes()?.to_vec()).map_err(|_| corrupt("text is not UTF-8"))
-    }
+    record_codec::corrupt(cf::SNAPSHOTS, RECORD, reason)
 }
 
 /// Decodes a snapshot record.
 pub fn decode(bytes: &[u8]) -> Result<SnapshotRecord, StoreError> {
-    let mut r = Reader { bytes };
-    let format = r.take(1)?[0];
+    let mut r = Reader::new(bytes, cf::SNAPSHOTS, RECORD);
+    let format = r.byte()?;
     if format != FORMAT {
         return Err(corrupt(&format!("unknown format {format}")));
     }
-    let flags = r.take(1)?[0];
+    let flags = r.byte()?;
     let seq = r.u32()?;
     let step_index = r.u32()?;
     let message_count = r.u32()?;
@@ -180,9 +127,7 @@ pub fn decode(bytes: &[u8]) -> Result<SnapshotRecord, StoreError> {
     } else {
         None
     };
-    if !r.bytes.is_empty() {
-        return Err(corrupt("trailing bytes"));
-    }
+    r.finish()?;
     Ok(SnapshotRecord {
         meta: SnapshotMeta {
             seq,

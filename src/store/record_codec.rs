@@ -1,0 +1,105 @@
+//! What the binary record codecs (`snapshot_codec`, `model_requests`) share: LEB128 varints,
+//! length-prefixed bytes, and a reader whose every failure is a [`StoreError::Corrupt`] naming
+//! the column family and the kind of record, never a panic.
+
+use super::error::StoreError;
+
+/// Appends `n` as a LEB128 varint.
+pub(super) fn put_varint(out: &mut Vec<u8>, mut n: u64) {
+    while n >= 0x80 {
+        out.push((n as u8) | 0x80);
+        n >>= 7;
+    }
+    out.push(n as u8);
+}
+
+/// Appends the length of `bytes` (varint), then `bytes`.
+pub(super) fn put_bytes(out: &mut Vec<u8>, bytes: &[u8]) {
+    put_varint(out, bytes.len() as u64);
+    out.extend_from_slice(bytes);
+}
+
+/// A damaged record of kind `record` in column family `cf`.
+pub(super) fn corrupt(cf: &'static str, record: &str, reason: &str) -> StoreError {
+    StoreError::Corrupt {
+        cf,
+        reason: format!("{record}: {reason}"),
+    }
+}
+
+/// Reads the parts of an encoded record in order.
+pub(super) struct Reader<'a> {
+    bytes: &'a [u8],
+    cf: &'static str,
+    record: &'static str,
+}
+
+impl<'a> Reader<'a> {
+    /// A reader of `bytes`, a record of kind `record` in column family `cf`.
+    pub(super) fn new(bytes: &'a [u8], cf: &'static str, record: &'static str) -> Self {
+        Self { bytes, cf, record }
+    }
+
+    fn corrupt(&self, reason: &str) -> StoreError {
+        corrupt(self.cf, self.record, reason)
+    }
+
+    /// The next `n` bytes.
+    pub(super) fn take(&mut self, n: usize) -> Result<&'a [u8], StoreError> {
+        if self.bytes.len() < n {
+            return Err(self.corrupt("truncated"));
+        }
+        let (head, rest) = self.bytes.split_at(n);
+        self.bytes = rest;
+        Ok(head)
+    }
+
+    /// The next byte.
+    pub(super) fn byte(&mut self) -> Result<u8, StoreError> {
+        Ok(self.take(1)?[0])
+    }
+
+    /// The next varint.
+    pub(super) fn varint(&mut self) -> Result<u64, StoreError> {
+        let mut n = 0u64;
+        for shift in (0..64).step_by(7) {
+            let byte = self.byte()?;
+            n |= u64::from(byte & 0x7f) << shift;
+            if byte & 0x80 == 0 {
+                return Ok(n);
+            }
+        }
+        Err(self.corrupt("varint too long"))
+    }
+
+    /// The next varint, as a count that fits 32 bits.
+    pub(super) fn u32(&mut self) -> Result<u32, StoreError> {
+        u32::try_from(self.varint()?).map_err(|_| self.corrupt("count out of range"))
+    }
+
+    /// The next length-prefixed bytes.
+    pub(super) fn bytes(&mut self) -> Result<&'a [u8], StoreError> {
+        let len =
+            usize::try_from(self.varint()?).map_err(|_| self.corrupt("length out of range"))?;
+        self.take(len)
+    }
+
+    /// The next length-prefixed UTF-8 text.
+    pub(super) fn text(&mut self) -> Result<String, StoreError> {
+        String::from_utf8(self.bytes()?.to_vec()).map_err(|_| self.corrupt("text is not UTF-8"))
+    }
+
+    /// Bytes not read yet.
+    pub(super) fn remaining(&self) -> usize {
+        self.bytes.len()
+    }
+
+    /// Fails unless every byte was read.
+    pub(super) fn finish(self) -> Result<(), StoreError> {
+        if self.bytes.is_empty() {
+            Ok(())
+        } else {
+            Err(self.corrupt("trailing bytes"))
+        }
+    }
+}
