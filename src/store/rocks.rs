@@ -272,15 +272,16 @@ impl Store {
         mut visit: impl FnMut(&[u8], &[u8]) -> Result<bool, StoreError>,
     ) -> Result<(), StoreError> {
         let handle = self.handle(name)?;
-        for item in self
-            .db
-            .iterator_cf(handle, IteratorMode::From(start, Direction::Forward))
-        {
-            let (key, value) = item?;
-            if !key.starts_with(prefix) || !visit(&key, &value)? {
-                break;
+        // The raw iterator lends each key and value instead of copying them out.
+        let mut iter = self.db.raw_iterator_cf(handle);
+        iter.seek(start);
+        while let (Some(key), Some(value)) = (iter.key(), iter.value()) {
+            if !key.starts_with(prefix) || !visit(key, value)? {
+                return Ok(());
             }
+            iter.next();
         }
+        iter.status()?;
         Ok(())
     }
 
