@@ -8,7 +8,7 @@
 
 use serde_json::Value;
 
-use super::parts::{self, Outcomes, Pairing};
+use super::parts;
 use super::{Fields, History, Out};
 use crate::obj;
 
@@ -18,9 +18,8 @@ const FORMAT: &str = "Anthropic Messages";
 pub fn render(history: &History) -> (Fields<'_>, Vec<String>) {
     let messages = &history.messages;
     let mut warnings = Vec::new();
-    let pairing = Pairing::of(messages);
+    let (pairing, mut outcomes) = parts::tool_calls(history);
     pairing.warnings(messages, FORMAT, &mut warnings);
-    let mut outcomes = Outcomes::new(history);
 
     let mut system: Vec<String> = parts::instructions_text(history).into_iter().collect();
     let mut turns: parts::Turns = Vec::new();
@@ -62,7 +61,7 @@ pub fn render(history: &History) -> (Fields<'_>, Vec<String>) {
                     }
                 }
                 "tool_call_response" if !assistant => {
-                    let outcome = outcomes.next(part);
+                    let outcome = outcomes.next();
                     if pairing.skip(mi, pi) {
                         continue;
                     }

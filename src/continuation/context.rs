@@ -12,6 +12,8 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
+use rustc_hash::FxHashMap;
+
 use crate::domain::{EffectOutcome, IdMap, IdSet, MessageHash, NodeId, ToolEffect};
 use crate::store::{ModelRequestRecord, RunNodes, Store, StoreError};
 
@@ -107,11 +109,79 @@ impl Provenance {
     }
 }
 
+/// How each entry of a run's tool-effect ledger ended, in request order, with the entries of
+/// each tool-call id found without a scan (built once per revision and shared by every render).
+#[derive(Debug, Default)]
+pub struct Effects {
+    outcomes: Vec<EffectOutcome>,
+    /// Indices into `outcomes` grouped by tool-call id, ledger order within a group.
+    order: Vec<u32>,
+    /// Each tool-call id's `(start, len)` in `order`.
+    by_call: FxHashMap<Box<str>, (u32, u32)>,
+}
+
+impl Effects {
+    /// Indexes the ledger outcomes, given in request order.
+    pub fn new(outcomes: Vec<EffectOutcome>) -> Self {
+        let mut order: Vec<u32> = (0..outcomes.len())
+            .filter_map(|i| u32::try_from(i).ok())
+            .collect();
+        // Stable: entries of one id keep their ledger order.
+        order.sort_by(|&a, &b| {
+            outcomes[a as usize]
+                .tool_call_id
+                .cmp(&outcomes[b as usize].tool_call_id)
+        });
+        let mut by_call: FxHashMap<Box<str>, (u32, u32)> = FxHashMap::default();
+        by_call.reserve(outcomes.len());
+        for (at, &i) in order.iter().enumerate() {
+            let id = outcomes[i as usize].tool_call_id.as_str();
+            let at = u32::try_from(at).unwrap_or(u32::MAX);
+            match by_call.get_mut(id) {
+                Some((_, len)) => *len += 1,
+                None => {
+                    by_call.insert(id.into(), (at, 1));
+                }
+            }
+        }
+        Self {
+            outcomes,
+            order,
+            by_call,
+        }
+    }
+
+    /// The `n`-th ledger entry (from 0, in request order) of the tool call `id`.
+    pub fn of_call(&self, id: &str, n: usize) -> Option<&EffectOutcome> {
+        let &(start, len) = self.by_call.get(id)?;
+        if n >= len as usize {
+            return None;
+        }
+        let i = *self.order.get(start as usize + n)?;
+        self.outcomes.get(i as usize)
+    }
+
+    /// Every entry, in request order.
+    pub fn outcomes(&self) -> &[EffectOutcome] {
+        &self.outcomes
+    }
+
+    /// How many entries the ledger has.
+    pub fn len(&self) -> usize {
+        self.outcomes.len()
+    }
+
+    /// True when the ledger is empty.
+    pub fn is_empty(&self) -> bool {
+        self.outcomes.is_empty()
+    }
+}
+
 /// A run's context at one revision.
 #[derive(Debug, Clone)]
 pub struct RunContext {
-    /// How each entry of the tool-effect ledger ended, in request order.
-    pub effects: Arc<[EffectOutcome]>,
+    /// How each entry of the tool-effect ledger ended, in request order, indexed by call id.
+    pub effects: Arc<Effects>,
     /// The whole ledger entries of the calls whose outcome is not known, in request order.
     pub unresolved: Arc<[ToolEffect]>,
     /// Provenance, when it was asked for.
@@ -160,7 +230,11 @@ impl ContextCache {
             Some(c) => (c.effects, c.unresolved, c.provenance),
             None => {
                 let (outcomes, unresolved) = store.effect_outcomes(run_id)?;
-                (Arc::from(outcomes), Arc::from(unresolved), None)
+                (
+                    Arc::new(Effects::new(outcomes)),
+                    Arc::from(unresolved),
+                    None,
+                )
             }
         };
         let provenance = match (provenance, held_provenance) {
@@ -370,6 +444,35 @@ mod tests {
         // request 4 arrives twice in one group, moved both times.
         apply(store, &[request(3, 90, "31"), request(2, 200, "21")]);
         apply(store, &[request(4, 310, "40"), request(4, 320, "41")]);
+    }
+
+    #[test]
+    fn effects_are_found_by_call_id_in_ledger_order() {
+        use crate::domain::EffectStatus;
+        let entry = |id: &str, tool: &str| EffectOutcome {
+            tool_call_id: id.into(),
+            tool_name: tool.into(),
+            status: EffectStatus::Completed,
+            error: None,
+            retry: None,
+        };
+        // A reused id ("a") answers in ledger order; ids sort apart from their ledger order.
+        let effects = Effects::new(vec![
+            entry("b", "first"),
+            entry("a", "second"),
+            entry("c", "third"),
+            entry("a", "fourth"),
+        ]);
+        let tool = |id: &str, n: usize| effects.of_call(id, n).map(|e| e.tool_name.as_str());
+        assert_eq!(tool("a", 0), Some("second"));
+        assert_eq!(tool("a", 1), Some("fourth"));
+        assert_eq!(tool("a", 2), None);
+        assert_eq!(tool("b", 0), Some("first"));
+        assert_eq!(tool("c", 0), Some("third"));
+        assert_eq!(tool("missing", 0), None);
+        assert_eq!(effects.len(), 4);
+        assert_eq!(effects.outcomes()[2].tool_name, "third");
+        assert!(Effects::default().is_empty());
     }
 
     #[test]

@@ -11,7 +11,7 @@ use std::collections::{HashMap, VecDeque};
 
 use serde_json::Value;
 
-use super::parts::{self, Outcomes, Pairing};
+use super::parts;
 use super::{Fields, History, Out};
 use crate::obj;
 
@@ -25,9 +25,8 @@ const SKIP_SIGNATURE: &str = "c2tpcF90aG91Z2h0X3NpZ25hdHVyZV92YWxpZGF0b3I=";
 pub fn render(history: &History) -> (Fields<'_>, Vec<String>) {
     let messages = &history.messages;
     let mut warnings = Vec::new();
-    let pairing = Pairing::of(messages);
+    let (pairing, mut outcomes) = parts::tool_calls(history);
     pairing.warnings(messages, FORMAT, &mut warnings);
-    let mut outcomes = Outcomes::new(history);
 
     let mut system: Vec<Out> = parts::instructions_text(history)
         .map(|t| obj! {"text" => t})
@@ -85,7 +84,7 @@ pub fn render(history: &History) -> (Fields<'_>, Vec<String>) {
                     }
                 }
                 "tool_call_response" if !model => {
-                    let outcome = outcomes.next(part);
+                    let outcome = outcomes.next();
                     let answered = open_calls
                         .get_mut(parts::field(part, "id"))
                         .and_then(VecDeque::pop_front);

@@ -1,12 +1,11 @@
 //! Loading the history of a snapshot, with what the renderers need to know about it.
 
-use std::collections::HashMap;
 use std::sync::Arc;
 
 use serde_json::Value;
 
-use super::context::{ContextCache, ModelRequest, Provenance};
-use crate::domain::{EffectOutcome, MessageHash, Run, SnapshotRecord, SnapshotState, ToolEffect};
+use super::context::{ContextCache, Effects, ModelRequest, Provenance};
+use crate::domain::{MessageHash, Run, SnapshotRecord, SnapshotState, ToolEffect};
 use crate::media::MediaError;
 use crate::service_error::{ServiceError, ServiceErrorCode};
 use crate::store::{Store, StoreError};
@@ -77,7 +76,7 @@ pub struct History {
     /// System instructions in force at the snapshot (array of parts).
     pub system_instructions: Option<Value>,
     /// How each entry of the run's tool-effect ledger ended (shared with the [`ContextCache`]).
-    pub effects: Arc<[EffectOutcome]>,
+    pub effects: Arc<Effects>,
     /// The whole ledger entries of the calls whose outcome is not known.
     pub unresolved: Arc<[ToolEffect]>,
     /// Which model request sent and produced each message (empty unless
@@ -100,15 +99,6 @@ impl History {
     /// The run's model requests, in start order (empty without provenance).
     pub fn models(&self) -> &[ModelRequest] {
         &self.provenance.models
-    }
-
-    /// Index of effects by tool-call id, in ledger order.
-    pub fn effects_by_id(&self) -> HashMap<&str, Vec<&EffectOutcome>> {
-        let mut map: HashMap<&str, Vec<&EffectOutcome>> = HashMap::new();
-        for e in self.effects.iter() {
-            map.entry(e.tool_call_id.as_str()).or_default().push(e);
-        }
-        map
     }
 }
 

@@ -19,7 +19,9 @@ mod repair;
 mod respond;
 mod strands;
 
-pub use context::{ContextCache, ModelRequest, Provenance, RunContext, CONTEXT_CACHE_ITEMS};
+pub use context::{
+    ContextCache, Effects, ModelRequest, Provenance, RunContext, CONTEXT_CACHE_ITEMS,
+};
 pub use history::{load, ContinuationError, History, Selector};
 pub use out::Out;
 pub use rendered::{MediaMode, RenderedCache, Request, RENDERED_CACHE_BYTES};
@@ -140,7 +142,7 @@ mod tests {
             hashes: messages.iter().map(MessageHash::of).collect(),
             messages: messages.into_iter().map(Arc::new).collect(),
             system_instructions: instructions.map(|t| json!([{"type": "text", "content": t}])),
-            effects: Arc::from(Vec::new()),
+            effects: Default::default(),
             unresolved: Arc::from(Vec::new()),
             provenance: Default::default(),
         }

@@ -9,7 +9,7 @@
 
 use serde_json::Value;
 
-use super::parts::{self, Outcomes, Pairing};
+use super::parts::{self, Pairing};
 use super::{Fields, History, Out};
 use crate::obj;
 
@@ -19,9 +19,8 @@ const FORMAT: &str = "OpenAI Chat Completions";
 pub fn render(history: &History) -> (Fields<'_>, Vec<String>) {
     let messages = &history.messages;
     let mut warnings = Vec::new();
-    let pairing = Pairing::of(messages);
+    let (pairing, mut outcomes) = parts::tool_calls(history);
     pairing.warnings(messages, FORMAT, &mut warnings);
-    let mut outcomes = Outcomes::new(history);
 
     let mut out: Vec<Out> = Vec::new();
     if let Some(text) = parts::instructions_text(history) {
@@ -46,7 +45,7 @@ pub fn render(history: &History) -> (Fields<'_>, Vec<String>) {
         for (pi, part) in parts::parts(message).iter().enumerate() {
             match parts::kind(part) {
                 "tool_call_response" => {
-                    let outcome = outcomes.next(part);
+                    let outcome = outcomes.next();
                     if pairing.skip(mi, pi) {
                         continue;
                     }

@@ -8,7 +8,7 @@
 
 use serde_json::Value;
 
-use super::parts::{self, Outcomes, Pairing};
+use super::parts;
 use super::{Fields, History, Out};
 use crate::obj;
 
@@ -18,9 +18,8 @@ const FORMAT: &str = "OpenAI Responses";
 pub fn render<'h>(history: &'h History) -> (Fields<'h>, Vec<String>) {
     let messages = &history.messages;
     let mut warnings = Vec::new();
-    let pairing = Pairing::of(messages);
+    let (pairing, mut outcomes) = parts::tool_calls(history);
     pairing.warnings(messages, FORMAT, &mut warnings);
-    let mut outcomes = Outcomes::new(history);
     let mut input: Vec<Out> = Vec::new();
 
     for (mi, message) in messages.iter().enumerate() {
@@ -75,7 +74,7 @@ pub fn render<'h>(history: &'h History) -> (Fields<'h>, Vec<String>) {
                     });
                 }
                 "tool_call_response" => {
-                    let outcome = outcomes.next(part);
+                    let outcome = outcomes.next();
                     if pairing.skip(mi, pi) {
                         continue;
                     }

@@ -3,12 +3,12 @@
 //! none reads another renderer's output.
 
 use std::borrow::Cow;
-use std::collections::HashMap;
 use std::sync::Arc;
 
+use rustc_hash::FxHashMap;
 use serde_json::{Map, Value};
 
-use super::{History, Out};
+use super::{Effects, History, Out};
 
 /// How a tool call ended, as far as the history and the effect ledger tell.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -163,40 +163,43 @@ pub fn instructions_text(history: &History) -> Option<String> {
     (!texts.is_empty()).then(|| texts.join("\n\n"))
 }
 
-/// Resolves the outcome of each `tool_call_response` in history order: a synthesized part says
-/// its own outcome; otherwise the n-th response with an id matches the n-th ledger entry with it.
-pub struct Outcomes<'h> {
-    effects: HashMap<&'h str, Vec<&'h crate::domain::EffectOutcome>>,
-    seen: HashMap<&'h str, usize>,
+/// The outcome of each `tool_call_response` of a history, in history order (see
+/// [`tool_calls`]); a renderer takes one per response part it meets.
+pub struct Outcomes {
+    list: Vec<Outcome>,
+    at: usize,
 }
 
-impl<'h> Outcomes<'h> {
-    /// Starts a walk over `history`.
-    pub fn new(history: &'h History) -> Self {
-        Self {
-            effects: history.effects_by_id(),
-            seen: HashMap::new(),
-        }
+impl Outcomes {
+    /// The outcome of the next response part (in history order).
+    pub fn next(&mut self) -> Outcome {
+        let outcome = self.list.get(self.at).copied().unwrap_or(Outcome::Success);
+        self.at += 1;
+        outcome
     }
+}
 
-    /// The outcome of the next response part (call in history order).
-    pub fn next(&mut self, part: &'h Value) -> Outcome {
-        let id = field(part, "id");
-        let n = self.seen.entry(id).or_insert(0);
-        let effect = self.effects.get(id).and_then(|list| list.get(*n)).copied();
-        *n += 1;
-        match part.get("outcome").and_then(Value::as_str) {
-            Some("interrupted") => return Outcome::Interrupted,
-            Some("failed") => return Outcome::Failed,
-            Some("retried") => return Outcome::Retried,
-            Some("success") => return Outcome::Success,
-            _ => {}
-        }
-        match effect {
-            Some(e) if e.retry.is_some() => Outcome::Retried,
-            Some(e) if e.error.is_some() => Outcome::Failed,
-            _ => Outcome::Success,
-        }
+/// Reads a history's tool calls in one walk: their [`Pairing`] and the [`Outcomes`] of the
+/// responses. A synthesized part says its own outcome; otherwise the n-th response with an id
+/// matches the n-th ledger entry with it.
+pub fn tool_calls(history: &History) -> (Pairing, Outcomes) {
+    let (pairing, list) = Pairing::walk(&history.messages, Some(&history.effects));
+    (pairing, Outcomes { list, at: 0 })
+}
+
+/// The outcome of a response part whose id has had `n` responses before it.
+fn outcome_of(part: &Value, id: &str, n: usize, effects: &Effects) -> Outcome {
+    match part.get("outcome").and_then(Value::as_str) {
+        Some("interrupted") => return Outcome::Interrupted,
+        Some("failed") => return Outcome::Failed,
+        Some("retried") => return Outcome::Retried,
+        Some("success") => return Outcome::Success,
+        _ => {}
+    }
+    match effects.of_call(id, n) {
+        Some(e) if e.retry.is_some() => Outcome::Retried,
+        Some(e) if e.error.is_some() => Outcome::Failed,
+        _ => Outcome::Success,
     }
 }
 
@@ -214,15 +217,28 @@ impl Pairing {
     /// Walks the history: a call opens its id, a later response closes the earliest open call with
     /// that id.
     pub fn of(messages: &[Arc<Value>]) -> Self {
-        let mut open: Vec<(String, usize, usize)> = Vec::new();
+        Self::walk(messages, None).0
+    }
+
+    /// [`Pairing::of`], and with `effects` the outcome of each response too.
+    fn walk(messages: &[Arc<Value>], effects: Option<&Effects>) -> (Self, Vec<Outcome>) {
+        let mut open: Vec<(&str, usize, usize)> = Vec::new();
         let mut orphans = Vec::new();
+        let mut outcomes = Vec::new();
+        // Responses seen so far per id (for the ledger match).
+        let mut seen: FxHashMap<&str, usize> = FxHashMap::default();
         for (mi, message) in messages.iter().enumerate() {
             for (pi, part) in parts(message).iter().enumerate() {
                 match kind(part) {
-                    "tool_call" => open.push((field(part, "id").to_string(), mi, pi)),
+                    "tool_call" => open.push((field(part, "id"), mi, pi)),
                     "tool_call_response" => {
                         let id = field(part, "id");
-                        match open.iter().position(|(o, _, _)| o == id) {
+                        if let Some(effects) = effects {
+                            let n = seen.entry(id).or_insert(0);
+                            outcomes.push(outcome_of(part, id, *n, effects));
+                            *n += 1;
+                        }
+                        match open.iter().position(|(o, _, _)| *o == id) {
                             Some(i) => {
                                 open.remove(i);
                             }
@@ -233,10 +249,11 @@ impl Pairing {
                 }
             }
         }
-        Self {
+        let pairing = Self {
             unanswered: open.into_iter().map(|(_, m, p)| (m, p)).collect(),
             orphans,
-        }
+        };
+        (pairing, outcomes)
     }
 
     /// True when the part at `(message, part)` must be left out.

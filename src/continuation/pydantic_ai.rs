@@ -5,8 +5,7 @@
 //! emitted (an omitted one would default to "now" on load): a request's is the start of the first
 //! model request that sent it, a response's the end of the model request that produced it.
 
-use std::collections::HashMap;
-
+use rustc_hash::FxHashMap;
 use serde_json::Value;
 
 use super::parts;
@@ -45,8 +44,8 @@ pub fn render<'h>(history: &'h History) -> (Fields<'h>, Vec<String>) {
         conversation: history.run.conversation_id.as_deref(),
     };
     let fallback_ns = history.models().last().map(|m| m.end_ns).unwrap_or(0);
-    let effects = history.effects_by_id();
-    let mut seen_returns: HashMap<&str, usize> = HashMap::new();
+    let effects = &history.effects;
+    let mut seen_returns: FxHashMap<&str, usize> = FxHashMap::default();
 
     let mut out: Vec<Out> = Vec::new();
     let mut request: Option<(Vec<Out>, u64)> = None;
@@ -112,7 +111,7 @@ pub fn render<'h>(history: &'h History) -> (Fields<'h>, Vec<String>) {
                 "tool_call_response" => {
                     let id = part.get("id").and_then(Value::as_str).unwrap_or("");
                     let n = seen_returns.entry(id).or_insert(0);
-                    let effect = effects.get(id).and_then(|list| list.get(*n)).copied();
+                    let effect = effects.of_call(id, *n);
                     *n += 1;
                     let tool_name = part
                         .get("name")

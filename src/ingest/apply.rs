@@ -1747,9 +1747,16 @@ mod tests {
                 .collect();
             (outcomes, unresolved)
         };
-        assert_eq!((h.effects.to_vec(), h.unresolved.to_vec()), ledger(&store));
+        assert_eq!(
+            (h.effects.outcomes().to_vec(), h.unresolved.to_vec()),
+            ledger(&store)
+        );
         assert!(!h.unresolved.is_empty());
-        assert!(h.effects.iter().any(|e| e.status.is_unresolved()));
+        assert!(h
+            .effects
+            .outcomes()
+            .iter()
+            .any(|e| e.status.is_unresolved()));
         assert!(!h.models().is_empty(), "provenance was read");
         assert!(contexts.held() > 0);
         let again = read(&store);
@@ -1775,9 +1782,9 @@ mod tests {
         assert!(revision(&store) > first);
         let after = read(&store);
         assert_eq!(after.snapshot.history, h.snapshot.history);
-        assert_ne!(&after.effects[..], &h.effects[..]);
+        assert_ne!(after.effects.outcomes(), h.effects.outcomes());
         assert_eq!(
-            (after.effects.to_vec(), after.unresolved.to_vec()),
+            (after.effects.outcomes().to_vec(), after.unresolved.to_vec()),
             ledger(&store)
         );
         assert_eq!(after.models().len(), h.models().len());
