@@ -18,7 +18,7 @@ const FORMAT: &str = "Anthropic Messages";
 pub fn render(history: &History) -> (Fields<'_>, Vec<String>) {
     let messages = &history.messages;
     let mut warnings = Vec::new();
-    let (pairing, mut outcomes) = parts::tool_calls(history);
+    let (pairing, outcomes) = parts::tool_calls(history);
     pairing.warnings(messages, FORMAT, &mut warnings);
 
     let mut system: Vec<String> = parts::instructions_text(history).into_iter().collect();
@@ -61,7 +61,7 @@ pub fn render(history: &History) -> (Fields<'_>, Vec<String>) {
                     }
                 }
                 "tool_call_response" if !assistant => {
-                    let outcome = outcomes.next();
+                    let outcome = outcomes.of(mi, pi);
                     if pairing.skip(mi, pi) {
                         continue;
                     }

@@ -25,7 +25,7 @@ const SKIP_SIGNATURE: &str = "c2tpcF90aG91Z2h0X3NpZ25hdHVyZV92YWxpZGF0b3I=";
 pub fn render(history: &History) -> (Fields<'_>, Vec<String>) {
     let messages = &history.messages;
     let mut warnings = Vec::new();
-    let (pairing, mut outcomes) = parts::tool_calls(history);
+    let (pairing, outcomes) = parts::tool_calls(history);
     pairing.warnings(messages, FORMAT, &mut warnings);
 
     let mut system: Vec<Out> = parts::instructions_text(history)
@@ -84,7 +84,7 @@ pub fn render(history: &History) -> (Fields<'_>, Vec<String>) {
                     }
                 }
                 "tool_call_response" if !model => {
-                    let outcome = outcomes.next();
+                    let outcome = outcomes.of(mi, pi);
                     let answered = open_calls
                         .get_mut(parts::field(part, "id"))
                         .and_then(VecDeque::pop_front);

@@ -276,6 +276,49 @@ mod tests {
     }
 
     #[test]
+    fn a_response_a_renderer_leaves_out_does_not_shift_the_outcomes_of_others() {
+        // A tool result inside an assistant message (damaged telemetry) comes before the
+        // result of a failed call; the failed call must still be shown as an error.
+        let mut h = history(
+            vec![
+                json!({"role": "user", "parts": [text("go")]}),
+                json!({"role": "assistant", "parts": [call("a"), result("stray")]}),
+                json!({"role": "tool", "parts": [result("a")]}),
+            ],
+            None,
+        );
+        h.effects = Arc::new(crate::continuation::Effects::new(vec![
+            crate::domain::EffectOutcome {
+                tool_call_id: "a".into(),
+                tool_name: "f".into(),
+                status: crate::domain::EffectStatus::Failed,
+                error: Some("boom".into()),
+                retry: None,
+            },
+        ]));
+        let (f, _) = render(Format::Anthropic, &h);
+        let results: Vec<&Value> = f["messages"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .flat_map(|m| m["content"].as_array().into_iter().flatten())
+            .filter(|b| b["type"] == "tool_result")
+            .collect();
+        assert_eq!(results.len(), 1, "{f}");
+        assert_eq!(results[0]["tool_use_id"], "a");
+        assert_eq!(results[0]["is_error"], true, "{f}");
+        let (f, _) = render(Format::OpenAiChat, &h);
+        let tool = f["messages"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|m| m["role"] == "tool")
+            .cloned()
+            .unwrap();
+        assert_eq!(tool["content"], "{\"error\":\"ok\"}", "{f}");
+    }
+
+    #[test]
     fn images_by_reference_and_signed_thinking() {
         let h = history(
             vec![

@@ -19,7 +19,7 @@ const FORMAT: &str = "OpenAI Chat Completions";
 pub fn render(history: &History) -> (Fields<'_>, Vec<String>) {
     let messages = &history.messages;
     let mut warnings = Vec::new();
-    let (pairing, mut outcomes) = parts::tool_calls(history);
+    let (pairing, outcomes) = parts::tool_calls(history);
     pairing.warnings(messages, FORMAT, &mut warnings);
 
     let mut out: Vec<Out> = Vec::new();
@@ -45,7 +45,7 @@ pub fn render(history: &History) -> (Fields<'_>, Vec<String>) {
         for (pi, part) in parts::parts(message).iter().enumerate() {
             match parts::kind(part) {
                 "tool_call_response" => {
-                    let outcome = outcomes.next();
+                    let outcome = outcomes.of(mi, pi);
                     if pairing.skip(mi, pi) {
                         continue;
                     }

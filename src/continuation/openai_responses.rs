@@ -18,7 +18,7 @@ const FORMAT: &str = "OpenAI Responses";
 pub fn render<'h>(history: &'h History) -> (Fields<'h>, Vec<String>) {
     let messages = &history.messages;
     let mut warnings = Vec::new();
-    let (pairing, mut outcomes) = parts::tool_calls(history);
+    let (pairing, outcomes) = parts::tool_calls(history);
     pairing.warnings(messages, FORMAT, &mut warnings);
     let mut input: Vec<Out> = Vec::new();
 
@@ -74,7 +74,7 @@ pub fn render<'h>(history: &'h History) -> (Fields<'h>, Vec<String>) {
                     });
                 }
                 "tool_call_response" => {
-                    let outcome = outcomes.next();
+                    let outcome = outcomes.of(mi, pi);
                     if pairing.skip(mi, pi) {
                         continue;
                     }

@@ -163,19 +163,21 @@ pub fn instructions_text(history: &History) -> Option<String> {
     (!texts.is_empty()).then(|| texts.join("\n\n"))
 }
 
-/// The outcome of each `tool_call_response` of a history, in history order (see
-/// [`tool_calls`]); a renderer takes one per response part it meets.
+/// The outcome of each `tool_call_response` of a history (see [`tool_calls`]), by position.
 pub struct Outcomes {
-    list: Vec<Outcome>,
-    at: usize,
+    /// `((message index, part index), outcome)` in history order.
+    list: Vec<((usize, usize), Outcome)>,
 }
 
 impl Outcomes {
-    /// The outcome of the next response part (in history order).
-    pub fn next(&mut self) -> Outcome {
-        let outcome = self.list.get(self.at).copied().unwrap_or(Outcome::Success);
-        self.at += 1;
-        outcome
+    /// The outcome of the response part at `(message, part)` (success for a part that is not a
+    /// response).
+    pub fn of(&self, message: usize, part: usize) -> Outcome {
+        self.list
+            .binary_search_by_key(&(message, part), |&(at, _)| at)
+            .ok()
+            .and_then(|i| self.list.get(i))
+            .map_or(Outcome::Success, |&(_, outcome)| outcome)
     }
 }
 
@@ -183,8 +185,7 @@ impl Outcomes {
 /// responses. A synthesized part says its own outcome; otherwise the n-th response with an id
 /// matches the n-th ledger entry with it.
 pub fn tool_calls(history: &History) -> (Pairing, Outcomes) {
-    let (pairing, list) = Pairing::walk(&history.messages, Some(&history.effects));
-    (pairing, Outcomes { list, at: 0 })
+    Pairing::walk(&history.messages, Some(&history.effects))
 }
 
 /// The outcome of a response part whose id has had `n` responses before it.
@@ -221,7 +222,7 @@ impl Pairing {
     }
 
     /// [`Pairing::of`], and with `effects` the outcome of each response too.
-    fn walk(messages: &[Arc<Value>], effects: Option<&Effects>) -> (Self, Vec<Outcome>) {
+    fn walk(messages: &[Arc<Value>], effects: Option<&Effects>) -> (Self, Outcomes) {
         let mut open: Vec<(&str, usize, usize)> = Vec::new();
         let mut orphans = Vec::new();
         let mut outcomes = Vec::new();
@@ -235,7 +236,7 @@ impl Pairing {
                         let id = field(part, "id");
                         if let Some(effects) = effects {
                             let n = seen.entry(id).or_insert(0);
-                            outcomes.push(outcome_of(part, id, *n, effects));
+                            outcomes.push(((mi, pi), outcome_of(part, id, *n, effects)));
                             *n += 1;
                         }
                         match open.iter().position(|(o, _, _)| *o == id) {
@@ -253,7 +254,7 @@ impl Pairing {
             unanswered: open.into_iter().map(|(_, m, p)| (m, p)).collect(),
             orphans,
         };
-        (pairing, outcomes)
+        (pairing, Outcomes { list: outcomes })
     }
 
     /// True when the part at `(message, part)` must be left out.
