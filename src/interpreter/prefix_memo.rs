@@ -42,22 +42,20 @@ pub struct MemoMessage {
     pub body: Value,
 }
 
-/// Consecutive elements of a history and the raw bytes they were parsed from (for the first
-/// segment, from the start of the string; for the others, from the end of the previous element,
-/// separator included).
+/// Consecutive elements of a history, and the index of the first of them in the history.
 #[derive(Debug)]
 struct Segment {
-    raw: Box<str>,
+    first: usize,
     messages: Vec<MemoMessage>,
 }
 
-/// The first messages of a history, interpreted once and shared: cloning is cheap (one pointer
-/// per segment), bodies are never copied.
+/// The first messages of a history, interpreted once and shared: cloning is cheap (one pointer),
+/// bodies are never copied, and extending a list nobody else holds pushes one segment in place
+/// (a step of a long run costs what it adds, not what the run holds).
 #[derive(Debug, Clone, Default)]
 pub struct SharedMessages {
-    segments: Vec<Arc<Segment>>,
+    segments: Arc<Vec<Arc<Segment>>>,
     len: usize,
-    raw_len: usize,
 }
 
 impl SharedMessages {
@@ -76,45 +74,34 @@ impl SharedMessages {
         self.segments.iter().flat_map(|s| s.messages.iter())
     }
 
-    /// The messages from index `from` on, with their index; whole segments before it are
-    /// skipped without being walked.
+    /// The messages from index `from` on, with their index; the segments before the one that
+    /// holds it are skipped by a binary search, not walked.
     pub fn iter_from(&self, from: usize) -> impl Iterator<Item = (usize, &MemoMessage)> + '_ {
-        let mut start = 0;
-        self.segments.iter().flat_map(move |s| {
-            let first = start;
-            start += s.messages.len();
-            let skip = from.saturating_sub(first).min(s.messages.len());
+        let start = self
+            .segments
+            .partition_point(|s| s.first + s.messages.len() <= from);
+        self.segments[start..].iter().flat_map(move |s| {
+            let first = s.first;
             s.messages
                 .iter()
                 .enumerate()
-                .skip(skip)
+                .skip(from.saturating_sub(first))
                 .map(move |(i, m)| (first + i, m))
         })
     }
 
-    /// The messages, followed by `segment` when it holds any.
-    fn extended(&self, segment: Segment) -> SharedMessages {
-        let mut out = self.clone();
-        if !segment.messages.is_empty() {
-            out.len += segment.messages.len();
-            out.raw_len += segment.raw.len();
-            out.segments.push(Arc::new(segment));
+    /// The messages, followed by `messages` when there are any; in place unless another list
+    /// still holds the segments (then their pointers are copied, never the messages).
+    fn extended(mut self, messages: Vec<MemoMessage>) -> SharedMessages {
+        if !messages.is_empty() {
+            let segment = Segment {
+                first: self.len,
+                messages,
+            };
+            self.len += segment.messages.len();
+            Arc::make_mut(&mut self.segments).push(Arc::new(segment));
         }
-        out
-    }
-
-    /// The length of the raw bytes the messages were parsed from, when `raw` starts with them.
-    fn prefix_of(&self, raw: &str) -> Option<usize> {
-        let bytes = raw.as_bytes();
-        let mut at = 0;
-        for s in &self.segments {
-            let expected = s.raw.as_bytes();
-            if bytes.get(at..at + expected.len())? != expected {
-                return None;
-            }
-            at += expected.len();
-        }
-        Some(at)
+        self
     }
 }
 
@@ -142,9 +129,11 @@ pub struct MemoRead {
     pub reused: usize,
 }
 
-/// A memoised history: its messages and their references.
+/// A memoised history: the raw bytes its messages were parsed from (from the start of the string
+/// to the end of its last element, in one buffer), its messages and their references.
 struct Entry {
     tick: u64,
+    raw: String,
     messages: SharedMessages,
     references: Arc<Vec<MessageRef>>,
 }
@@ -170,7 +159,7 @@ impl Lru {
     /// Uncounts an entry taken out.
     fn forget(&mut self, entry: &Entry) {
         self.messages = self.messages.saturating_sub(entry.messages.len);
-        self.bytes = self.bytes.saturating_sub(entry.messages.raw_len);
+        self.bytes = self.bytes.saturating_sub(entry.raw.len());
     }
 }
 
@@ -221,29 +210,36 @@ impl PrefixMemo {
     /// non-empty array of elements `accept`ed (the caller then interprets it in full, which
     /// also gives the reason).
     pub fn read(&self, key: &str, raw: &str, accept: impl Fn(&Value) -> bool) -> Option<MemoRead> {
-        // Taken out while extending, so its reference list is not shared and grows in place.
-        let read = match self.take(key) {
+        // Taken out while extending, so its raw bytes, segment list and reference list are not
+        // shared and grow in place.
+        let (read, kept) = match self.take(key) {
             Some(previous) => match Self::extend(previous, raw, &accept) {
-                Some(read) => read,
+                Some(extended) => extended,
                 None => Self::parse(raw, &accept)?,
             },
             None => Self::parse(raw, &accept)?,
         };
-        self.put(key, read.messages.clone(), read.references.clone());
+        self.put(key, kept, read.messages.clone(), read.references.clone());
         Some(read)
     }
 
-    /// `previous` followed by the elements of `raw` after it, when `raw` extends it.
-    fn extend(previous: Entry, raw: &str, accept: &impl Fn(&Value) -> bool) -> Option<MemoRead> {
+    /// `previous` followed by the elements of `raw` after it, when `raw` extends it; with the raw
+    /// bytes of the extended history.
+    fn extend(
+        previous: Entry,
+        raw: &str,
+        accept: &impl Fn(&Value) -> bool,
+    ) -> Option<(MemoRead, String)> {
         let Entry {
+            raw: mut kept,
             messages: previous,
             mut references,
             ..
         } = previous;
-        if references.len() != previous.len() {
+        if references.len() != previous.len() || !raw.as_bytes().starts_with(kept.as_bytes()) {
             return None;
         }
-        let at = previous.prefix_of(raw)?;
+        let at = kept.len();
         let rest = raw.get(at..)?;
         let after = rest.trim_start_matches(is_json_whitespace);
         if let Some(end) = after.strip_prefix(']') {
@@ -251,10 +247,13 @@ impl PrefixMemo {
             return end
                 .trim_start_matches(is_json_whitespace)
                 .is_empty()
-                .then(|| MemoRead {
-                    reused: previous.len(),
-                    messages: previous,
-                    references,
+                .then(|| {
+                    let read = MemoRead {
+                        reused: previous.len(),
+                        messages: previous,
+                        references,
+                    };
+                    (read, kept)
                 });
         }
         let more = after.strip_prefix(',')?;
@@ -266,21 +265,19 @@ impl PrefixMemo {
         }
         let messages = interpret(items, accept)?;
         let end = at + end_of_last_element(rest)?;
-        let segment = Segment {
-            raw: raw.get(at..end)?.into(),
-            messages,
-        };
+        kept.push_str(raw.get(at..end)?);
         // In place unless an interpretation still holds the list (then it is copied).
-        Arc::make_mut(&mut references).extend(segment.messages.iter().map(|m| m.reference.clone()));
-        Some(MemoRead {
+        Arc::make_mut(&mut references).extend(messages.iter().map(|m| m.reference.clone()));
+        let read = MemoRead {
             reused: previous.len(),
-            messages: previous.extended(segment),
+            messages: previous.extended(messages),
             references,
-        })
+        };
+        Some((read, kept))
     }
 
-    /// Every element of `raw`, parsed and hashed now.
-    fn parse(raw: &str, accept: &impl Fn(&Value) -> bool) -> Option<MemoRead> {
+    /// Every element of `raw`, parsed and hashed now; with the raw bytes of the history.
+    fn parse(raw: &str, accept: &impl Fn(&Value) -> bool) -> Option<(MemoRead, String)> {
         let Ok(Value::Array(items)) = serde_json::from_str::<Value>(raw) else {
             return None;
         };
@@ -288,20 +285,14 @@ impl PrefixMemo {
             return None;
         }
         let messages = interpret(items, accept)?;
-        let segment = Segment {
-            raw: raw.get(..end_of_last_element(raw)?)?.into(),
-            messages,
-        };
-        let references = segment
-            .messages
-            .iter()
-            .map(|m| m.reference.clone())
-            .collect();
-        Some(MemoRead {
-            messages: SharedMessages::default().extended(segment),
+        let kept = raw.get(..end_of_last_element(raw)?)?.to_string();
+        let references = messages.iter().map(|m| m.reference.clone()).collect();
+        let read = MemoRead {
+            messages: SharedMessages::default().extended(messages),
             references: Arc::new(references),
             reused: 0,
-        })
+        };
+        Some((read, kept))
     }
 
     /// Takes the entry of `key` out of the memo (it is put back, extended, by [`Self::put`]).
@@ -312,8 +303,14 @@ impl PrefixMemo {
         Some(entry)
     }
 
-    fn put(&self, key: &str, messages: SharedMessages, references: Arc<Vec<MessageRef>>) {
-        if messages.len > self.max_messages || messages.raw_len > self.max_bytes {
+    fn put(
+        &self,
+        key: &str,
+        raw: String,
+        messages: SharedMessages,
+        references: Arc<Vec<MessageRef>>,
+    ) {
+        if messages.len > self.max_messages || raw.len() > self.max_bytes {
             return;
         }
         let Ok(mut lru) = self.inner.lock() else {
@@ -321,9 +318,10 @@ impl PrefixMemo {
         };
         lru.tick += 1;
         lru.messages += messages.len;
-        lru.bytes += messages.raw_len;
+        lru.bytes += raw.len();
         let entry = Entry {
             tick: lru.tick,
+            raw,
             messages,
             references,
         };
@@ -419,6 +417,44 @@ mod tests {
         assert_eq!(read_as_full(&memo, "run", &array(&history)), history.len());
         // Another key does not see this run's history.
         assert_eq!(read_as_full(&memo, "other", &array(&history)), 0);
+    }
+
+    #[test]
+    fn messages_from_an_index_are_found_across_segments() {
+        let memo = PrefixMemo::default();
+        let mut history = vec![message("user", "go")];
+        for k in 0..6 {
+            for j in 0..=k {
+                history.push(message("assistant", &format!("step {k}.{j}")));
+            }
+            memo.read("run", &array(&history), is_message).unwrap();
+        }
+        let read = memo.read("run", &array(&history), is_message).unwrap();
+        let all: Vec<(usize, &MemoMessage)> = read.messages.iter().enumerate().collect();
+        assert_eq!(all.len(), history.len());
+        for from in 0..=history.len() + 1 {
+            let found: Vec<usize> = read.messages.iter_from(from).map(|(i, _)| i).collect();
+            let expected: Vec<usize> = all.iter().skip(from).map(|(i, _)| *i).collect();
+            assert_eq!(found, expected, "from {from}");
+            for (i, m) in read.messages.iter_from(from) {
+                assert!(std::ptr::eq(m, all[i].1));
+            }
+        }
+    }
+
+    #[test]
+    fn a_history_held_by_nobody_else_is_extended_in_place() {
+        let memo = PrefixMemo::default();
+        let mut history = vec![message("user", "go")];
+        let first = memo.read("run", &array(&history), is_message).unwrap();
+        let segments = Arc::as_ptr(&first.messages.segments);
+        drop(first);
+        for k in 0..3 {
+            history.push(message("assistant", &format!("step {k}")));
+            let next = memo.read("run", &array(&history), is_message).unwrap();
+            assert_eq!(Arc::as_ptr(&next.messages.segments), segments);
+            assert_eq!(next.reused, history.len() - 1);
+        }
     }
 
     #[test]
