@@ -488,7 +488,7 @@ async fn report(
     println!(
         "continuation of the latest snapshot ({} iterations each; the whole answer: load + render + \
          JSON, as the API gives it). cold: every cache emptied before each read (RocksDB's block \
-         cache stays warm); next-step: emptied but for the history of the step before; prefetched: emptied, then the run loaded ahead as the service does \
+         cache stays warm); next-step: emptied but for the history of the step before, and the context held as read one revision ago (the ledger read again, decoding only what changed); prefetched: emptied, then the run loaded ahead as the service does \
          once a run is quiet (history, effects, provenance, and the answers to the requests seen \
          most recently, this format's among them), and the first read after it timed; render: \
          history and context cached, the answer rendered again each time; warm: the kept answer:",
@@ -528,10 +528,12 @@ async fn report(
                 }
                 if mode == "next-step" {
                     // The history of the step before in memory, as after a read or a load
-                    // ahead one step earlier; effects and provenance read anew (not timed).
+                    // ahead one step earlier, and the run's context held as read one revision
+                    // ago: the ledger is read again (decoding only entries whose bytes changed
+                    // since) and provenance anew (not timed).
                     store.clear_history_cache();
                     continuation::load(store, continuations.contexts(), run.clone(), previous)?;
-                    continuations.contexts().clear();
+                    continuations.contexts().outdate();
                 }
                 if mode == "prefetched" {
                     // What the service does once the run has been quiet (not timed).

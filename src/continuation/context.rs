@@ -10,9 +10,10 @@
 //! only.
 
 use std::collections::HashMap;
+use std::hash::BuildHasher;
 use std::sync::{Arc, Mutex};
 
-use rustc_hash::FxHashMap;
+use rustc_hash::{FxBuildHasher, FxHashMap};
 
 use crate::domain::{EffectOutcome, IdMap, IdSet, MessageHash, NodeId, ToolEffect};
 use crate::store::{ModelRequestRecord, RunNodes, Store, StoreError};
@@ -118,9 +119,39 @@ pub struct Effects {
     order: Vec<u32>,
     /// Each tool-call id's `(start, len)` in `order`.
     by_call: FxHashMap<Box<str>, (u32, u32)>,
+    /// Per entry, a 64-bit hash and the length of its stored bytes (empty unless read from the
+    /// store), so the next read of the ledger can tell which entries are unchanged.
+    stored: Vec<(u64, usize)>,
 }
 
 impl Effects {
+    /// Reads the run's ledger. An entry whose stored bytes have the hash and length of the entry
+    /// at the same position in `prior` (an earlier read of the same run) takes that entry's
+    /// outcome instead of being decoded: a run's next step mostly adds or changes a few entries
+    /// of a long ledger, and decoding every entry's JSON (arguments and results included) was
+    /// most of a read. Taking a changed entry for an unchanged one needs its new bytes to have
+    /// the old ones' length and 64-bit hash.
+    fn read(
+        store: &Store,
+        run_id: &str,
+        prior: Option<&Effects>,
+    ) -> Result<(Self, Vec<ToolEffect>), StoreError> {
+        let mut stored: Vec<(u64, usize)> = Vec::new();
+        let (outcomes, unresolved) = store.effect_outcomes_with(run_id, |bytes| {
+            let at = stored.len();
+            let seen = (FxBuildHasher.hash_one(bytes), bytes.len());
+            stored.push(seen);
+            let prior = prior?;
+            if prior.stored.get(at) != Some(&seen) {
+                return None;
+            }
+            prior.outcomes.get(at).cloned()
+        })?;
+        let mut effects = Self::new(outcomes);
+        effects.stored = stored;
+        Ok((effects, unresolved))
+    }
+
     /// Indexes the ledger outcomes, given in request order.
     pub fn new(outcomes: Vec<EffectOutcome>) -> Self {
         let mut order: Vec<u32> = (0..outcomes.len())
@@ -148,6 +179,7 @@ impl Effects {
             outcomes,
             order,
             by_call,
+            stored: Vec::new(),
         }
     }
 
@@ -229,12 +261,10 @@ impl ContextCache {
         let (effects, unresolved, held_provenance) = match cached {
             Some(c) => (c.effects, c.unresolved, c.provenance),
             None => {
-                let (outcomes, unresolved) = store.effect_outcomes(run_id)?;
-                (
-                    Arc::new(Effects::new(outcomes)),
-                    Arc::from(unresolved),
-                    None,
-                )
+                // The ledger read at an earlier revision, if any, spares decoding what is unchanged.
+                let prior = self.prior_effects(run_id);
+                let (effects, unresolved) = Effects::read(store, run_id, prior.as_deref())?;
+                (Arc::new(effects), Arc::from(unresolved), None)
             }
         };
         let provenance = match (provenance, held_provenance) {
@@ -249,6 +279,15 @@ impl ContextCache {
         };
         self.keep(run_id, revision, &context);
         Ok(context)
+    }
+
+    /// The ledger last read for `run_id`, at whatever revision.
+    fn prior_effects(&self, run_id: &str) -> Option<Arc<Effects>> {
+        let entries = self.entries.lock().ok()?;
+        entries
+            .runs
+            .get(run_id)
+            .map(|entry| entry.context.effects.clone())
     }
 
     fn lookup(&self, run_id: &str, revision: u64) -> Option<RunContext> {
@@ -293,6 +332,17 @@ impl ContextCache {
             };
             if let Some(evicted) = entries.runs.remove(&oldest) {
                 entries.held = entries.held.saturating_sub(evicted.context.items());
+            }
+        }
+    }
+
+    /// Marks every context held as read at the revision before the one it was read at, as if
+    /// its run had been written since (for benchmarks measuring the read after a run's next
+    /// step: the context is read again, with what it held to go on).
+    pub fn outdate(&self) {
+        if let Ok(mut entries) = self.entries.lock() {
+            for entry in entries.runs.values_mut() {
+                entry.revision = entry.revision.wrapping_sub(1);
             }
         }
     }
@@ -444,6 +494,36 @@ mod tests {
         // request 4 arrives twice in one group, moved both times.
         apply(store, &[request(3, 90, "31"), request(2, 200, "21")]);
         apply(store, &[request(4, 310, "40"), request(4, 320, "41")]);
+    }
+
+    #[test]
+    fn a_ledger_read_again_decodes_only_entries_whose_bytes_changed() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path(), false).unwrap();
+        apply(&store, &crate::test_fixtures::delegate_scenario());
+        let run = run_id(1);
+        let (first, unresolved) = Effects::read(&store, &run, None).unwrap();
+        assert!(!first.is_empty(), "the outer run called a tool");
+        assert_eq!(first.stored.len(), first.len());
+        assert_eq!(
+            (first.outcomes().to_vec(), unresolved.clone()),
+            store.effect_outcomes(&run).unwrap()
+        );
+        // A prior read whose first entry has the same stored bytes is taken at its word (the
+        // planted name shows it was not decoded again) ...
+        let mut planted = Effects::read(&store, &run, None).unwrap().0;
+        planted.outcomes[0].tool_name = "planted".into();
+        let (again, _) = Effects::read(&store, &run, Some(&planted)).unwrap();
+        assert_eq!(again.outcomes()[0].tool_name, "planted");
+        assert_eq!(again.outcomes()[1..], first.outcomes()[1..]);
+        // ... and one whose bytes differ is decoded.
+        planted.stored[0].0 ^= 1;
+        let (fresh, _) = Effects::read(&store, &run, Some(&planted)).unwrap();
+        assert_eq!(fresh.outcomes(), first.outcomes());
+        // A prior of another length lines up by position only.
+        let short = Effects::new(Vec::new());
+        let (alone, _) = Effects::read(&store, &run, Some(&short)).unwrap();
+        assert_eq!(alone.outcomes(), first.outcomes());
     }
 
     #[test]

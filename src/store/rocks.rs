@@ -393,10 +393,24 @@ impl Store {
         &self,
         run_id: &str,
     ) -> Result<(Vec<EffectOutcome>, Vec<ToolEffect>), StoreError> {
+        self.effect_outcomes_with(run_id, |_| None)
+    }
+
+    /// [`Store::effect_outcomes`], first asking `known` about each entry's stored bytes (called
+    /// once per entry, in request order): an outcome it gives is taken instead of decoding the
+    /// entry, so a caller that read the ledger before decodes only what changed since.
+    pub fn effect_outcomes_with(
+        &self,
+        run_id: &str,
+        mut known: impl FnMut(&[u8]) -> Option<EffectOutcome>,
+    ) -> Result<(Vec<EffectOutcome>, Vec<ToolEffect>), StoreError> {
         let prefix = keys::run_prefix(run_id);
         let (mut outcomes, mut unresolved) = (Vec::new(), Vec::new());
         self.scan(cf::EFFECTS, &prefix, &prefix, |_, v| {
-            let outcome: EffectOutcome = decode(cf::EFFECTS, v)?;
+            let outcome: EffectOutcome = match known(v) {
+                Some(outcome) => outcome,
+                None => decode(cf::EFFECTS, v)?,
+            };
             if outcome.status.is_unresolved() {
                 unresolved.push(decode(cf::EFFECTS, v)?);
             }
