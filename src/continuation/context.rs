@@ -6,8 +6,9 @@
 //! run's revision ([`RunMeta::revision`](crate::interpreter::RunMeta), raised by every write of
 //! the run's derived state): an entry is used only while the revision it was read at is the
 //! run's current one, so a cached context is never older than what a read without the cache
-//! would give. Bounded by [`CONTEXT_CACHE_ITEMS`], least recently used run first out; in memory
-//! only.
+//! would give. When the revision has moved on, the ledger is read again, but the entries whose
+//! stored bytes are unchanged keep the outcomes decoded before ([`Effects`]). Bounded by
+//! [`CONTEXT_CACHE_ITEMS`], least recently used run first out; in memory only.
 
 use std::collections::HashMap;
 use std::hash::BuildHasher;
