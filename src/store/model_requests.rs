@@ -132,14 +132,7 @@ fn corrupt(reason: &str) -> StoreError {
 /// Decodes a model-request record.
 pub fn decode(bytes: &[u8]) -> Result<ModelRequestRecord, StoreError> {
     let mut r = Reader::new(bytes, cf::MODEL_REQUESTS, RECORD);
-    let format = r.byte()?;
-    if format != FORMAT {
-        return Err(corrupt(&format!("unknown format {format}")));
-    }
-    let flags = r.byte()?;
-    if flags & !KNOWN_FLAGS != 0 {
-        return Err(corrupt(&format!("unknown flags {flags:#04x}")));
-    }
+    let flags = r.header(FORMAT, KNOWN_FLAGS)?;
     let span_id = r.text()?;
     let start_ns = r.varint()?;
     let end_ns = r.varint()?;

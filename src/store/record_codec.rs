@@ -54,6 +54,21 @@ impl<'a> Reader<'a> {
         Ok(head)
     }
 
+    /// The record's header: its format byte, which must be `format`, then its flags byte, of
+    /// which only `known_flags` may be set (a record written by a later version is an error,
+    /// not misread). Gives the flags.
+    pub(super) fn header(&mut self, format: u8, known_flags: u8) -> Result<u8, StoreError> {
+        let found = self.byte()?;
+        if found != format {
+            return Err(self.corrupt(&format!("unknown format {found}")));
+        }
+        let flags = self.byte()?;
+        if flags & !known_flags != 0 {
+            return Err(self.corrupt(&format!("unknown flags {flags:#04x}")));
+        }
+        Ok(flags)
+    }
+
     /// The next byte.
     pub(super) fn byte(&mut self) -> Result<u8, StoreError> {
         Ok(self.take(1)?[0])

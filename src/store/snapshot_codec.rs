@@ -27,6 +27,7 @@ const TIP: u8 = 1 << 2;
 const REASON: u8 = 1 << 3;
 const INSTRUCTIONS: u8 = 1 << 4;
 const TEXT_TIME: u8 = 1 << 5;
+const KNOWN_FLAGS: u8 = INTERRUPTED | RECONSTRUCTED | TIP | REASON | INSTRUCTIONS | TEXT_TIME;
 
 /// The nanosecond time a timestamp is the canonical text of, if it is one.
 fn nanos_of(text: &str) -> Option<u64> {
@@ -94,11 +95,7 @@ fn corrupt(reason: &str) -> StoreError {
 /// Decodes a snapshot record.
 pub fn decode(bytes: &[u8]) -> Result<SnapshotRecord, StoreError> {
     let mut r = Reader::new(bytes, cf::SNAPSHOTS, RECORD);
-    let format = r.byte()?;
-    if format != FORMAT {
-        return Err(corrupt(&format!("unknown format {format}")));
-    }
-    let flags = r.byte()?;
+    let flags = r.header(FORMAT, KNOWN_FLAGS)?;
     let seq = r.u32()?;
     let step_index = r.u32()?;
     let message_count = r.u32()?;
@@ -220,6 +217,12 @@ mod tests {
             .unwrap_err()
             .to_string()
             .contains("format 9"));
+        let mut flagged = bytes.clone();
+        flagged[1] |= 1 << 7;
+        assert!(decode(&flagged)
+            .unwrap_err()
+            .to_string()
+            .contains("unknown flags"));
         let mut longer = bytes;
         longer.push(0);
         assert!(decode(&longer).is_err());
