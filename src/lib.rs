@@ -13,6 +13,7 @@ pub mod domain;
 pub mod exporter;
 pub mod ingest;
 pub mod interpreter;
+pub mod limits;
 pub mod media;
 pub mod receiver;
 pub mod service;
