@@ -21,6 +21,9 @@ pub enum ServiceErrorCode {
     MethodNotAllowed,
     /// Missing or wrong credentials (HTTP 401 / gRPC UNAUTHENTICATED).
     Unauthorized,
+    /// The request is not allowed whatever its credentials, e.g. a `Host` the API does not
+    /// answer to (HTTP 403 / gRPC PERMISSION_DENIED).
+    Forbidden,
     /// A conflicting state, e.g. abandoning a run that already ended (HTTP 409 / gRPC FAILED_PRECONDITION).
     Conflict,
     /// Temporarily unable to take the request; the client should retry (HTTP 503 / gRPC UNAVAILABLE).
@@ -40,6 +43,7 @@ impl ServiceErrorCode {
             Self::UnsupportedMediaType => S::UNSUPPORTED_MEDIA_TYPE,
             Self::MethodNotAllowed => S::METHOD_NOT_ALLOWED,
             Self::Unauthorized => S::UNAUTHORIZED,
+            Self::Forbidden => S::FORBIDDEN,
             Self::Conflict => S::CONFLICT,
             Self::Unavailable => S::SERVICE_UNAVAILABLE,
             Self::Internal => S::INTERNAL_SERVER_ERROR,
@@ -55,6 +59,7 @@ impl ServiceErrorCode {
             Self::PayloadTooLarge => C::ResourceExhausted,
             Self::MethodNotAllowed => C::Unimplemented,
             Self::Unauthorized => C::Unauthenticated,
+            Self::Forbidden => C::PermissionDenied,
             Self::Conflict => C::FailedPrecondition,
             Self::Unavailable => C::Unavailable,
             Self::Internal => C::Internal,

@@ -84,6 +84,9 @@ pub enum ReceiverError {
         /// The request path.
         path: String,
     },
+    /// The request's credentials were missing or wrong.
+    #[error(transparent)]
+    Unauthenticated(#[from] super::auth::AuthError),
     /// The ingest service did not accept the request.
     #[error(transparent)]
     Ingest(#[from] IngestError),
@@ -114,6 +117,7 @@ impl ServiceError for ReceiverError {
             Self::MethodNotAllowed { .. } => ServiceErrorCode::MethodNotAllowed,
             Self::NotFound { .. } => ServiceErrorCode::NotFound,
             Self::Ingest(err) => err.error_code(),
+            Self::Unauthenticated(err) => err.error_code(),
             Self::Internal(_) | Self::GrpcServer(_) | Self::HttpServer(_) => {
                 ServiceErrorCode::Internal
             }
