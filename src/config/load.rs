@@ -5,6 +5,7 @@ use std::sync::Arc;
 
 use serde_yaml_ng::Value;
 
+use super::auth::{with_secret_problems, SecretReferences};
 use super::error::{ConfigError, ConfigProblem};
 use super::expand::expand_env;
 use super::model::Config;
@@ -44,11 +45,14 @@ impl Config {
                 format!("invalid YAML merge key (<<): {error}"),
             )])
         })?;
+        // Secrets written as ${env:VAR} are noted before substitution, so one that resolves
+        // empty stops the start instead of silently turning authentication off.
+        let secrets = SecretReferences::find(&root);
         let problems = expand_env(&mut root, env, source);
         if !problems.is_empty() {
             return Err(invalid(problems));
         }
-        validate(&root, source).map_err(invalid)
+        with_secret_problems(secrets.check(&root), validate(&root, source)).map_err(invalid)
     }
 }
 
@@ -197,14 +201,18 @@ service:
             config.receiver.grpc,
             Some(GrpcReceiverConfig {
                 endpoint: "0.0.0.0:14317".into(),
-                max_recv_msg_size: 8 * 1024 * 1024
+                max_recv_msg_size: 8 * 1024 * 1024,
+                tls: None,
+                auth: None,
             })
         );
         assert_eq!(
             config.receiver.http,
             Some(HttpReceiverConfig {
                 endpoint: "[::1]:14318".into(),
-                max_request_body_size: 1_048_576
+                max_request_body_size: 1_048_576,
+                tls: None,
+                auth: None,
             })
         );
         assert_eq!(
@@ -226,7 +234,8 @@ service:
             config.api,
             ApiConfig {
                 endpoint: "localhost:9000".into(),
-                bearer_token: Some("s3cret".into())
+                bearer_token: Some("s3cret".into()),
+                ..ApiConfig::default()
             }
         );
         assert_eq!(
@@ -314,6 +323,7 @@ receivers:
 extensions:
   stepline_api:
     bearer_token: ${env:UNSET_TOKEN}
+    allow_no_auth: true
 service:
   pipelines:
     traces:
@@ -342,7 +352,7 @@ service:
     traces:
       receivers: [otlp]
 ";
-        let defaults = load(yaml).unwrap();
+        let defaults = load_with(yaml, &[("TOKEN", "t")]).unwrap();
         assert!(!defaults.storage.sync);
         assert_eq!(
             defaults.receiver.grpc.unwrap().max_recv_msg_size,
@@ -358,7 +368,9 @@ service:
         // A numeric token is still text, exactly as written.
         assert_eq!(from_env.api.bearer_token.as_deref(), Some("12345"));
         // A non-boolean from the environment is a type error at the key.
-        let error = load_with(yaml, &[("SYNC", "yes")]).unwrap_err().to_string();
+        let error = load_with(yaml, &[("SYNC", "yes"), ("TOKEN", "t")])
+            .unwrap_err()
+            .to_string();
         assert_eq!(
             error,
             "collector.yaml: extensions.stepline_storage.sync: invalid type: string \"yes\", \
@@ -390,7 +402,7 @@ service:
         assert_eq!(
             lines,
             ["collector.yaml: receivers.otlp.protocols.grpc.endpiont: unknown field `endpiont`, \
-              expected `endpoint` or `max_recv_msg_size_mib`"]
+              expected one of `endpoint`, `max_recv_msg_size_mib`, `tls`, `auth`"]
         );
     }
 
@@ -458,7 +470,7 @@ service:
         assert_has(
             &lines,
             "collector.yaml: extensions.pprof: unknown extension type \"pprof\" (known types: \
-             stepline_storage, stepline_api, health_check)",
+             stepline_storage, stepline_api, health_check, bearertokenauth)",
         );
         let lines = error_lines(
             "receivers:\n  kafka:\n  otlp:\n    protocols:\n      http:\n\
@@ -745,9 +757,11 @@ service:
             "expected examples in config/: {examples:?}"
         );
         files.extend(examples);
+        // The examples that require tokens get them from the environment.
+        let tokens = |name: &str| name.ends_with("_TOKEN").then(|| "t0ken".to_owned());
         for file in files {
             let text = std::fs::read_to_string(&file).unwrap();
-            let config = Config::from_yaml(&text, &file, &no_env)
+            let config = Config::from_yaml(&text, &file, &tokens)
                 .unwrap_or_else(|error| panic!("{} does not load:\n{error}", file.display()));
             assert!(config.receiver.grpc.is_some() || config.receiver.http.is_some());
         }

@@ -13,11 +13,13 @@
 //!   no effect: stepline commits every request durably before acknowledging it, and batching
 //!   for the backend belongs to the exporters);
 //! - extensions `stepline_storage` (with `media`, the object store for large binary parts),
-//!   `stepline_api` and `health_check`;
+//!   `stepline_api` and `health_check`, and `bearertokenauth` (receiver authentication, see
+//!   [`ReceiverAuthConfig`]; receivers also take `tls`, see [`ServerTlsConfig`]);
 //! - exporters `otlp` (gRPC) and `otlphttp` (protobuf or JSON), see [`ExporterConfig`].
 //!
 //! Unknown keys and unknown component types stop the start.
 
+mod auth;
 mod duration;
 mod endpoint;
 mod error;
@@ -30,6 +32,7 @@ mod raw;
 mod telemetry;
 mod validate;
 
+pub use auth::{ReceiverAuthConfig, ServerTlsConfig, TlsVersion, DEFAULT_AUTH_SCHEME};
 pub use error::{ConfigError, ConfigProblem};
 pub use model::{
     ApiConfig, Compression, Config, ExporterConfig, ExporterProtocol, GrpcReceiverConfig,

@@ -5,6 +5,8 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
+use super::auth::{ReceiverAuthConfig, ServerTlsConfig};
+
 /// Default OTLP/gRPC listen endpoint.
 pub const DEFAULT_GRPC_ENDPOINT: &str = "127.0.0.1:4317";
 /// Default OTLP/HTTP listen endpoint.
@@ -86,6 +88,10 @@ pub struct GrpcReceiverConfig {
     pub endpoint: String,
     /// Largest accepted request message, in bytes (`max_recv_msg_size_mib` × 1 MiB).
     pub max_recv_msg_size: usize,
+    /// `tls`: serve TLS only, when set.
+    pub tls: Option<ServerTlsConfig>,
+    /// `auth`: require a bearer token, when set.
+    pub auth: Option<ReceiverAuthConfig>,
 }
 
 impl Default for GrpcReceiverConfig {
@@ -93,6 +99,8 @@ impl Default for GrpcReceiverConfig {
         Self {
             endpoint: DEFAULT_GRPC_ENDPOINT.to_owned(),
             max_recv_msg_size: DEFAULT_GRPC_MAX_RECV_MSG_SIZE,
+            tls: None,
+            auth: None,
         }
     }
 }
@@ -104,6 +112,10 @@ pub struct HttpReceiverConfig {
     pub endpoint: String,
     /// Largest accepted request body, in bytes.
     pub max_request_body_size: usize,
+    /// `tls`: serve TLS only, when set.
+    pub tls: Option<ServerTlsConfig>,
+    /// `auth`: require a bearer token, when set.
+    pub auth: Option<ReceiverAuthConfig>,
 }
 
 impl Default for HttpReceiverConfig {
@@ -111,6 +123,8 @@ impl Default for HttpReceiverConfig {
         Self {
             endpoint: DEFAULT_HTTP_ENDPOINT.to_owned(),
             max_request_body_size: DEFAULT_HTTP_MAX_REQUEST_BODY_SIZE,
+            tls: None,
+            auth: None,
         }
     }
 }
@@ -257,6 +271,12 @@ pub struct ApiConfig {
     pub endpoint: String,
     /// When set, requests must carry `Authorization: Bearer <token>`. Never empty.
     pub bearer_token: Option<String>,
+    /// When set, `/metrics` requires `Authorization: Bearer <token>`. Never empty.
+    pub metrics_bearer_token: Option<String>,
+    /// `Host` values (lowercase `host` or `host:port`, IPv6 in brackets) answered besides
+    /// `localhost`, `127.0.0.1`, `[::1]` and the endpoint's own host. The `Host` check applies
+    /// when the API listens on a loopback address, or whenever this list is not empty.
+    pub allowed_hosts: Vec<String>,
 }
 
 impl Default for ApiConfig {
@@ -264,6 +284,8 @@ impl Default for ApiConfig {
         Self {
             endpoint: DEFAULT_API_ENDPOINT.to_owned(),
             bearer_token: None,
+            metrics_bearer_token: None,
+            allowed_hosts: Vec::new(),
         }
     }
 }

@@ -101,6 +101,10 @@ pub(crate) struct RawGrpcProtocol {
     pub(crate) endpoint: Option<Text>,
     /// `max_recv_msg_size_mib`: largest accepted request, in MiB.
     pub(crate) max_recv_msg_size_mib: Option<u64>,
+    /// `tls`: serve TLS (see `auth.rs`).
+    pub(crate) tls: Option<super::auth::RawServerTls>,
+    /// `auth`: require a bearer token (see `auth.rs`).
+    pub(crate) auth: Option<super::auth::RawReceiverAuth>,
 }
 
 /// `receivers.otlp.protocols.http`.
@@ -111,6 +115,10 @@ pub(crate) struct RawHttpProtocol {
     pub(crate) endpoint: Option<Text>,
     /// `max_request_body_size`: largest accepted body, in bytes.
     pub(crate) max_request_body_size: Option<u64>,
+    /// `tls`: serve TLS (see `auth.rs`).
+    pub(crate) tls: Option<super::auth::RawServerTls>,
+    /// `auth`: require a bearer token (see `auth.rs`).
+    pub(crate) auth: Option<super::auth::RawReceiverAuth>,
 }
 
 /// `processors.stepline`: the interpreter.
@@ -168,6 +176,15 @@ pub(crate) struct RawApiExtension {
     pub(crate) endpoint: Option<Text>,
     /// `bearer_token`: required `Authorization: Bearer` token; empty means none.
     pub(crate) bearer_token: Option<Text>,
+    /// `allow_no_auth`: a token written as `${env:VAR}` may resolve empty (no authentication).
+    /// Decoded so that a non-boolean is reported at its key; acted on by the secret check
+    /// (`auth::SecretReferences`), which reads the substituted tree.
+    #[allow(dead_code)]
+    pub(crate) allow_no_auth: Option<bool>,
+    /// `metrics_bearer_token`: token required on `/metrics`; empty means none.
+    pub(crate) metrics_bearer_token: Option<Text>,
+    /// `allowed_hosts`: more `Host` values the API answers to.
+    pub(crate) allowed_hosts: Option<Vec<Option<Text>>>,
 }
 
 /// `extensions.health_check`.

@@ -19,6 +19,10 @@ use std::time::Duration;
 use serde::de::DeserializeOwned;
 use serde_yaml_ng::{Mapping, Value};
 
+use super::auth::{
+    resolve_authenticators, validate_allowed_hosts, validate_bearer_token_auth,
+    validate_receiver_auth, validate_server_tls, validate_token, BearerTokenAuth, BEARERTOKENAUTH,
+};
 use super::duration::parse_duration;
 use super::endpoint::parse_endpoint;
 use super::error::ConfigProblem;
@@ -104,7 +108,7 @@ impl Kind {
             Self::Receiver => &[OTLP],
             Self::Processor => &[STEPLINE, BATCH],
             Self::Exporter => &[OTLP_EXPORTER, OTLPHTTP_EXPORTER],
-            Self::Extension => &[STEPLINE_STORAGE, STEPLINE_API, HEALTH_CHECK],
+            Self::Extension => &[STEPLINE_STORAGE, STEPLINE_API, HEALTH_CHECK, BEARERTOKENAUTH],
         }
     }
 }
@@ -139,6 +143,7 @@ enum ExtensionSettings {
     Storage(StorageConfig),
     Api(ApiConfig),
     HealthCheck(HealthCheckConfig),
+    BearerTokenAuth(BearerTokenAuth),
 }
 
 /// What `service` references, once decoded.
@@ -236,9 +241,30 @@ impl Validator {
             false,
         ) {
             Pick::One(Component {
+                id,
                 settings: Some(ReceiverSettings::Otlp(receiver)),
                 ..
-            }) => Some(receiver.clone()),
+            }) => {
+                let mut receiver = receiver.clone();
+                let authenticators: Vec<(&str, Option<&BearerTokenAuth>)> = extensions
+                    .iter()
+                    .filter(|component| component.type_name == BEARERTOKENAUTH)
+                    .map(|component| match &component.settings {
+                        Some(ExtensionSettings::BearerTokenAuth(auth)) => {
+                            (component.id.as_str(), Some(auth))
+                        }
+                        _ => (component.id.as_str(), None),
+                    })
+                    .collect();
+                resolve_authenticators(
+                    id,
+                    &mut receiver,
+                    &authenticators,
+                    &refs.extensions,
+                    &mut self.problems,
+                )
+                .then_some(receiver)
+            }
             Pick::Nothing => {
                 if !refs.unresolved_receivers {
                     self.problem(
@@ -464,9 +490,12 @@ impl Validator {
                 }
             }
         };
+        let (tls, auth) = self.transport(raw.tls, raw.auth, path);
         Some(GrpcReceiverConfig {
             endpoint: endpoint?,
             max_recv_msg_size: size?,
+            tls: tls?,
+            auth: auth?,
         })
     }
 
@@ -487,10 +516,38 @@ impl Validator {
                 }
             },
         };
+        let (tls, auth) = self.transport(raw.tls, raw.auth, path);
         Some(HttpReceiverConfig {
             endpoint: endpoint?,
             max_request_body_size: size?,
+            tls: tls?,
+            auth: auth?,
         })
+    }
+
+    /// A receiver protocol's `tls` and `auth` (each `Some(None)` when absent, `None` when
+    /// invalid).
+    #[allow(clippy::type_complexity)]
+    fn transport(
+        &mut self,
+        tls: Option<super::auth::RawServerTls>,
+        auth: Option<super::auth::RawReceiverAuth>,
+        path: &str,
+    ) -> (
+        Option<Option<super::auth::ServerTlsConfig>>,
+        Option<Option<super::auth::ReceiverAuthConfig>>,
+    ) {
+        let tls = match tls {
+            None => Some(None),
+            Some(raw) => validate_server_tls(raw, &format!("{path}.tls"), &mut self.problems)
+                .map(Some),
+        };
+        let auth = match auth {
+            None => Some(None),
+            Some(raw) => validate_receiver_auth(raw, &format!("{path}.auth"), &mut self.problems)
+                .map(Some),
+        };
+        (tls, auth)
     }
 
     /// Validates `<path>.endpoint`, or returns `default` when it is not given.
@@ -606,24 +663,28 @@ impl Validator {
             STEPLINE_API => {
                 let raw: RawApiExtension = self.decode(body, path)?;
                 let endpoint = self.endpoint(raw.endpoint, DEFAULT_API_ENDPOINT, path);
-                let bearer_token = match raw.bearer_token {
-                    Some(Text(token)) if token.is_empty() => Some(None),
-                    Some(Text(token))
-                        if token.chars().any(|c| c.is_whitespace() || c.is_control()) =>
-                    {
-                        self.problem(
-                            format!("{path}.bearer_token"),
-                            "must not contain spaces or control characters",
-                        );
+                let mut token = |text: Option<Text>, key: &str| match validate_token(text) {
+                    Ok(token) => Some(token),
+                    Err(message) => {
+                        self.problem(format!("{path}.{key}"), message);
                         None
                     }
-                    Some(Text(token)) => Some(Some(token)),
-                    None => Some(None),
                 };
+                let bearer_token = token(raw.bearer_token, "bearer_token");
+                let metrics_bearer_token = token(raw.metrics_bearer_token, "metrics_bearer_token");
+                let allowed_hosts =
+                    validate_allowed_hosts(raw.allowed_hosts, path, &mut self.problems);
                 Some(ExtensionSettings::Api(ApiConfig {
                     endpoint: endpoint?,
                     bearer_token: bearer_token?,
+                    metrics_bearer_token: metrics_bearer_token?,
+                    allowed_hosts: allowed_hosts?,
                 }))
+            }
+            BEARERTOKENAUTH => {
+                let raw: super::auth::RawBearerTokenAuth = self.decode(body, path)?;
+                validate_bearer_token_auth(raw, path, &mut self.problems)
+                    .map(ExtensionSettings::BearerTokenAuth)
             }
             _ => {
                 let raw: RawHealthCheckExtension = self.decode(body, path)?;
