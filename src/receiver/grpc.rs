@@ -38,11 +38,14 @@ use tokio_stream::wrappers::TcpListenerStream;
 use tonic::codec::CompressionEncoding;
 use tonic::{Code, Status};
 
+use super::auth::GrpcAuthLayer;
 use super::error::ReceiverError;
 use super::limits::ReceiverLimits;
+use super::security::ReceiverSecurity;
 use super::rpc_status::RpcStatus;
 use super::signal::{Logs, Metrics, Signal, Traces};
 use super::sink::ExportSink;
+use super::tls::TlsIncoming;
 use crate::service_error::ServiceError;
 
 /// Serves OTLP/gRPC on `listener` until `shutdown` completes, then drains open connections.
@@ -54,6 +57,20 @@ pub async fn serve_grpc<S: ExportSink>(
     listener: TcpListener,
     sink: Arc<S>,
     limits: ReceiverLimits,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<(), ReceiverError> {
+    serve_grpc_with(listener, sink, limits, ReceiverSecurity::default(), shutdown).await
+}
+
+/// [`serve_grpc`] with TLS and/or bearer-token authentication: with `security.tls` only TLS
+/// connections are served (handshakes run off the accept loop, see [`TlsIncoming`]); with
+/// `security.auth` a request without the right `authorization` metadata is answered
+/// UNAUTHENTICATED before its message is read.
+pub async fn serve_grpc_with<S: ExportSink>(
+    listener: TcpListener,
+    sink: Arc<S>,
+    limits: ReceiverLimits,
+    security: ReceiverSecurity,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), ReceiverError> {
     let limit = limits.max_request_bytes;
@@ -74,15 +91,28 @@ pub async fn serve_grpc<S: ExportSink>(
     tracing::info!(
         address = ?listener.local_addr().ok(),
         max_request_bytes = limit,
+        tls = security.tls.is_some(),
+        authenticated = security.auth.is_some(),
         "OTLP/gRPC receiver listening"
     );
-    tonic::transport::Server::builder()
+    let router = tonic::transport::Server::builder()
+        .layer(GrpcAuthLayer::new(security.auth))
         .layer(RejectionStatusLayer { limit })
         .add_service(configured!(TraceServiceServer))
         .add_service(configured!(LogsServiceServer))
-        .add_service(configured!(MetricsServiceServer))
-        .serve_with_incoming_shutdown(TcpListenerStream::new(listener), shutdown)
-        .await?;
+        .add_service(configured!(MetricsServiceServer));
+    match security.tls {
+        Some(tls) => {
+            router
+                .serve_with_incoming_shutdown(TlsIncoming::new(listener, tls), shutdown)
+                .await?
+        }
+        None => {
+            router
+                .serve_with_incoming_shutdown(TcpListenerStream::new(listener), shutdown)
+                .await?
+        }
+    }
     Ok(())
 }
 

@@ -14,19 +14,23 @@ use axum::extract::{Request, State};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{post, MethodRouter};
 use axum::Router;
-use http::header::{ALLOW, CONTENT_LENGTH, CONTENT_TYPE, RETRY_AFTER};
+use axum::middleware::{self, Next};
+use http::header::{ALLOW, CONTENT_LENGTH, CONTENT_TYPE, RETRY_AFTER, WWW_AUTHENTICATE};
 use http::{HeaderMap, HeaderValue, Method, Uri};
 use http_body_util::BodyExt;
 use tokio::net::TcpListener;
 
+use super::auth::BearerAuth;
 use super::decode::{
     decode_request, decompress, encode_response, encode_status, ContentEncoding, PayloadFormat,
 };
 use super::error::ReceiverError;
 use super::limits::ReceiverLimits;
 use super::rpc_status::RpcStatus;
+use super::security::ReceiverSecurity;
 use super::signal::{Logs, Metrics, Signal, Traces};
 use super::sink::ExportSink;
+use super::tls::TlsIncoming;
 use crate::service_error::{ServiceError, ServiceErrorCode};
 
 /// What every handler shares.
@@ -63,15 +67,63 @@ pub async fn serve_http<S: ExportSink>(
     limits: ReceiverLimits,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), ReceiverError> {
+    serve_http_with(listener, sink, limits, ReceiverSecurity::default(), shutdown).await
+}
+
+/// [`serve_http`] with TLS and/or bearer-token authentication: with `security.tls` only TLS
+/// connections are served (HTTP/1.1 or HTTP/2 by ALPN; handshakes run off the accept loop, see
+/// [`TlsIncoming`]); with `security.auth` a request without the right `Authorization` header
+/// gets 401 (a `google.rpc.Status` in the request's format, and `WWW-Authenticate`) before its
+/// body is read.
+pub async fn serve_http_with<S: ExportSink>(
+    listener: TcpListener,
+    sink: Arc<S>,
+    limits: ReceiverLimits,
+    security: ReceiverSecurity,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<(), ReceiverError> {
     tracing::info!(
         address = ?listener.local_addr().ok(),
         max_request_bytes = limits.max_request_bytes,
+        tls = security.tls.is_some(),
+        authenticated = security.auth.is_some(),
         "OTLP/HTTP receiver listening"
     );
-    axum::serve(listener, http_router(sink, limits))
-        .with_graceful_shutdown(shutdown)
-        .await
-        .map_err(ReceiverError::HttpServer)
+    let mut router = http_router(sink, limits);
+    if let Some(auth) = security.auth {
+        router = router.layer(middleware::from_fn_with_state(auth, authenticate));
+    }
+    match security.tls {
+        Some(tls) => axum::serve(TlsIncoming::new(listener, tls), router)
+            .with_graceful_shutdown(shutdown)
+            .await
+            .map_err(ReceiverError::HttpServer),
+        None => axum::serve(listener, router)
+            .with_graceful_shutdown(shutdown)
+            .await
+            .map_err(ReceiverError::HttpServer),
+    }
+}
+
+/// Refuses a request whose `Authorization` header does not pass `auth`, before its body is
+/// read.
+async fn authenticate(State(auth): State<Arc<BearerAuth>>, request: Request, next: Next) -> Response {
+    let Err(error) = auth.check(request.headers()) else {
+        return next.run(request).await;
+    };
+    let mut response = reject(
+        request.uri().path(),
+        &ReceiverError::from(error),
+        reply_format(request.headers()),
+    );
+    let challenge = match auth.scheme() {
+        "" => None,
+        scheme => HeaderValue::from_str(scheme).ok(),
+    };
+    if let Some(challenge) = challenge {
+        response.headers_mut().insert(WWW_AUTHENTICATE, challenge);
+    }
+    response
 }
 
 /// `POST` goes to the export handler of signal `G`; any other method is refused.

@@ -6,18 +6,26 @@
 //! - `http`: axum routes `POST /v1/{traces,logs,metrics}`, protobuf or JSON.
 //! - `decode`: content negotiation, bounded decompression, payload decoding (pure code).
 //! - `error`: [`ReceiverError`], the one error type of this layer.
+//! - `auth`: bearer-token checks (constant time, case-insensitive scheme), also used by the API.
+//! - `tls`: the rustls server side and a listener that handshakes off the accept loop.
+//! - `security`: [`ReceiverSecurity`], what one receiver is given of both.
 
+pub mod auth;
 mod decode;
 mod error;
 mod grpc;
 mod http;
 mod limits;
 pub(crate) mod rpc_status;
+mod security;
 mod signal;
 mod sink;
+pub mod tls;
 
-pub use self::http::{http_router, serve_http};
+pub use self::http::{http_router, serve_http, serve_http_with};
 pub use error::ReceiverError;
-pub use grpc::serve_grpc;
+pub use grpc::{serve_grpc, serve_grpc_with};
 pub use limits::{ReceiverLimits, DEFAULT_MAX_REQUEST_BYTES};
+pub use security::ReceiverSecurity;
 pub use sink::ExportSink;
+pub use tls::check_tls;
