@@ -6,6 +6,7 @@ use axum::Json;
 use crate::continuation::ContinuationError;
 use crate::ingest::IngestError;
 use crate::media::MediaError;
+use crate::receiver::auth::AuthError;
 use crate::service_error::{ServiceError, ServiceErrorCode};
 use crate::store::StoreError;
 
@@ -22,8 +23,11 @@ pub enum ApiError {
     #[error("{0}")]
     Conflict(String),
     /// Missing or wrong bearer token.
-    #[error("missing or invalid bearer token")]
-    Unauthorized,
+    #[error("missing or invalid bearer token: {0}")]
+    Unauthorized(#[source] AuthError),
+    /// Refused whatever the credentials, e.g. a `Host` the API does not answer to.
+    #[error("{0}")]
+    Forbidden(String),
     /// The store failed.
     #[error(transparent)]
     Store(#[from] StoreError),
@@ -47,7 +51,8 @@ impl ServiceError for ApiError {
             Self::BadRequest(_) => ServiceErrorCode::BadRequest,
             Self::NotFound(_) => ServiceErrorCode::NotFound,
             Self::Conflict(_) => ServiceErrorCode::Conflict,
-            Self::Unauthorized => ServiceErrorCode::Unauthorized,
+            Self::Unauthorized(_) => ServiceErrorCode::Unauthorized,
+            Self::Forbidden(_) => ServiceErrorCode::Forbidden,
             Self::Store(e) => e.error_code(),
             Self::Continuation(e) => e.error_code(),
             Self::Ingest(e) => e.error_code(),
@@ -82,7 +87,7 @@ impl IntoResponse for ApiError {
                 response.headers_mut().insert(http::header::RETRY_AFTER, v);
             }
         }
-        if matches!(self, Self::Unauthorized) {
+        if matches!(self, Self::Unauthorized(_)) {
             response.headers_mut().insert(
                 http::header::WWW_AUTHENTICATE,
                 http::HeaderValue::from_static("Bearer"),

@@ -3,14 +3,15 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use axum::extract::{Path, Query, Request, State};
+use axum::extract::{Path, Query, State};
 use axum::http::header;
-use axum::middleware::{self, Next};
+use axum::middleware;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use serde_json::{json, Value};
 
+use super::auth::{self, ApiAccess};
 use super::error::ApiError;
 use crate::continuation::{Continuations, Format, MediaMode, Request as ContinuationRequest};
 use crate::domain::{EffectStatus, Run, SnapshotMeta, SnapshotState};
@@ -24,8 +25,8 @@ pub struct ApiState {
     pub store: Arc<Store>,
     /// The ingest service, for writes (abandon).
     pub ingest: Arc<Ingest>,
-    /// Bearer token required on `/v1/*`, when configured.
-    pub bearer_token: Option<String>,
+    /// Who may call what: tokens on `/v1/*` and `/metrics`, the `Host` allow-list.
+    pub access: Arc<ApiAccess>,
     /// Continuations, with the caches and the media store they are answered from.
     pub continuations: Arc<Continuations>,
 }
@@ -45,27 +46,24 @@ pub fn router(state: ApiState) -> Router {
         .route("/v1/runs/{run_id}/continuation", get(get_continuation))
         .route("/v1/runs/{run_id}/recovery", get(get_recovery))
         .route("/v1/runs/{run_id}/abandon", post(abandon))
-        .route_layer(middleware::from_fn_with_state(state.clone(), require_token));
+        .route_layer(middleware::from_fn_with_state(
+            state.access.clone(),
+            auth::require_token,
+        ));
+    let metrics_route = Router::new()
+        .route("/metrics", get(metrics))
+        .route_layer(middleware::from_fn_with_state(
+            state.access.clone(),
+            auth::require_metrics_token,
+        ));
+    let access = state.access.clone();
     Router::new()
         .route("/healthz", get(|| async { Json(json!({"status": "ok"})) }))
-        .route("/metrics", get(metrics))
+        .merge(metrics_route)
         .merge(v1)
         .fallback(|| async { ApiError::NotFound("no such endpoint".into()) })
+        .layer(middleware::from_fn_with_state(access, auth::check_host))
         .with_state(state)
-}
-
-async fn require_token(State(state): State<ApiState>, request: Request, next: Next) -> Response {
-    if let Some(token) = &state.bearer_token {
-        let given = request
-            .headers()
-            .get(http::header::AUTHORIZATION)
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.strip_prefix("Bearer "));
-        if given != Some(token.as_str()) {
-            return ApiError::Unauthorized.into_response();
-        }
-    }
-    next.run(request).await
 }
 
 async fn metrics(State(state): State<ApiState>) -> impl IntoResponse {
@@ -362,6 +360,14 @@ mod tests_support {
     use tower::ServiceExt;
 
     pub async fn app(token: Option<&str>) -> (Router, tempfile::TempDir) {
+        let access = match token {
+            Some(token) => ApiAccess::open().with_token(token),
+            None => ApiAccess::open(),
+        };
+        app_with(access).await
+    }
+
+    pub async fn app_with(access: ApiAccess) -> (Router, tempfile::TempDir) {
         let dir = tempfile::tempdir().unwrap();
         let store = Arc::new(Store::open(dir.path(), false).unwrap());
         let ingest = Arc::new(Ingest::new(
@@ -374,7 +380,7 @@ mod tests_support {
             .unwrap();
         let state = ApiState {
             ingest,
-            bearer_token: token.map(str::to_string),
+            access: Arc::new(access),
             continuations: Arc::new(Continuations::new(
                 store.clone(),
                 Arc::new(Media::in_memory(Some(64 * 1024))),
@@ -530,6 +536,102 @@ mod tests {
         assert_eq!(call(&app, "GET", "/v1/runs", Some("wrong")).await.0, 401);
         assert_eq!(call(&app, "GET", "/v1/runs", Some("s3cret")).await.0, 200);
         assert_eq!(call(&app, "GET", "/healthz", None).await.0, 200);
+    }
+
+    /// Sends `uri` with the given headers; status, `WWW-Authenticate` and JSON body.
+    async fn send(
+        app: &Router,
+        uri: &str,
+        headers: &[(&str, &str)],
+    ) -> (http::StatusCode, Option<String>, Value) {
+        use tower::ServiceExt;
+        let mut request = http::Request::builder().uri(uri);
+        for (name, value) in headers {
+            request = request.header(*name, *value);
+        }
+        let response = app
+            .clone()
+            .oneshot(request.body(axum::body::Body::empty()).unwrap())
+            .await
+            .unwrap();
+        let status = response.status();
+        let challenge = response
+            .headers()
+            .get(http::header::WWW_AUTHENTICATE)
+            .map(|v| v.to_str().unwrap().to_owned());
+        let bytes = axum::body::to_bytes(response.into_body(), 1 << 20)
+            .await
+            .unwrap();
+        (
+            status,
+            challenge,
+            serde_json::from_slice(&bytes).unwrap_or(Value::Null),
+        )
+    }
+
+    #[tokio::test]
+    async fn token_scheme_is_case_insensitive_and_metrics_has_its_own_token() {
+        let access = ApiAccess::open()
+            .with_token("s3cret")
+            .with_metrics_token("m3trics");
+        let (app, _dir) = app_with(access).await;
+        for value in ["Bearer s3cret", "bearer s3cret", "BEARER s3cret", "Bearer   s3cret"] {
+            let (status, _, body) = send(&app, "/v1/runs", &[("authorization", value)]).await;
+            assert_eq!(status, 200, "{value:?}: {body}");
+        }
+        for value in ["Bearer s3cre", "Bearer s3cret2", "Basic s3cret", "s3cret"] {
+            let (status, challenge, body) =
+                send(&app, "/v1/runs", &[("authorization", value)]).await;
+            assert_eq!(status, 401, "{value:?}");
+            assert_eq!(challenge.as_deref(), Some("Bearer"));
+            assert!(
+                body["error"].as_str().unwrap().contains("bearer token"),
+                "{body}"
+            );
+        }
+        let (status, _, body) = send(&app, "/metrics", &[]).await;
+        assert_eq!(status, 401, "{body}");
+        assert!(body["error"].as_str().unwrap().contains("missing Authorization header"));
+        let api_token = [("authorization", "Bearer s3cret")];
+        assert_eq!(send(&app, "/metrics", &api_token).await.0, 401);
+        let metrics_token = [("authorization", "bearer m3trics")];
+        assert_eq!(send(&app, "/metrics", &metrics_token).await.0, 200);
+        assert_eq!(send(&app, "/v1/runs", &metrics_token).await.0, 401);
+        assert_eq!(send(&app, "/healthz", &[]).await.0, 200);
+    }
+
+    #[tokio::test]
+    async fn host_check_refuses_names_it_does_not_know() {
+        let access = ApiAccess::open().with_host_check(&["stepline.internal"]);
+        let (app, _dir) = app_with(access).await;
+        for host in [
+            "localhost:4320",
+            "127.0.0.1:4320",
+            "[::1]:4320",
+            "localhost",
+            "stepline.internal:80",
+        ] {
+            let (status, _, body) = send(&app, "/v1/runs", &[("host", host)]).await;
+            assert_eq!(status, 200, "{host}: {body}");
+        }
+        for (path, host) in [
+            ("/v1/runs", "evil.example:4320"),
+            ("/healthz", "rebound.evil.example"),
+            ("/metrics", "127.0.0.1.evil.example"),
+            ("/nowhere", "evil.example"),
+        ] {
+            let (status, _, body) = send(&app, path, &[("host", host)]).await;
+            assert_eq!(status, 403, "{path} {host}: {body}");
+            let error = body["error"].as_str().unwrap();
+            assert!(error.contains("is not allowed"), "{error}");
+        }
+        // A request without Host and without an authority in its URI is refused too.
+        assert_eq!(send(&app, "/v1/runs", &[]).await.0, 403);
+        assert_eq!(
+            send(&app, "http://localhost:4320/v1/runs", &[]).await.0,
+            200,
+            "the URI's authority stands in for Host (HTTP/2)"
+        );
     }
 
     #[tokio::test]
