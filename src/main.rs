@@ -57,6 +57,7 @@ fn main() -> ExitCode {
     let loaded = tracing::subscriber::with_default(loading, || {
         Config::load(&cli.config)
             .and_then(|config| stepline::exporter::check_tls(&config).map(|()| config))
+            .and_then(|config| stepline::receiver::check_tls(&config).map(|()| config))
     });
     let config = match loaded {
         Ok(c) => c,

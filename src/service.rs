@@ -13,13 +13,14 @@ use anyhow::Context;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
-use crate::api::{self, ApiState};
+use crate::api::{self, ApiAccess, ApiState};
 use crate::config::Config;
 use crate::continuation::{prefetch, Continuations};
 use crate::exporter::{Client, ExporterTask, Outbox};
 use crate::ingest::Ingest;
 use crate::media::Media;
-use crate::receiver::{self, ReceiverLimits};
+use crate::receiver::tls::{ALPN_GRPC, ALPN_HTTP};
+use crate::receiver::{self, ReceiverLimits, ReceiverSecurity};
 use crate::store::Store;
 
 /// Runs stepline until SIGINT or SIGTERM.
@@ -75,9 +76,11 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
         let limits = ReceiverLimits {
             max_request_bytes: grpc.max_recv_msg_size,
         };
+        let security = ReceiverSecurity::new(grpc.tls.as_ref(), grpc.auth.as_ref(), ALPN_GRPC)
+            .context("cannot set up TLS for the OTLP gRPC receiver")?;
         let (ingest, stop) = (ingest.clone(), stopped());
         tasks.spawn(async move {
-            receiver::serve_grpc(listener, ingest, limits, stop)
+            receiver::serve_grpc_with(listener, ingest, limits, security, stop)
                 .await
                 .context("OTLP gRPC receiver failed")
         });
@@ -87,22 +90,36 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
         let limits = ReceiverLimits {
             max_request_bytes: http.max_request_body_size,
         };
+        let security = ReceiverSecurity::new(http.tls.as_ref(), http.auth.as_ref(), ALPN_HTTP)
+            .context("cannot set up TLS for the OTLP HTTP receiver")?;
         let (ingest, stop) = (ingest.clone(), stopped());
         tasks.spawn(async move {
-            receiver::serve_http(listener, ingest, limits, stop)
+            receiver::serve_http_with(listener, ingest, limits, security, stop)
                 .await
                 .context("OTLP HTTP receiver failed")
         });
     }
     let api_listener = bind(&config.api.endpoint, "query API").await?;
     if let Ok(address) = api_listener.local_addr() {
-        tracing::info!(%address, "query API listening");
+        tracing::info!(
+            %address,
+            token = config.api.bearer_token.is_some(),
+            metrics_token = config.api.metrics_bearer_token.is_some(),
+            "query API listening"
+        );
+        if config.api.bearer_token.is_none() && !address.ip().is_loopback() {
+            tracing::warn!(
+                %address,
+                "the query API listens beyond loopback without a bearer token: anyone who can \
+                 reach it can read every run; set extensions.stepline_api.bearer_token"
+            );
+        }
     }
     let continuations = Arc::new(Continuations::new(store.clone(), media));
     let router = api::router(ApiState {
         store: store.clone(),
         ingest: ingest.clone(),
-        bearer_token: config.api.bearer_token.clone(),
+        access: Arc::new(ApiAccess::from_config(&config.api)),
         continuations: continuations.clone(),
     });
     tasks.spawn({
