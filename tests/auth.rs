@@ -133,24 +133,13 @@ impl Drop for Running {
 /// mappings without braces, after the endpoint), `api` the body of `stepline_api` after its
 /// endpoint, `extensions` more extensions (YAML lines indented by two) and `listed` the ids
 /// added to `service.extensions`.
+#[derive(Default)]
 struct Yaml<'a> {
     grpc: &'a str,
     http: &'a str,
     api: &'a str,
     extensions: &'a str,
     listed: &'a str,
-}
-
-impl Default for Yaml<'_> {
-    fn default() -> Self {
-        Self {
-            grpc: "",
-            http: "",
-            api: "",
-            extensions: "",
-            listed: "",
-        }
-    }
 }
 
 fn config_text(yaml: &Yaml<'_>, ports: &Ports, data: &Path) -> String {
@@ -198,11 +187,8 @@ async fn start(yaml: &Yaml<'_>, env: &[(&str, &str)]) -> Running {
     let tmp = tempfile::tempdir().expect("temporary directory");
     let ports = free_ports();
     let config = tmp.path().join("collector.yaml");
-    std::fs::write(
-        &config,
-        config_text(yaml, &ports, &tmp.path().join("data")),
-    )
-    .expect("write the config");
+    std::fs::write(&config, config_text(yaml, &ports, &tmp.path().join("data")))
+        .expect("write the config");
     let child = stepline(&config, env, &tmp.path().join("stepline.log"))
         .spawn()
         .expect("spawn stepline");
@@ -240,11 +226,8 @@ fn run_to_exit(yaml: &Yaml<'_>, env: &[(&str, &str)], extra: &[&str]) -> (Option
     let tmp = tempfile::tempdir().expect("temporary directory");
     let ports = free_ports();
     let config = tmp.path().join("collector.yaml");
-    std::fs::write(
-        &config,
-        config_text(yaml, &ports, &tmp.path().join("data")),
-    )
-    .expect("write the config");
+    std::fs::write(&config, config_text(yaml, &ports, &tmp.path().join("data")))
+        .expect("write the config");
     let log = tmp.path().join("stepline.log");
     let mut child = stepline(&config, env, &log)
         .args(extra)
@@ -365,8 +348,7 @@ async fn export_grpc(
 
 /// `otelcol_receiver_accepted_spans_total` from `/metrics`.
 async fn accepted_spans(running: &Running, authorization: Option<&str>) -> u64 {
-    let mut request =
-        reqwest::Client::new().get(format!("http://{}/metrics", running.ports.api));
+    let mut request = reqwest::Client::new().get(format!("http://{}/metrics", running.ports.api));
     if let Some(value) = authorization {
         request = request.header("authorization", value);
     }
@@ -420,15 +402,24 @@ async fn receivers_over_tls_require_the_bearer_token() {
     let (status, challenge, body) = post_json(&https, &url, None).await.expect("HTTPS POST");
     assert_eq!(status, 401, "{body}");
     assert_eq!(challenge.as_deref(), Some("Bearer"));
-    assert_eq!(body["code"], 16, "UNAUTHENTICATED in the google.rpc.Status: {body}");
+    assert_eq!(
+        body["code"], 16,
+        "UNAUTHENTICATED in the google.rpc.Status: {body}"
+    );
     let message = body["message"].as_str().unwrap_or_default();
-    assert!(message.contains("missing Authorization header"), "{message}");
+    assert!(
+        message.contains("missing Authorization header"),
+        "{message}"
+    );
     let (status, _, body) = post_json(&https, &url, Some("Bearer not-the-token"))
         .await
         .expect("HTTPS POST");
     assert_eq!(status, 401);
     assert!(
-        body["message"].as_str().unwrap_or_default().contains("invalid token"),
+        body["message"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("invalid token"),
         "{body}"
     );
     let right = format!("Bearer {OTLP_TOKEN}");
@@ -460,7 +451,9 @@ async fn receivers_over_tls_require_the_bearer_token() {
         status.message().contains("missing Authorization header"),
         "{status:?}"
     );
-    let status = export_grpc(&mut grpc, Some("Bearer wrong")).await.unwrap_err();
+    let status = export_grpc(&mut grpc, Some("Bearer wrong"))
+        .await
+        .unwrap_err();
     assert_eq!(status.code(), tonic::Code::Unauthenticated);
     assert!(status.message().contains("invalid token"), "{status:?}");
     export_grpc(&mut grpc, Some(&right))
@@ -565,12 +558,21 @@ async fn api_checks_host_token_and_metrics_token() {
 
     let (status, body) = get("/v1/runs", &local, None).await;
     assert_eq!(status, 401, "{body}");
-    assert_eq!(get("/v1/runs", &local, Some("Bearer api-t0ke")).await.0, 401);
-    assert_eq!(get("/v1/runs", &local, Some("BEARER api-t0ken")).await.0, 200);
+    assert_eq!(
+        get("/v1/runs", &local, Some("Bearer api-t0ke")).await.0,
+        401
+    );
+    assert_eq!(
+        get("/v1/runs", &local, Some("BEARER api-t0ken")).await.0,
+        200
+    );
 
     let (status, body) = get("/metrics", &local, None).await;
     assert_eq!(status, 401, "{body}");
-    assert_eq!(get("/metrics", &local, Some("Bearer api-t0ken")).await.0, 401);
+    assert_eq!(
+        get("/metrics", &local, Some("Bearer api-t0ken")).await.0,
+        401
+    );
     let (status, body) = get("/metrics", &local, Some("Bearer m3trics")).await;
     assert_eq!(status, 200);
     assert!(body.contains("otelcol_receiver_accepted_spans"), "{body}");
@@ -607,7 +609,11 @@ fn an_empty_token_variable_refuses_the_start() {
         output.contains("extensions.bearertokenauth.token: ${env:TEST_OTLP_TOKEN} is empty"),
         "{output}"
     );
-    let (code, output) = run_to_exit(&receiver, &[("TEST_OTLP_TOKEN", "x")], &["--validate-config"]);
+    let (code, output) = run_to_exit(
+        &receiver,
+        &[("TEST_OTLP_TOKEN", "x")],
+        &["--validate-config"],
+    );
     assert_eq!(code, Some(0), "{output}");
     // An unreadable certificate is named by its key, by --validate-config as at start.
     let tls = Yaml {
@@ -693,8 +699,14 @@ print(json.dumps(results))
 "#;
     let mut exported = 0;
     for (protocol, endpoint) in [
-        ("http", format!("https://localhost:{}/v1/traces", running.ports.http.port())),
-        ("grpc", format!("https://localhost:{}", running.ports.grpc.port())),
+        (
+            "http",
+            format!("https://localhost:{}/v1/traces", running.ports.http.port()),
+        ),
+        (
+            "grpc",
+            format!("https://localhost:{}", running.ports.grpc.port()),
+        ),
     ] {
         for (token, expected) in [(OTLP_TOKEN, "SUCCESS"), ("wrong", "FAILURE")] {
             let output = Command::new(support::python())

@@ -51,7 +51,10 @@ impl ApiAccess {
         });
         Self {
             token: config.bearer_token.as_deref().map(BearerAuth::bearer),
-            metrics_token: config.metrics_bearer_token.as_deref().map(BearerAuth::bearer),
+            metrics_token: config
+                .metrics_bearer_token
+                .as_deref()
+                .map(BearerAuth::bearer),
             allowed_hosts,
         }
     }
@@ -119,11 +122,11 @@ fn host_allowed(host: &str, allowed: &[String]) -> bool {
             Some(end) => &host[..end + 2],
             None => return false,
         },
-        None => host.rsplit_once(':').map_or(host.as_str(), |(name, _)| name),
+        None => host
+            .rsplit_once(':')
+            .map_or(host.as_str(), |(name, _)| name),
     };
-    allowed
-        .iter()
-        .any(|entry| entry == &host || entry == name)
+    allowed.iter().any(|entry| entry == &host || entry == name)
 }
 
 /// The host part of a `host:port` endpoint, lowercase (IPv6 keeps its brackets).
@@ -239,10 +242,20 @@ mod tests {
 
     #[test]
     fn endpoints_are_recognised_as_loopback() {
-        for endpoint in ["127.0.0.1:4320", "127.0.0.9:1", "[::1]:4320", "localhost:4320"] {
+        for endpoint in [
+            "127.0.0.1:4320",
+            "127.0.0.9:1",
+            "[::1]:4320",
+            "localhost:4320",
+        ] {
             assert!(is_loopback(&endpoint_host(endpoint)), "{endpoint}");
         }
-        for endpoint in ["0.0.0.0:4320", "[::]:4320", "10.0.0.1:4320", "example.com:80"] {
+        for endpoint in [
+            "0.0.0.0:4320",
+            "[::]:4320",
+            "10.0.0.1:4320",
+            "example.com:80",
+        ] {
             assert!(!is_loopback(&endpoint_host(endpoint)), "{endpoint}");
         }
         assert_eq!(endpoint_host("[::1]:4320"), "[::1]");
@@ -263,11 +276,17 @@ mod tests {
             allowed_hosts: vec!["api.example".into()],
             ..ApiConfig::default()
         });
-        assert!(host_allowed("api.example:4320", listed.allowed_hosts.as_ref().unwrap()));
+        assert!(host_allowed(
+            "api.example:4320",
+            listed.allowed_hosts.as_ref().unwrap()
+        ));
         let custom = ApiAccess::from_config(&ApiConfig {
             endpoint: "127.0.0.5:4320".into(),
             ..ApiConfig::default()
         });
-        assert!(host_allowed("127.0.0.5:4320", custom.allowed_hosts.as_ref().unwrap()));
+        assert!(host_allowed(
+            "127.0.0.5:4320",
+            custom.allowed_hosts.as_ref().unwrap()
+        ));
     }
 }

@@ -50,12 +50,13 @@ pub fn router(state: ApiState) -> Router {
             state.access.clone(),
             auth::require_token,
         ));
-    let metrics_route = Router::new()
-        .route("/metrics", get(metrics))
-        .route_layer(middleware::from_fn_with_state(
-            state.access.clone(),
-            auth::require_metrics_token,
-        ));
+    let metrics_route =
+        Router::new()
+            .route("/metrics", get(metrics))
+            .route_layer(middleware::from_fn_with_state(
+                state.access.clone(),
+                auth::require_metrics_token,
+            ));
     let access = state.access.clone();
     Router::new()
         .route("/healthz", get(|| async { Json(json!({"status": "ok"})) }))
@@ -575,7 +576,12 @@ mod tests {
             .with_token("s3cret")
             .with_metrics_token("m3trics");
         let (app, _dir) = app_with(access).await;
-        for value in ["Bearer s3cret", "bearer s3cret", "BEARER s3cret", "Bearer   s3cret"] {
+        for value in [
+            "Bearer s3cret",
+            "bearer s3cret",
+            "BEARER s3cret",
+            "Bearer   s3cret",
+        ] {
             let (status, _, body) = send(&app, "/v1/runs", &[("authorization", value)]).await;
             assert_eq!(status, 200, "{value:?}: {body}");
         }
@@ -591,7 +597,10 @@ mod tests {
         }
         let (status, _, body) = send(&app, "/metrics", &[]).await;
         assert_eq!(status, 401, "{body}");
-        assert!(body["error"].as_str().unwrap().contains("missing Authorization header"));
+        assert!(body["error"]
+            .as_str()
+            .unwrap()
+            .contains("missing Authorization header"));
         let api_token = [("authorization", "Bearer s3cret")];
         assert_eq!(send(&app, "/metrics", &api_token).await.0, 401);
         let metrics_token = [("authorization", "bearer m3trics")];

@@ -252,7 +252,9 @@ pub(crate) fn validate_bearer_token_auth(
     let scheme = match raw.scheme {
         None => DEFAULT_AUTH_SCHEME.to_owned(),
         Some(Text(scheme)) => {
-            let valid = scheme.bytes().all(|b| b.is_ascii_alphanumeric() || b"-._~+/".contains(&b));
+            let valid = scheme
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b"-._~+/".contains(&b));
             if !valid {
                 problems.push(ConfigProblem::new(
                     format!("{path}.scheme"),
@@ -266,11 +268,14 @@ pub(crate) fn validate_bearer_token_auth(
         }
     };
     let mut tokens = Vec::new();
-    let mut add = |text: Option<Text>, key: String, problems: &mut Vec<ConfigProblem>| match validate_token(text) {
-        Ok(Some(token)) => tokens.push(token),
-        Ok(None) => problems.push(ConfigProblem::new(key, "must not be empty")),
-        Err(message) => problems.push(ConfigProblem::new(key, message)),
-    };
+    let mut add =
+        |text: Option<Text>, key: String, problems: &mut Vec<ConfigProblem>| match validate_token(
+            text,
+        ) {
+            Ok(Some(token)) => tokens.push(token),
+            Ok(None) => problems.push(ConfigProblem::new(key, "must not be empty")),
+            Err(message) => problems.push(ConfigProblem::new(key, message)),
+        };
     let listed = raw.tokens.unwrap_or_default();
     if raw.token.is_some() || listed.is_empty() {
         add(raw.token, format!("{path}.token"), problems);
@@ -593,7 +598,13 @@ mod tests {
         assert!(load(&from_env, &[("OPEN", "true")]).is_ok());
         assert!(load(&from_env, &[("OPEN", "false")]).is_err());
         // Written empty (no variable) is an explicit choice.
-        assert_eq!(load(&api("    bearer_token: ''\n"), &[]).unwrap().api.bearer_token, None);
+        assert_eq!(
+            load(&api("    bearer_token: ''\n"), &[])
+                .unwrap()
+                .api
+                .bearer_token,
+            None
+        );
     }
 
     #[test]
@@ -630,8 +641,10 @@ mod tests {
         let lines = load(&api("    metrics_bearer_token: 'a b'\n"), &[]).unwrap_err();
         assert_eq!(
             lines,
-            ["collector.yaml: extensions.stepline_api.metrics_bearer_token: must not contain \
-              spaces or control characters"]
+            [
+                "collector.yaml: extensions.stepline_api.metrics_bearer_token: must not contain \
+              spaces or control characters"
+            ]
         );
     }
 
@@ -658,7 +671,11 @@ extensions:
 
     #[test]
     fn receivers_take_tls_and_a_bearer_token_authenticator() {
-        let config = load(&receiver("bearertokenauth/agents"), &[("OTLP_TOKEN", "t0k")]).unwrap();
+        let config = load(
+            &receiver("bearertokenauth/agents"),
+            &[("OTLP_TOKEN", "t0k")],
+        )
+        .unwrap();
         let grpc = config.receiver.grpc.unwrap();
         let tls = grpc.tls.unwrap();
         assert_eq!(tls.cert_file, PathBuf::from("server.pem"));
@@ -670,7 +687,10 @@ extensions:
         assert_eq!(auth.authenticator, "bearertokenauth/agents");
         assert_eq!(auth.scheme, "Bearer");
         assert_eq!(auth.tokens, ["t0k"]);
-        assert!(!format!("{auth:?}").contains("t0k"), "tokens stay out of logs");
+        assert!(
+            !format!("{auth:?}").contains("t0k"),
+            "tokens stay out of logs"
+        );
         let http = config.receiver.http.unwrap();
         assert_eq!(http.tls.unwrap().client_ca_file, None);
         assert_eq!(http.auth.unwrap().tokens, ["t0k"]);
@@ -691,9 +711,11 @@ extensions:
         let lines = load(&receiver("bearertokenauth/agents"), &[]).unwrap_err();
         assert_eq!(
             lines,
-            ["collector.yaml: extensions.bearertokenauth/agents.token: ${env:OTLP_TOKEN} is \
+            [
+                "collector.yaml: extensions.bearertokenauth/agents.token: ${env:OTLP_TOKEN} is \
               empty (OTLP_TOKEN unset or empty); set OTLP_TOKEN: the receivers using this \
-              authenticator need a token"]
+              authenticator need a token"
+            ]
         );
         // Not configured at all.
         let yaml = "receivers:\n  otlp:\n    protocols:\n      http:\n        auth: { authenticator: bearertokenauth }\n\
@@ -743,7 +765,13 @@ extensions:
         let yaml = "receivers:\n  otlp:\n    protocols:\n      http:\n        auth: { authenticator: bearertokenauth }\n\
                     extensions:\n  bearertokenauth:\n    scheme: ''\n    tokens: [old, new]\n\
                     service:\n  extensions: [bearertokenauth]\n  pipelines:\n    traces:\n      receivers: [otlp]\n";
-        let auth = load(yaml, &[]).unwrap().receiver.http.unwrap().auth.unwrap();
+        let auth = load(yaml, &[])
+            .unwrap()
+            .receiver
+            .http
+            .unwrap()
+            .auth
+            .unwrap();
         assert_eq!(auth.scheme, "");
         assert_eq!(auth.tokens, ["old", "new"]);
     }
@@ -760,7 +788,10 @@ extensions:
 
     #[test]
     fn host_entries_are_normalized() {
-        assert_eq!(normalize_host("Stepline.Internal").unwrap(), "stepline.internal");
+        assert_eq!(
+            normalize_host("Stepline.Internal").unwrap(),
+            "stepline.internal"
+        );
         assert_eq!(normalize_host("a.b:4320").unwrap(), "a.b:4320");
         assert_eq!(normalize_host("::1").unwrap(), "[::1]");
         assert_eq!(normalize_host("[::1]:80").unwrap(), "[::1]:80");
@@ -771,7 +802,10 @@ extensions:
 
     #[test]
     fn tokens_reject_spaces() {
-        assert_eq!(validate_token(Some(Text("ok".into()))), Ok(Some("ok".into())));
+        assert_eq!(
+            validate_token(Some(Text("ok".into()))),
+            Ok(Some("ok".into()))
+        );
         assert_eq!(validate_token(Some(Text(String::new()))), Ok(None));
         assert!(validate_token(Some(Text("a b".into()))).is_err());
         assert!(validate_token(Some(Text("a\u{7}".into()))).is_err());

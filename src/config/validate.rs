@@ -108,7 +108,12 @@ impl Kind {
             Self::Receiver => &[OTLP],
             Self::Processor => &[STEPLINE, BATCH],
             Self::Exporter => &[OTLP_EXPORTER, OTLPHTTP_EXPORTER],
-            Self::Extension => &[STEPLINE_STORAGE, STEPLINE_API, HEALTH_CHECK, BEARERTOKENAUTH],
+            Self::Extension => &[
+                STEPLINE_STORAGE,
+                STEPLINE_API,
+                HEALTH_CHECK,
+                BEARERTOKENAUTH,
+            ],
         }
     }
 }
@@ -539,13 +544,15 @@ impl Validator {
     ) {
         let tls = match tls {
             None => Some(None),
-            Some(raw) => validate_server_tls(raw, &format!("{path}.tls"), &mut self.problems)
-                .map(Some),
+            Some(raw) => {
+                validate_server_tls(raw, &format!("{path}.tls"), &mut self.problems).map(Some)
+            }
         };
         let auth = match auth {
             None => Some(None),
-            Some(raw) => validate_receiver_auth(raw, &format!("{path}.auth"), &mut self.problems)
-                .map(Some),
+            Some(raw) => {
+                validate_receiver_auth(raw, &format!("{path}.auth"), &mut self.problems).map(Some)
+            }
         };
         (tls, auth)
     }

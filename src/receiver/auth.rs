@@ -159,11 +159,10 @@ impl BearerAuth {
         if values.next().is_some() {
             return Err(AuthError::Repeated);
         }
-        let token = credentials(value.as_bytes(), &self.scheme).ok_or_else(|| {
-            AuthError::Malformed {
+        let token =
+            credentials(value.as_bytes(), &self.scheme).ok_or_else(|| AuthError::Malformed {
                 expected: expected(),
-            }
-        })?;
+            })?;
         if self.accepts(token) {
             Ok(())
         } else {
@@ -265,7 +264,11 @@ mod tests {
             "Bearer\tt0k",
             "  Bearer t0k  ",
         ] {
-            assert_eq!(credentials(value.as_bytes(), "Bearer"), Some(&b"t0k"[..]), "{value:?}");
+            assert_eq!(
+                credentials(value.as_bytes(), "Bearer"),
+                Some(&b"t0k"[..]),
+                "{value:?}"
+            );
         }
         for value in ["Bearer", "Bearer ", "Bearert0k", "Basic t0k", "t0k", ""] {
             assert_eq!(credentials(value.as_bytes(), "Bearer"), None, "{value:?}");

@@ -41,8 +41,8 @@ use tonic::{Code, Status};
 use super::auth::GrpcAuthLayer;
 use super::error::ReceiverError;
 use super::limits::ReceiverLimits;
-use super::security::ReceiverSecurity;
 use super::rpc_status::RpcStatus;
+use super::security::ReceiverSecurity;
 use super::signal::{Logs, Metrics, Signal, Traces};
 use super::sink::ExportSink;
 use super::tls::TlsIncoming;
@@ -59,7 +59,14 @@ pub async fn serve_grpc<S: ExportSink>(
     limits: ReceiverLimits,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), ReceiverError> {
-    serve_grpc_with(listener, sink, limits, ReceiverSecurity::default(), shutdown).await
+    serve_grpc_with(
+        listener,
+        sink,
+        limits,
+        ReceiverSecurity::default(),
+        shutdown,
+    )
+    .await
 }
 
 /// [`serve_grpc`] with TLS and/or bearer-token authentication: with `security.tls` only TLS

@@ -11,10 +11,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum::extract::{Request, State};
+use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{post, MethodRouter};
 use axum::Router;
-use axum::middleware::{self, Next};
 use http::header::{ALLOW, CONTENT_LENGTH, CONTENT_TYPE, RETRY_AFTER, WWW_AUTHENTICATE};
 use http::{HeaderMap, HeaderValue, Method, Uri};
 use http_body_util::BodyExt;
@@ -67,7 +67,14 @@ pub async fn serve_http<S: ExportSink>(
     limits: ReceiverLimits,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), ReceiverError> {
-    serve_http_with(listener, sink, limits, ReceiverSecurity::default(), shutdown).await
+    serve_http_with(
+        listener,
+        sink,
+        limits,
+        ReceiverSecurity::default(),
+        shutdown,
+    )
+    .await
 }
 
 /// [`serve_http`] with TLS and/or bearer-token authentication: with `security.tls` only TLS
@@ -107,7 +114,11 @@ pub async fn serve_http_with<S: ExportSink>(
 
 /// Refuses a request whose `Authorization` header does not pass `auth`, before its body is
 /// read.
-async fn authenticate(State(auth): State<Arc<BearerAuth>>, request: Request, next: Next) -> Response {
+async fn authenticate(
+    State(auth): State<Arc<BearerAuth>>,
+    request: Request,
+    next: Next,
+) -> Response {
     let Err(error) = auth.check(request.headers()) else {
         return next.run(request).await;
     };

@@ -98,8 +98,9 @@ pub fn server_config(tls: &ServerTlsConfig, alpn: &[&[u8]]) -> Result<ServerConf
 
 /// Every certificate of a PEM file (at least one).
 fn certificates(file: &Path, key: &'static str) -> Result<Vec<CertificateDer<'static>>, TlsError> {
-    let unreadable =
-        |e: rustls::pki_types::pem::Error| tls_error(key, format!("cannot read {}: {e}", file.display()));
+    let unreadable = |e: rustls::pki_types::pem::Error| {
+        tls_error(key, format!("cannot read {}: {e}", file.display()))
+    };
     let certificates = CertificateDer::pem_file_iter(file)
         .map_err(unreadable)?
         .collect::<Result<Vec<_>, _>>()
@@ -117,8 +118,18 @@ fn certificates(file: &Path, key: &'static str) -> Result<Vec<CertificateDer<'st
 /// path (e.g. `receivers.otlp.protocols.grpc.tls.key_file: no usable PEM private key in …`).
 pub fn check_tls(config: &Config) -> Result<(), ConfigError> {
     let blocks = [
-        config.receiver.grpc.as_ref().and_then(|g| g.tls.as_ref()).map(|t| (t, ALPN_GRPC)),
-        config.receiver.http.as_ref().and_then(|h| h.tls.as_ref()).map(|t| (t, ALPN_HTTP)),
+        config
+            .receiver
+            .grpc
+            .as_ref()
+            .and_then(|g| g.tls.as_ref())
+            .map(|t| (t, ALPN_GRPC)),
+        config
+            .receiver
+            .http
+            .as_ref()
+            .and_then(|h| h.tls.as_ref())
+            .map(|t| (t, ALPN_HTTP)),
     ];
     let problems: Vec<ConfigProblem> = blocks
         .into_iter()
@@ -324,7 +335,10 @@ mod tests {
         std::fs::write(dir.path().join("junk.pem"), "not pem").unwrap();
 
         let config = server_config(&tls(dir.path(), "cert.pem", "key.pem"), ALPN_HTTP).unwrap();
-        assert_eq!(config.alpn_protocols, [b"h2".to_vec(), b"http/1.1".to_vec()]);
+        assert_eq!(
+            config.alpn_protocols,
+            [b"h2".to_vec(), b"http/1.1".to_vec()]
+        );
 
         let mutual = ServerTlsConfig {
             client_ca_file: Some(dir.path().join("cert.pem")),
@@ -333,20 +347,22 @@ mod tests {
         };
         server_config(&mutual, ALPN_GRPC).unwrap();
 
-        let error = server_config(&tls(dir.path(), "missing.pem", "key.pem"), ALPN_GRPC)
-            .unwrap_err();
+        let error =
+            server_config(&tls(dir.path(), "missing.pem", "key.pem"), ALPN_GRPC).unwrap_err();
         assert_eq!(error.key, "tls.cert_file");
         assert!(error.message.contains("missing.pem"), "{error}");
-        let error = server_config(&tls(dir.path(), "junk.pem", "key.pem"), ALPN_GRPC)
-            .unwrap_err();
+        let error = server_config(&tls(dir.path(), "junk.pem", "key.pem"), ALPN_GRPC).unwrap_err();
         assert_eq!(error.key, "tls.cert_file");
         assert!(error.message.starts_with("no PEM certificate"), "{error}");
-        let error =
-            server_config(&tls(dir.path(), "cert.pem", "junk.pem"), ALPN_GRPC).unwrap_err();
+        let error = server_config(&tls(dir.path(), "cert.pem", "junk.pem"), ALPN_GRPC).unwrap_err();
         assert_eq!(error.key, "tls.key_file");
 
         let other = rcgen::generate_simple_self_signed(vec!["other".into()]).unwrap();
-        std::fs::write(dir.path().join("other.key"), other.signing_key.serialize_pem()).unwrap();
+        std::fs::write(
+            dir.path().join("other.key"),
+            other.signing_key.serialize_pem(),
+        )
+        .unwrap();
         let error =
             server_config(&tls(dir.path(), "cert.pem", "other.key"), ALPN_GRPC).unwrap_err();
         assert_eq!(error.key, "tls.key_file");
