@@ -5,8 +5,11 @@
 //!   to RESOURCE_EXHAUSTED.
 //! - `http`: axum routes `POST /v1/{traces,logs,metrics}`, protobuf or JSON.
 //! - `decode`: content negotiation, bounded decompression, payload decoding (pure code).
+//! - `wire_count`: counting a request's spans / log records / data points without decoding it.
+//! - `admission`: the decoding slots both receivers share, and counting before decoding.
 //! - `error`: [`ReceiverError`], the one error type of this layer.
 
+mod admission;
 mod decode;
 mod error;
 mod grpc;
@@ -15,6 +18,7 @@ mod limits;
 pub(crate) mod rpc_status;
 mod signal;
 mod sink;
+mod wire_count;
 
 pub use self::http::{http_router, serve_http};
 pub use error::ReceiverError;
