@@ -60,6 +60,11 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
         threshold = ?config.storage.media.threshold,
         "media store configured"
     );
+    // The caches' byte budgets, set before anything fills them.
+    let budgets = config.interpreter.memory;
+    crate::interpreter::prefix_memo::set_default_budget(budgets.prefix_memo);
+    store.set_history_cache_budget(budgets.history);
+    store.set_chain_cache_budget(budgets.chain);
     let ingest = Arc::new(Ingest::new(store.clone(), outbox.clone()).with_media(media.clone()));
     let (stop_tx, stop_rx) = watch::channel(false);
     let stopped = move || {
@@ -74,6 +79,7 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
         let listener = bind(&grpc.endpoint, "OTLP gRPC receiver").await?;
         let limits = ReceiverLimits {
             max_request_bytes: grpc.max_recv_msg_size,
+            items: config.interpreter.limits,
         };
         let (ingest, stop) = (ingest.clone(), stopped());
         tasks.spawn(async move {
@@ -86,6 +92,7 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
         let listener = bind(&http.endpoint, "OTLP HTTP receiver").await?;
         let limits = ReceiverLimits {
             max_request_bytes: http.max_request_body_size,
+            items: config.interpreter.limits,
         };
         let (ingest, stop) = (ingest.clone(), stopped());
         tasks.spawn(async move {
@@ -98,7 +105,10 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
     if let Ok(address) = api_listener.local_addr() {
         tracing::info!(%address, "query API listening");
     }
-    let continuations = Arc::new(Continuations::new(store.clone(), media));
+    let continuations = Arc::new(
+        Continuations::new(store.clone(), media)
+            .with_cache_budgets(budgets.rendered, budgets.context),
+    );
     let router = api::router(ApiState {
         store: store.clone(),
         ingest: ingest.clone(),
