@@ -472,3 +472,118 @@ async fn an_inline_answer_over_its_media_limit_points_to_references() {
     let by_reference = stepline.get_ok(&format!("{base}&media=reference")).await;
     assert_eq!(by_reference["messages"][0]["parts"][1]["type"], "uri");
 }
+
+/// An OTLP/JSON request with one model-request span of conversation `conversation` whose input
+/// is `messages` messages of about `bytes_each` bytes.
+fn long_chat_span(
+    trace_hex: &str,
+    conversation: &str,
+    messages: usize,
+    bytes_each: usize,
+) -> Vec<u8> {
+    let parts: Vec<Value> = (0..messages)
+        .map(|n| json!({"type": "text", "content": format!("{n:06} {}", "x".repeat(bytes_each))}))
+        .collect();
+    // One message per part, alternating roles, so the history is `messages` long.
+    let input: Vec<Value> = parts
+        .into_iter()
+        .enumerate()
+        .map(|(n, part)| {
+            let role = if n % 2 == 0 { "user" } else { "assistant" };
+            json!({"role": role, "parts": [part]})
+        })
+        .collect();
+    let mut body: Value =
+        serde_json::from_slice(&chat_span(trace_hex, conversation, json!([]))).expect("JSON");
+    let attributes = body["resourceSpans"][0]["scopeSpans"][0]["spans"][0]["attributes"]
+        .as_array_mut()
+        .expect("attributes");
+    for attribute in attributes.iter_mut() {
+        if attribute["key"] == "gen_ai.input.messages" {
+            attribute["value"]["stringValue"] = json!(Value::Array(input.clone()).to_string());
+        }
+    }
+    serde_json::to_vec(&body).expect("serialise JSON")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_history_cache_stays_within_its_byte_budget() {
+    let budget: u64 = 4 << 20;
+    let options = Options {
+        inactivity_timeout: "10m, memory: { history: 4MiB, rendered: 1MiB }".into(),
+        ..Options::default()
+    };
+    let stepline = Stepline::start_with(options).await;
+    let pid = stepline.pid().expect("pid");
+    let history_bytes = "stepline_cache_bytes{cache=\"history\"}";
+    assert_eq!(
+        metric(&stepline, "stepline_cache_budget_bytes{cache=\"history\"}").await,
+        budget
+    );
+
+    // One run whose history alone is over the budget (300 messages of 20 KB): quiet, it is not
+    // loaded ahead; read, it is answered but not kept.
+    let big = long_chat_span("6c1f0e2d3b4a59687766554433221100", "too-big", 300, 20_000);
+    let (status, text) = http_export(&stepline, "application/json", false, big).await;
+    assert_eq!(status, 200, "{text}");
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert_eq!(
+        metric(&stepline, history_bytes).await,
+        0,
+        "not loaded ahead"
+    );
+    assert_eq!(
+        metric(&stepline, "stepline_history_cache_messages").await,
+        0
+    );
+    let run = run_of(&stepline, "too-big").await;
+    let view = stepline
+        .get_ok(&format!(
+            "/v1/runs/{run}/continuation?include_interrupted=true"
+        ))
+        .await;
+    assert_eq!(view["messages"].as_array().map(Vec::len), Some(301));
+    assert_eq!(metric(&stepline, history_bytes).await, 0, "not kept either");
+
+    // 24 runs of about 1 MB each, every one read: the cache holds what fits, never more.
+    for i in 0..24u32 {
+        let trace = format!("{:08x}1f0e2d3b4a5968776655443322110{}", i, i % 10);
+        let body = long_chat_span(&trace[..32], &format!("run-{i}"), 260, 4_000);
+        let (status, text) = http_export(&stepline, "application/json", false, body).await;
+        assert_eq!(status, 200, "{text}");
+    }
+    let mut peak_held = 0;
+    for i in 0..24u32 {
+        let run = run_of(&stepline, &format!("run-{i}")).await;
+        stepline
+            .get_ok(&format!(
+                "/v1/runs/{run}/continuation?include_interrupted=true"
+            ))
+            .await;
+        let held = metric(&stepline, history_bytes).await;
+        assert!(
+            held <= budget,
+            "history cache holds {held} bytes over its {budget}"
+        );
+        peak_held = peak_held.max(held);
+    }
+    assert!(peak_held > budget / 2, "the budget is used: {peak_held}");
+    for cache in ["history", "rendered", "context", "prefix_memo", "chain"] {
+        let used = metric(
+            &stepline,
+            &format!("stepline_cache_bytes{{cache=\"{cache}\"}}"),
+        )
+        .await;
+        let limit = metric(
+            &stepline,
+            &format!("stepline_cache_budget_bytes{{cache=\"{cache}\"}}"),
+        )
+        .await;
+        assert!(used <= limit, "{cache}: {used} > {limit}");
+        eprintln!("cache {cache}: {used} of {limit} bytes");
+    }
+    eprintln!(
+        "peak RSS after 24 runs of ~1 MB read: {} MiB",
+        peak_rss(pid) >> 20
+    );
+}
