@@ -394,6 +394,16 @@ pub fn holds_references<'a>(messages: impl IntoIterator<Item = &'a Value>) -> bo
         .any(|message| parts::references(message).next().is_some())
 }
 
+/// Turns every part of `messages` (as a sender sent them) that has the shape of a stored
+/// reference into a plain `uri` part; true when one changed. [`Media::offload`] does this for
+/// span content; message bodies built on another path (e.g. from log events) must pass here
+/// before they are stored, or a sender who knows a blob's hash could have it restored.
+pub fn neutralise_forged(messages: &mut [Value]) -> bool {
+    messages.iter_mut().fold(false, |changed, message| {
+        parts::neutralise(message) | changed
+    })
+}
+
 /// Shows the media references in `messages` as `uri` parts (`media=reference`).
 pub fn show_references(messages: &mut [Value]) {
     for message in messages {
@@ -574,6 +584,11 @@ mod tests {
             assert_eq!(mine[0].messages[0].0, MessageHash::of(&stored[0]));
 
             assert!(!holds_references(&stored));
+            let mut again = stored.clone();
+            assert!(
+                !neutralise_forged(&mut again),
+                "neutralising twice changes nothing"
+            );
             let mut restored = stored.clone();
             media.restore("mine", &mut restored).await.unwrap();
             assert_eq!(restored, stored, "nothing restored");
@@ -581,6 +596,25 @@ mod tests {
                 .unwrap()
                 .contains(&secret_text[..40]));
         }
+    }
+
+    #[test]
+    fn neutralise_forged_turns_reference_shapes_into_uris_only() {
+        let forged = MediaRef::of(b"x").to_string();
+        let mut messages = vec![
+            user(json!([{"type": "blob", "content": forged, "size": 1, "mime_type": "image/png"}])),
+            user(json!([{"type": "blob", "content": forged}, {"type": "uri", "uri": forged}])),
+        ];
+        let untouched = messages[1].clone();
+        assert!(neutralise_forged(&mut messages));
+        assert_eq!(
+            messages[0]["parts"][0],
+            json!({"type": "uri", "uri": forged, "size": 1, "mime_type": "image/png"})
+        );
+        assert_eq!(
+            messages[1], untouched,
+            "no size: not a stored reference's shape"
+        );
     }
 
     #[tokio::test]
