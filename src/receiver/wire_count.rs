@@ -200,17 +200,19 @@ fn skip_group(body: &mut &[u8], number: u64) -> Result<(), CountError> {
     Ok(())
 }
 
-/// Counts the `counted` items of an OTLP/JSON export request without keeping anything.
-///
-/// Field names are matched in both the lowerCamelCase OTLP/JSON uses and the snake_case of the
-/// proto; every other value is skipped with [`IgnoredAny`]. The count is of array elements, so a
-/// body the decoder refuses later may still count; a body that is not JSON is an error here.
+/// [`count_json_partial`] without the partial count (for tests).
 #[cfg(test)]
 pub(crate) fn count_json(counted: Counted, body: &[u8]) -> Result<u64, CountError> {
     count_json_partial(counted, body).map_err(|(err, _)| err)
 }
 
-/// [`count_json`], giving on failure also how many items were counted before it.
+/// Counts the `counted` items of an OTLP/JSON export request without keeping anything; on
+/// failure, also gives how many items were counted before it.
+///
+/// Field names are matched in both the lowerCamelCase OTLP/JSON uses and the snake_case of the
+/// proto; every other value is skipped with [`IgnoredAny`] (which walks nested values without
+/// recursion). The count is of array elements, so a body the decoder refuses later may still
+/// count; a body that is not JSON is an error here.
 pub(crate) fn count_json_partial(counted: Counted, body: &[u8]) -> Result<u64, (CountError, u64)> {
     let path: JsonPath = match counted {
         Counted::Spans => &[
