@@ -201,6 +201,7 @@ async fn start_sink(forward: Forward, sink: Arc<CountingSink>) -> Result<Option<
     let addr = listener.local_addr().context("sink address")?;
     let limits = stepline::receiver::ReceiverLimits {
         max_request_bytes: 256 << 20,
+        ..Default::default()
     };
     let (kind, exporter) = match forward {
         Forward::Grpc => {

@@ -7,6 +7,7 @@
 //! them together from the [`config`].
 
 pub mod api;
+pub mod cache_budget;
 pub mod config;
 pub mod continuation;
 pub mod domain;

@@ -61,6 +61,11 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
         threshold = ?config.storage.media.threshold,
         "media store configured"
     );
+    // The caches' byte budgets, set before anything fills them.
+    let budgets = config.interpreter.memory;
+    crate::interpreter::prefix_memo::set_default_budget(budgets.prefix_memo);
+    store.set_history_cache_budget(budgets.history);
+    store.set_chain_cache_budget(budgets.chain);
     let ingest = Arc::new(Ingest::new(store.clone(), outbox.clone()).with_media(media.clone()));
     let (stop_tx, stop_rx) = watch::channel(false);
     let stopped = move || {
@@ -75,6 +80,7 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
         let listener = bind(&grpc.endpoint, "OTLP gRPC receiver").await?;
         let limits = ReceiverLimits {
             max_request_bytes: grpc.max_recv_msg_size,
+            items: config.interpreter.limits,
         };
         let security = ReceiverSecurity::new(grpc.tls.as_ref(), grpc.auth.as_ref(), ALPN_GRPC)
             .context("cannot set up TLS for the OTLP gRPC receiver")?;
@@ -89,6 +95,7 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
         let listener = bind(&http.endpoint, "OTLP HTTP receiver").await?;
         let limits = ReceiverLimits {
             max_request_bytes: http.max_request_body_size,
+            items: config.interpreter.limits,
         };
         let security = ReceiverSecurity::new(http.tls.as_ref(), http.auth.as_ref(), ALPN_HTTP)
             .context("cannot set up TLS for the OTLP HTTP receiver")?;
@@ -115,7 +122,10 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
             );
         }
     }
-    let continuations = Arc::new(Continuations::new(store.clone(), media));
+    let continuations = Arc::new(
+        Continuations::new(store.clone(), media)
+            .with_cache_budgets(budgets.rendered, budgets.context),
+    );
     let router = api::router(ApiState {
         store: store.clone(),
         ingest: ingest.clone(),

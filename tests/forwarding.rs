@@ -100,6 +100,7 @@ async fn start_downstream_on(grpc: TcpListener, http: TcpListener) -> Sinks {
     let sink = Arc::new(Downstream::default());
     let limits = ReceiverLimits {
         max_request_bytes: 64 << 20,
+        ..Default::default()
     };
     let addresses = (grpc.local_addr().unwrap(), http.local_addr().unwrap());
     tokio::spawn(serve_grpc(

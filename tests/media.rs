@@ -294,6 +294,7 @@ async fn media_round_trip_local_directory() {
             threshold: Some(1),
             location: MediaLocation::Directory(dir.path().to_path_buf()),
             options: Default::default(),
+            ..Default::default()
         },
         true,
     )
@@ -449,6 +450,7 @@ async fn media_round_trip_s3_compatible_server() {
                 .into_iter()
                 .map(|(k, v)| (k.to_string(), v))
                 .collect(),
+            ..Default::default()
         },
         true,
     )

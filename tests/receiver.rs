@@ -360,7 +360,10 @@ async fn start(grpc: bool, max_request_bytes: usize) -> Running {
     let shutdown = async move {
         let _ = stopped.await;
     };
-    let limits = ReceiverLimits { max_request_bytes };
+    let limits = ReceiverLimits {
+        max_request_bytes,
+        ..Default::default()
+    };
     let task = if grpc {
         tokio::spawn(serve_grpc(listener, Arc::clone(&sink), limits, shutdown))
     } else {

@@ -4,8 +4,10 @@ use std::fmt::Write;
 use std::sync::atomic::Ordering;
 
 use crate::config::SignalKind;
+use crate::continuation::Continuations;
 use crate::exporter::{item_name, ExporterCounters, ExporterQueue, Outbox, SignalCounters};
 use crate::ingest::IngestCounters;
+use crate::interpreter::prefix_memo;
 use crate::media::MediaCounters;
 use crate::store::keys::cf;
 use crate::store::Store;
@@ -227,6 +229,76 @@ pub fn render_rendered_cache(out: &mut String, held_bytes: usize) {
         out,
         "# HELP {name} Bytes of rendered continuation answers held in memory (answered, or rendered ahead once a run went quiet).\n# TYPE {name} gauge\n{name} {held_bytes}"
     );
+}
+
+/// One in-memory cache's estimated bytes in use and byte budget, labelled `cache="<name>"`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CacheGauge {
+    /// The cache's label: `history`, `rendered`, `context`, `prefix_memo` or `chain`.
+    pub cache: &'static str,
+    /// Estimated bytes held.
+    pub bytes: usize,
+    /// The byte budget (`processors.stepline.memory`).
+    pub budget: usize,
+}
+
+/// The gauges of every cache continuations and ingest keep in memory.
+pub fn cache_gauges(continuations: &Continuations) -> [CacheGauge; 5] {
+    let store = continuations.store();
+    let gauge = |cache, (bytes, budget)| CacheGauge {
+        cache,
+        bytes,
+        budget,
+    };
+    [
+        gauge("history", store.history_cache_bytes()),
+        gauge(
+            "rendered",
+            (
+                continuations.rendered().held(),
+                continuations.rendered().budget(),
+            ),
+        ),
+        gauge(
+            "context",
+            (
+                continuations.contexts().held(),
+                continuations.contexts().budget(),
+            ),
+        ),
+        gauge(
+            "prefix_memo",
+            (prefix_memo::process_bytes(), prefix_memo::default_budget()),
+        ),
+        gauge("chain", store.chain_cache_bytes()),
+    ]
+}
+
+/// Appends `stepline_cache_bytes{cache=...}` and `stepline_cache_budget_bytes{cache=...}`.
+pub fn render_caches(out: &mut String, gauges: &[CacheGauge]) {
+    type Pick = fn(&CacheGauge) -> usize;
+    let families: [(&str, &str, Pick); 2] = [
+        (
+            "stepline_cache_bytes",
+            "Estimated bytes held by an in-memory cache.",
+            |g| g.bytes,
+        ),
+        (
+            "stepline_cache_budget_bytes",
+            "Byte budget of an in-memory cache (processors.stepline.memory).",
+            |g| g.budget,
+        ),
+    ];
+    for (name, help, pick) in families {
+        let _ = writeln!(
+            out,
+            "# HELP {name} {help}
+# TYPE {name} gauge"
+        );
+        for gauge in gauges {
+            let _ = writeln!(out, "{name}{{cache=\"{}\"}} {}", gauge.cache, pick(gauge));
+        }
+    }
 }
 
 /// Appends the media store's counters.

@@ -12,7 +12,9 @@ use object_store::aws::AmazonS3ConfigKey;
 use object_store::azure::AzureConfigKey;
 use object_store::gcp::GoogleConfigKey;
 
-use super::model::{MediaConfig, MediaLocation, DEFAULT_MEDIA_THRESHOLD};
+use super::model::{
+    MediaConfig, MediaLocation, DEFAULT_MEDIA_MAX_INLINE_BYTES, DEFAULT_MEDIA_THRESHOLD,
+};
 use super::raw::{RawMedia, Text};
 
 /// The URL schemes `url` accepts, for messages.
@@ -76,10 +78,22 @@ pub(crate) fn validate_media(
         options.insert(key, value);
     }
     let location = location?;
+    let max_inline_bytes = match raw.max_inline_bytes {
+        None => DEFAULT_MEDIA_MAX_INLINE_BYTES,
+        Some(Text(text)) => match parse_size(&text) {
+            Ok(n) => n,
+            Err(message) => {
+                problem("max_inline_bytes", message);
+                valid = false;
+                0
+            }
+        },
+    };
     valid.then_some(MediaConfig {
         threshold: raw.enabled.unwrap_or(true).then_some(threshold),
         location,
         options,
+        max_inline_bytes,
     })
 }
 

@@ -8,7 +8,8 @@
 //!
 //! Component types known today:
 //! - receiver `otlp` (`protocols.grpc`, `protocols.http`; at least one);
-//! - processor `stepline` (the interpreter: `inactivity_timeout`) and `batch` (accepted with
+//! - processor `stepline` (the interpreter: `inactivity_timeout`; `limits`, the per-request
+//!   and per-span caps; `memory`, the caches' byte budgets) and `batch` (accepted with
 //!   `timeout`, `send_batch_size`, `send_batch_max_size` so Collector configs load, but it has
 //!   no effect: stepline commits every request durably before acknowledging it, and batching
 //!   for the backend belongs to the exporters);
@@ -25,6 +26,7 @@ mod endpoint;
 mod error;
 mod expand;
 mod exporter;
+mod limits;
 mod load;
 mod media;
 mod model;
@@ -34,12 +36,14 @@ mod validate;
 
 pub use auth::{ReceiverAuthConfig, ServerTlsConfig, TlsVersion, DEFAULT_AUTH_SCHEME};
 pub use error::{ConfigError, ConfigProblem};
+pub use limits::{CacheBudgets, DEFAULT_CACHE_BUDGET};
 pub use model::{
     ApiConfig, Compression, Config, ExporterConfig, ExporterProtocol, GrpcReceiverConfig,
     HealthCheckConfig, HttpReceiverConfig, InterpreterConfig, MediaConfig, MediaLocation,
     OtlpReceiverConfig, RetryConfig, SelfTracesConfig, SignalKind, StorageConfig, TlsConfig,
     WhenFull, DEFAULT_API_ENDPOINT, DEFAULT_EXPORT_TIMEOUT, DEFAULT_GRPC_ENDPOINT,
     DEFAULT_GRPC_MAX_RECV_MSG_SIZE, DEFAULT_GRPC_MAX_RECV_MSG_SIZE_MIB, DEFAULT_HTTP_ENDPOINT,
-    DEFAULT_HTTP_MAX_REQUEST_BODY_SIZE, DEFAULT_INACTIVITY_TIMEOUT, DEFAULT_MEDIA_THRESHOLD,
-    DEFAULT_NUM_CONSUMERS, DEFAULT_QUEUE_SIZE_BYTES, DEFAULT_STORAGE_DIRECTORY,
+    DEFAULT_HTTP_MAX_REQUEST_BODY_SIZE, DEFAULT_INACTIVITY_TIMEOUT, DEFAULT_MEDIA_MAX_INLINE_BYTES,
+    DEFAULT_MEDIA_THRESHOLD, DEFAULT_NUM_CONSUMERS, DEFAULT_QUEUE_SIZE_BYTES,
+    DEFAULT_STORAGE_DIRECTORY,
 };

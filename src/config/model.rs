@@ -26,6 +26,9 @@ pub const DEFAULT_STORAGE_DIRECTORY: &str = "./data";
 /// Default size (decoded bytes) from which a `blob` part moves to the media store (64 KiB).
 pub const DEFAULT_MEDIA_THRESHOLD: u64 = 64 * 1024;
 
+/// Default for [`MediaConfig::max_inline_bytes`]: 64 MiB.
+pub const DEFAULT_MEDIA_MAX_INLINE_BYTES: u64 = 64 << 20;
+
 /// A loaded, validated `collector.yaml`.
 #[derive(Debug, Clone)]
 pub struct Config {
@@ -135,12 +138,18 @@ pub struct InterpreterConfig {
     /// How long a run may go without new spans before it is declared abandoned.
     /// `None` disables the timeout (`inactivity_timeout: 0s`).
     pub inactivity_timeout: Option<Duration>,
+    /// The per-request and per-span caps (`limits`).
+    pub limits: crate::limits::Limits,
+    /// The byte budgets of the in-memory caches (`memory`).
+    pub memory: super::limits::CacheBudgets,
 }
 
 impl Default for InterpreterConfig {
     fn default() -> Self {
         Self {
             inactivity_timeout: Some(DEFAULT_INACTIVITY_TIMEOUT),
+            limits: Default::default(),
+            memory: Default::default(),
         }
     }
 }
@@ -179,6 +188,9 @@ pub struct MediaConfig {
     /// the store's own option names. Settings not given here come from the environment
     /// (`AWS_*`, `GOOGLE_*`, `AZURE_*`).
     pub options: std::collections::BTreeMap<String, String>,
+    /// Most blob bytes one `media=inline` answer restores; beyond it the answer is refused
+    /// (413) and the caller is told to use `media=reference`.
+    pub max_inline_bytes: u64,
 }
 
 impl Default for MediaConfig {
@@ -189,6 +201,7 @@ impl Default for MediaConfig {
                 PathBuf::from(DEFAULT_STORAGE_DIRECTORY).join("media"),
             ),
             options: Default::default(),
+            max_inline_bytes: DEFAULT_MEDIA_MAX_INLINE_BYTES,
         }
     }
 }

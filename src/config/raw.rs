@@ -127,6 +127,10 @@ pub(crate) struct RawHttpProtocol {
 pub(crate) struct RawSteplineProcessor {
     /// `inactivity_timeout`: duration after which a silent run is abandoned; `0s` disables.
     pub(crate) inactivity_timeout: Option<Text>,
+    /// `limits`: the per-request and per-span caps.
+    pub(crate) limits: Option<super::limits::RawLimits>,
+    /// `memory`: the byte budgets of the in-memory caches.
+    pub(crate) memory: Option<super::limits::RawMemory>,
 }
 
 /// `processors.batch`: accepted for compatibility with Collector configs, without effect.
@@ -166,6 +170,8 @@ pub(crate) struct RawMedia {
     /// `options`: object store options (endpoint, region, allow_http, credentials, ...); an
     /// empty value means "not given".
     pub(crate) options: Option<std::collections::BTreeMap<String, Option<Text>>>,
+    /// `max_inline_bytes`: most blob bytes one `media=inline` answer restores.
+    pub(crate) max_inline_bytes: Option<Text>,
 }
 
 /// `extensions.stepline_api`.

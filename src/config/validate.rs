@@ -28,6 +28,7 @@ use super::endpoint::parse_endpoint;
 use super::error::ConfigProblem;
 use super::expand::key_label;
 use super::exporter::{validate_exporter, OTLPHTTP_EXPORTER, OTLP_EXPORTER};
+use super::limits::{validate_limits, validate_memory};
 use super::media::validate_media;
 use super::model::SelfTracesConfig;
 use super::model::{
@@ -600,8 +601,16 @@ impl Validator {
                         (!timeout.is_zero()).then_some(timeout)
                     }
                 };
+                let limits = validate_limits(raw.limits, &mut |key, message| {
+                    self.problem(format!("{path}.limits.{key}"), message)
+                });
+                let memory = validate_memory(raw.memory, &mut |key, message| {
+                    self.problem(format!("{path}.memory.{key}"), message)
+                });
                 Some(ProcessorSettings::Stepline(InterpreterConfig {
                     inactivity_timeout,
+                    limits: limits?,
+                    memory: memory?,
                 }))
             }
             _ => {

@@ -7,20 +7,23 @@
 //! the run's derived state): an entry is used only while the revision it was read at is the
 //! run's current one, so a cached context is never older than what a read without the cache
 //! would give. When the revision has moved on, the ledger is read again, but the entries whose
-//! stored bytes are unchanged keep the outcomes decoded before ([`Effects`]). Bounded by
-//! [`CONTEXT_CACHE_ITEMS`], least recently used run first out; in memory only.
+//! stored bytes are unchanged keep the outcomes decoded before ([`Effects`]). Bounded by a byte
+//! budget (by default [`CONTEXT_CACHE_BYTES`]) over the estimated bytes of every context held,
+//! least recently used run first out (found without a scan); in memory only.
 
 use std::collections::HashMap;
 use std::hash::BuildHasher;
+use std::mem::size_of;
 use std::sync::{Arc, Mutex};
 
 use rustc_hash::{FxBuildHasher, FxHashMap};
 
+use crate::cache_budget::{json_bytes, LruOrder, ENTRY_OVERHEAD};
 use crate::domain::{EffectOutcome, IdMap, IdSet, MessageHash, NodeId, ToolEffect};
 use crate::store::{ModelRequestRecord, RunNodes, Store, StoreError};
 
-/// Most ledger entries plus model requests [`ContextCache`] holds over all runs.
-pub const CONTEXT_CACHE_ITEMS: usize = 100_000;
+/// Default byte budget of [`ContextCache`]: the context share of the default cache budget.
+pub const CONTEXT_CACHE_BYTES: usize = 38 << 20;
 
 /// What a continuation shows of the model request that produced a message.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -106,9 +109,46 @@ impl Provenance {
         })
     }
 
-    fn items(&self) -> usize {
-        self.models.len()
+    /// Estimated bytes held.
+    fn bytes(&self) -> usize {
+        let hash_entry = size_of::<MessageHash>() + 2 * size_of::<u64>();
+        self.models
+            .iter()
+            .map(|m| {
+                size_of::<ModelRequest>()
+                    + m.span_id.capacity()
+                    + m.model.as_ref().map_or(0, String::capacity)
+            })
+            .sum::<usize>()
+            + (self.sent_at.len() + self.produced_by.len()) * hash_entry
     }
+}
+
+/// Estimated bytes of one ledger outcome.
+fn outcome_bytes(o: &EffectOutcome) -> usize {
+    size_of::<EffectOutcome>()
+        + o.tool_call_id.capacity()
+        + o.tool_name.capacity()
+        + o.error.as_ref().map_or(0, String::capacity)
+        + o.retry.as_ref().map_or(0, json_bytes)
+}
+
+/// Estimated bytes of one whole ledger entry.
+fn effect_bytes(e: &ToolEffect) -> usize {
+    let text = |s: &Option<String>| s.as_ref().map_or(0, String::capacity);
+    let json = |v: &Option<serde_json::Value>| v.as_ref().map_or(0, json_bytes);
+    size_of::<ToolEffect>()
+        + e.tool_call_id.capacity()
+        + e.tool_name.capacity()
+        + json(&e.arguments)
+        + json(&e.result)
+        + json(&e.retry)
+        + text(&e.requested_at)
+        + text(&e.started_at)
+        + text(&e.ended_at)
+        + text(&e.error)
+        + text(&e.idempotency_key)
+        + text(&e.span_id)
 }
 
 /// How each entry of a run's tool-effect ledger ended, in request order, with the entries of
@@ -194,6 +234,18 @@ impl Effects {
         self.outcomes.get(i as usize)
     }
 
+    /// Estimated bytes held: outcomes, the call index and the stored-bytes fingerprints.
+    fn bytes(&self) -> usize {
+        self.outcomes.iter().map(outcome_bytes).sum::<usize>()
+            + self.order.capacity() * size_of::<u32>()
+            + self
+                .by_call
+                .keys()
+                .map(|k| k.len() + size_of::<(Box<str>, (u32, u32))>() + 8)
+                .sum::<usize>()
+            + self.stored.capacity() * size_of::<(u64, usize)>()
+    }
+
     /// Every entry, in request order.
     pub fn outcomes(&self) -> &[EffectOutcome] {
         &self.outcomes
@@ -222,33 +274,64 @@ pub struct RunContext {
 }
 
 impl RunContext {
-    fn items(&self) -> usize {
-        self.effects.len()
-            + self.unresolved.len()
-            + self.provenance.as_ref().map_or(0, |p| p.items())
+    /// Estimated bytes held by the context (its parts shared with other holders counted too).
+    fn bytes(&self) -> usize {
+        ENTRY_OVERHEAD
+            + self.effects.bytes()
+            + self.unresolved.iter().map(effect_bytes).sum::<usize>()
+            + self.provenance.as_ref().map_or(0, |p| p.bytes())
     }
 }
 
 struct Entry {
     revision: u64,
     used: u64,
+    bytes: usize,
     context: RunContext,
 }
 
 #[derive(Default)]
 struct Entries {
     runs: HashMap<String, Entry>,
+    order: LruOrder<String>,
     held: usize,
-    tick: u64,
+}
+
+impl Entries {
+    fn remove(&mut self, run_id: &str) {
+        if let Some(old) = self.runs.remove(run_id) {
+            self.order.remove(old.used);
+            self.held = self.held.saturating_sub(old.bytes);
+        }
+    }
 }
 
 /// Run contexts by run id, each valid for one revision of its run.
-#[derive(Default)]
 pub struct ContextCache {
     entries: Mutex<Entries>,
+    budget: usize,
+}
+
+impl Default for ContextCache {
+    fn default() -> Self {
+        Self::with_budget(CONTEXT_CACHE_BYTES)
+    }
 }
 
 impl ContextCache {
+    /// An empty cache holding at most `budget` estimated bytes.
+    pub fn with_budget(budget: usize) -> Self {
+        Self {
+            entries: Mutex::new(Entries::default()),
+            budget,
+        }
+    }
+
+    /// The byte budget.
+    pub fn budget(&self) -> usize {
+        self.budget
+    }
+
     /// The context of `run_id` at `revision` (read before calling, so the context returned is at
     /// least that new), from the cache when it holds that revision, else read and kept.
     pub fn get(
@@ -292,47 +375,41 @@ impl ContextCache {
     }
 
     fn lookup(&self, run_id: &str, revision: u64) -> Option<RunContext> {
-        let mut entries = self.entries.lock().ok()?;
-        entries.tick += 1;
-        let tick = entries.tick;
+        let mut guard = self.entries.lock().ok()?;
+        let entries = &mut *guard;
         let entry = entries.runs.get_mut(run_id)?;
         if entry.revision != revision {
             return None;
         }
-        entry.used = tick;
+        entry.used = entries.order.touch(entry.used);
         Some(entry.context.clone())
     }
 
     fn keep(&self, run_id: &str, revision: u64, context: &RunContext) {
+        // Estimated outside the lock: it walks the whole context.
+        let bytes = context.bytes();
         let Ok(mut entries) = self.entries.lock() else {
             return;
         };
-        let items = context.items();
-        if items > CONTEXT_CACHE_ITEMS {
+        entries.remove(run_id);
+        if bytes > self.budget {
             return;
         }
-        entries.tick += 1;
-        let used = entries.tick;
+        let used = entries.order.push(run_id.to_string());
         let entry = Entry {
             revision,
             used,
+            bytes,
             context: context.clone(),
         };
-        if let Some(old) = entries.runs.insert(run_id.to_string(), entry) {
-            entries.held = entries.held.saturating_sub(old.context.items());
-        }
-        entries.held += items;
-        while entries.held > CONTEXT_CACHE_ITEMS {
-            let Some(oldest) = entries
-                .runs
-                .iter()
-                .min_by_key(|(_, e)| e.used)
-                .map(|(id, _)| id.clone())
-            else {
+        entries.runs.insert(run_id.to_string(), entry);
+        entries.held += bytes;
+        while entries.held > self.budget {
+            let Some(oldest) = entries.order.pop_oldest() else {
                 break;
             };
             if let Some(evicted) = entries.runs.remove(&oldest) {
-                entries.held = entries.held.saturating_sub(evicted.context.items());
+                entries.held = entries.held.saturating_sub(evicted.bytes);
             }
         }
     }
@@ -355,7 +432,7 @@ impl ContextCache {
         }
     }
 
-    /// Effects and model-request facts held over all runs.
+    /// Estimated bytes held over all runs.
     pub fn held(&self) -> usize {
         self.entries.lock().map(|e| e.held).unwrap_or(0)
     }

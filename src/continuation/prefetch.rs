@@ -4,7 +4,8 @@
 //! history and context caches, and the answers to the requests for a latest snapshot seen most
 //! recently (the formats orchestrators continue with) are rendered and kept. The first
 //! continuation request is then answered from memory instead of decoding and rendering the
-//! whole history.
+//! whole history. A history the history cache could not keep (over its byte budget) is not
+//! loaded ahead.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -48,7 +49,16 @@ fn warm_history(
         return Ok(None);
     };
     let latest = store.last_snapshot(run_id, |r| r.meta.state == SnapshotState::Complete)?;
-    if latest.is_none_or(|s| s.meta.message_count < min_messages) {
+    let Some(latest) = latest.filter(|s| s.meta.message_count >= min_messages) else {
+        return Ok(None);
+    };
+    // Loaded ahead only if the history cache can keep it: a history over the cache's whole
+    // budget would be read for nothing (and held in memory while rendered).
+    if !store.history_fits_cache(run_id, &latest.history)? {
+        tracing::debug!(
+            run_id,
+            "history too large for the history cache; not loaded ahead"
+        );
         return Ok(None);
     }
     let selector = Selector {

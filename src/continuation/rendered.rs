@@ -10,8 +10,9 @@
 //!
 //! The cache also remembers the last few requests for a run's latest snapshot
 //! ([`RenderedCache::recent_requests`]): the formats orchestrators continue with, which the
-//! prefetch renders ahead for a run that went quiet. Bounded by [`RENDERED_CACHE_BYTES`],
-//! least recently used answer first out; in memory only.
+//! prefetch renders ahead for a run that went quiet. Bounded by a byte budget (by default
+//! [`RENDERED_CACHE_BYTES`]), least recently used answer first out (found without a scan); in
+//! memory only.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -19,6 +20,7 @@ use std::sync::Mutex;
 use bytes::Bytes;
 
 use super::{Format, Selector};
+use crate::cache_budget::LruOrder;
 
 /// Most bytes of rendered answers [`RenderedCache`] holds over all runs.
 pub const RENDERED_CACHE_BYTES: usize = 64 << 20;
@@ -82,8 +84,8 @@ struct RunAnswers {
 #[derive(Default)]
 struct Entries {
     runs: HashMap<String, RunAnswers>,
+    order: LruOrder<(String, Request)>,
     held: usize,
-    tick: u64,
     recent: Vec<Request>,
 }
 
@@ -91,13 +93,7 @@ impl Entries {
     /// Drops least recently used answers until at most `budget` bytes are held.
     fn evict_to(&mut self, budget: usize) {
         while self.held > budget {
-            let oldest = self
-                .runs
-                .iter()
-                .flat_map(|(run, r)| r.answers.iter().map(move |(req, (t, _))| (*t, run, *req)))
-                .min_by_key(|(t, _, _)| *t)
-                .map(|(_, run, req)| (run.clone(), req));
-            let Some((run, request)) = oldest else {
+            let Some((run, request)) = self.order.pop_oldest() else {
                 break;
             };
             if let Some(answers) = self.runs.get_mut(&run) {
@@ -135,15 +131,14 @@ impl RenderedCache {
 
     /// The answer to `request` for `run_id` rendered at `revision`, if kept.
     pub fn get(&self, run_id: &str, revision: u64, request: &Request) -> Option<Bytes> {
-        let mut entries = self.entries.lock().ok()?;
-        entries.tick += 1;
-        let tick = entries.tick;
+        let mut guard = self.entries.lock().ok()?;
+        let entries = &mut *guard;
         let run = entries.runs.get_mut(run_id)?;
         if run.revision != revision {
             return None;
         }
         let (used, body) = run.answers.get_mut(request)?;
-        *used = tick;
+        *used = entries.order.touch(*used);
         Some(body.clone())
     }
 
@@ -154,29 +149,35 @@ impl RenderedCache {
         if body.len() > self.budget / 4 {
             return;
         }
-        let Ok(mut entries) = self.entries.lock() else {
+        let Ok(mut guard) = self.entries.lock() else {
             return;
         };
-        entries.tick += 1;
-        let tick = entries.tick;
+        let entries = &mut *guard;
         let mut freed = 0;
-        let run = entries
-            .runs
-            .entry(run_id.to_string())
-            .or_insert_with(|| RunAnswers {
-                revision,
-                answers: HashMap::new(),
-            });
+        let run = match entries.runs.get_mut(run_id) {
+            Some(run) => run,
+            None => entries
+                .runs
+                .entry(run_id.to_string())
+                .or_insert_with(|| RunAnswers {
+                    revision,
+                    answers: HashMap::new(),
+                }),
+        };
         if revision < run.revision {
             return;
         }
         if revision > run.revision {
-            freed += run.answers.values().map(|(_, b)| b.len()).sum::<usize>();
-            run.answers.clear();
+            for (_, (tick, body)) in run.answers.drain() {
+                entries.order.remove(tick);
+                freed += body.len();
+            }
             run.revision = revision;
         }
         let added = body.len();
-        if let Some((_, old)) = run.answers.insert(request, (tick, body)) {
+        let tick = entries.order.push((run_id.to_string(), request));
+        if let Some((old_tick, old)) = run.answers.insert(request, (tick, body)) {
+            entries.order.remove(old_tick);
             freed += old.len();
         }
         entries.held = entries.held.saturating_sub(freed) + added;
@@ -211,11 +212,17 @@ impl RenderedCache {
         self.entries.lock().map(|e| e.held).unwrap_or(0)
     }
 
+    /// The byte budget.
+    pub fn budget(&self) -> usize {
+        self.budget
+    }
+
     /// Drops every kept answer, keeping the recent requests (for benchmarks measuring reads
     /// that render).
     pub fn clear(&self) {
         if let Ok(mut entries) = self.entries.lock() {
             entries.runs.clear();
+            entries.order.clear();
             entries.held = 0;
         }
     }

@@ -39,6 +39,14 @@ impl Continuations {
         }
     }
 
+    /// Sets the byte budgets of the rendered-answer cache and the context cache (both empty:
+    /// call before the first request).
+    pub fn with_cache_budgets(mut self, rendered: usize, context: usize) -> Self {
+        self.rendered = RenderedCache::with_budget(rendered);
+        self.contexts = ContextCache::with_budget(context);
+        self
+    }
+
     /// The store.
     pub fn store(&self) -> &Arc<Store> {
         &self.store

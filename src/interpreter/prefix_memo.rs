@@ -22,16 +22,46 @@
 //! store holds, so the writer still decides from the store which bodies to write.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use serde_json::Value;
 
+use crate::cache_budget::{json_bytes, LruOrder, ENTRY_OVERHEAD};
 use crate::domain::MessageRef;
 
 /// Most messages the memo holds over all its entries.
 pub const MEMO_MESSAGES: usize = 100_000;
-/// Most raw JSON bytes the memo holds over all its entries.
-pub const MEMO_BYTES: usize = 32 * 1024 * 1024;
+/// Default byte budget of a memo (raw bytes plus the estimated bytes of the interpreted
+/// messages, over all entries), unless [`set_default_budget`] changed it.
+pub const MEMO_BYTES: usize = 38 << 20;
+
+/// The byte budget [`PrefixMemo::default`] gives a memo.
+static DEFAULT_BUDGET: AtomicUsize = AtomicUsize::new(MEMO_BYTES);
+
+/// Estimated bytes held by every memo of the process (for metrics).
+static PROCESS_BYTES: AtomicUsize = AtomicUsize::new(0);
+
+/// Sets the byte budget of the memos made from now on with [`PrefixMemo::default`] (the
+/// service sets it from `processors.stepline.memory.prefix_memo` before building the ingest).
+pub fn set_default_budget(bytes: usize) {
+    DEFAULT_BUDGET.store(bytes, Ordering::Relaxed);
+}
+
+/// The byte budget [`PrefixMemo::default`] gives a memo.
+pub fn default_budget() -> usize {
+    DEFAULT_BUDGET.load(Ordering::Relaxed)
+}
+
+/// Estimated bytes held by every memo of the process.
+pub fn process_bytes() -> usize {
+    PROCESS_BYTES.load(Ordering::Relaxed)
+}
+
+/// Estimated bytes of one interpreted message beside its raw JSON.
+fn message_bytes(message: &MemoMessage) -> usize {
+    json_bytes(&message.body) + 2 * std::mem::size_of::<MessageRef>()
+}
 
 /// One interpreted element of a memoised history.
 #[derive(Debug)]
@@ -136,10 +166,20 @@ struct Entry {
     raw: String,
     messages: SharedMessages,
     references: Arc<Vec<MessageRef>>,
+    /// Estimated bytes of the interpreted messages (not the raw bytes).
+    message_bytes: usize,
 }
 
-/// The memo: the last history read per key, least recently used key first out, bounded by
-/// [`MEMO_MESSAGES`] and [`MEMO_BYTES`] over all keys. Safe to share between threads; the lock is
+impl Entry {
+    /// Estimated bytes held: raw bytes, interpreted messages, bookkeeping.
+    fn bytes(&self) -> usize {
+        ENTRY_OVERHEAD + self.raw.capacity() + self.message_bytes
+    }
+}
+
+/// The memo: the last history read per key, least recently used key first out (found without
+/// a scan), bounded by [`MEMO_MESSAGES`] and a byte budget ([`MEMO_BYTES`] by default) over all
+/// keys. Safe to share between threads; the lock is
 /// held only to look an entry up or put one in, never while parsing or hashing.
 pub struct PrefixMemo {
     inner: Mutex<Lru>,
@@ -150,22 +190,46 @@ pub struct PrefixMemo {
 #[derive(Default)]
 struct Lru {
     entries: HashMap<String, Entry>,
+    order: LruOrder<String>,
     messages: usize,
     bytes: usize,
-    tick: u64,
 }
 
 impl Lru {
     /// Uncounts an entry taken out.
     fn forget(&mut self, entry: &Entry) {
+        let bytes = entry.bytes();
+        self.order.remove(entry.tick);
         self.messages = self.messages.saturating_sub(entry.messages.len);
-        self.bytes = self.bytes.saturating_sub(entry.raw.len());
+        self.bytes = self.bytes.saturating_sub(bytes);
+        release(bytes);
     }
+
+    /// Counts an entry put in.
+    fn count(&mut self, entry: &Entry) {
+        let bytes = entry.bytes();
+        self.messages += entry.messages.len;
+        self.bytes += bytes;
+        PROCESS_BYTES.fetch_add(bytes, Ordering::Relaxed);
+    }
+}
+
+impl Drop for Lru {
+    fn drop(&mut self) {
+        release(self.bytes);
+    }
+}
+
+/// Uncounts `bytes` from the process total.
+fn release(bytes: usize) {
+    let _ = PROCESS_BYTES.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |held| {
+        Some(held.saturating_sub(bytes))
+    });
 }
 
 impl Default for PrefixMemo {
     fn default() -> Self {
-        Self::new(MEMO_MESSAGES, MEMO_BYTES)
+        Self::new(MEMO_MESSAGES, default_budget())
     }
 }
 
@@ -196,7 +260,7 @@ fn interpret(items: Vec<Value>, accept: impl Fn(&Value) -> bool) -> Option<Vec<M
 }
 
 impl PrefixMemo {
-    /// An empty memo holding at most `max_messages` messages and `max_bytes` raw bytes.
+    /// An empty memo holding at most `max_messages` messages and `max_bytes` estimated bytes.
     pub fn new(max_messages: usize, max_bytes: usize) -> Self {
         Self {
             inner: Mutex::new(Lru::default()),
@@ -212,14 +276,20 @@ impl PrefixMemo {
     pub fn read(&self, key: &str, raw: &str, accept: impl Fn(&Value) -> bool) -> Option<MemoRead> {
         // Taken out while extending, so its raw bytes, segment list and reference list are not
         // shared and grow in place.
-        let (read, kept) = match self.take(key) {
+        let (read, kept, message_bytes) = match self.take(key) {
             Some(previous) => match Self::extend(previous, raw, &accept) {
                 Some(extended) => extended,
                 None => Self::parse(raw, &accept)?,
             },
             None => Self::parse(raw, &accept)?,
         };
-        self.put(key, kept, read.messages.clone(), read.references.clone());
+        self.put(
+            key,
+            kept,
+            read.messages.clone(),
+            read.references.clone(),
+            message_bytes,
+        );
         Some(read)
     }
 
@@ -229,11 +299,12 @@ impl PrefixMemo {
         previous: Entry,
         raw: &str,
         accept: &impl Fn(&Value) -> bool,
-    ) -> Option<(MemoRead, String)> {
+    ) -> Option<(MemoRead, String, usize)> {
         let Entry {
             raw: mut kept,
             messages: previous,
             mut references,
+            message_bytes: previous_bytes,
             ..
         } = previous;
         if references.len() != previous.len() || !raw.as_bytes().starts_with(kept.as_bytes()) {
@@ -253,7 +324,7 @@ impl PrefixMemo {
                         messages: previous,
                         references,
                     };
-                    (read, kept)
+                    (read, kept, previous_bytes)
                 });
         }
         let more = after.strip_prefix(',')?;
@@ -264,6 +335,7 @@ impl PrefixMemo {
             return None; // `[a, ]` is not JSON
         }
         let messages = interpret(items, accept)?;
+        let added_bytes: usize = messages.iter().map(message_bytes).sum();
         let end = at + end_of_last_element(rest)?;
         kept.push_str(raw.get(at..end)?);
         // In place unless an interpretation still holds the list (then it is copied).
@@ -273,11 +345,11 @@ impl PrefixMemo {
             messages: previous.extended(messages),
             references,
         };
-        Some((read, kept))
+        Some((read, kept, previous_bytes + added_bytes))
     }
 
     /// Every element of `raw`, parsed and hashed now; with the raw bytes of the history.
-    fn parse(raw: &str, accept: &impl Fn(&Value) -> bool) -> Option<(MemoRead, String)> {
+    fn parse(raw: &str, accept: &impl Fn(&Value) -> bool) -> Option<(MemoRead, String, usize)> {
         let Ok(Value::Array(items)) = serde_json::from_str::<Value>(raw) else {
             return None;
         };
@@ -285,6 +357,7 @@ impl PrefixMemo {
             return None;
         }
         let messages = interpret(items, accept)?;
+        let message_bytes: usize = messages.iter().map(message_bytes).sum();
         let kept = raw.get(..end_of_last_element(raw)?)?.to_string();
         let references = messages.iter().map(|m| m.reference.clone()).collect();
         let read = MemoRead {
@@ -292,7 +365,7 @@ impl PrefixMemo {
             references: Arc::new(references),
             reused: 0,
         };
-        Some((read, kept))
+        Some((read, kept, message_bytes))
     }
 
     /// Takes the entry of `key` out of the memo (it is put back, extended, by [`Self::put`]).
@@ -309,35 +382,34 @@ impl PrefixMemo {
         raw: String,
         messages: SharedMessages,
         references: Arc<Vec<MessageRef>>,
+        message_bytes: usize,
     ) {
-        if messages.len > self.max_messages || raw.len() > self.max_bytes {
+        let mut entry = Entry {
+            tick: 0,
+            raw,
+            messages,
+            references,
+            message_bytes,
+        };
+        if entry.messages.len > self.max_messages || entry.bytes() > self.max_bytes {
             return;
         }
         let Ok(mut lru) = self.inner.lock() else {
             return;
         };
-        lru.tick += 1;
-        lru.messages += messages.len;
-        lru.bytes += raw.len();
-        let entry = Entry {
-            tick: lru.tick,
-            raw,
-            messages,
-            references,
-        };
-        if let Some(old) = lru.entries.insert(key.to_string(), entry) {
+        if let Some(old) = lru.entries.remove(key) {
             lru.forget(&old);
         }
+        entry.tick = lru.order.push(key.to_string());
+        lru.count(&entry);
+        lru.entries.insert(key.to_string(), entry);
         while lru.messages > self.max_messages || lru.bytes > self.max_bytes {
-            let Some(oldest) = lru
-                .entries
-                .iter()
-                .min_by_key(|(_, e)| e.tick)
-                .map(|(k, _)| k.clone())
-            else {
+            let Some(oldest) = lru.order.pop_oldest() else {
                 break;
             };
-            if let Some(evicted) = lru.entries.remove(&oldest) {
+            if let Some(mut evicted) = lru.entries.remove(&oldest) {
+                // Already out of the order.
+                evicted.tick = u64::MAX;
                 lru.forget(&evicted);
             }
         }
@@ -348,7 +420,12 @@ impl PrefixMemo {
         self.inner.lock().map(|l| l.messages).unwrap_or(0)
     }
 
-    /// Raw bytes held over all entries.
+    /// The byte budget.
+    pub fn budget(&self) -> usize {
+        self.max_bytes
+    }
+
+    /// Estimated bytes held over all entries (raw bytes and interpreted messages).
     pub fn bytes(&self) -> usize {
         self.inner.lock().map(|l| l.bytes).unwrap_or(0)
     }
@@ -565,11 +642,28 @@ mod tests {
         assert!(!memo.holds("big"));
         assert!(memo.messages() <= 5);
 
-        // The byte bound too.
-        let memo = PrefixMemo::new(100, two.len() + 10);
+        // The byte budget too: room for one entry, not two.
+        let one = {
+            let memo = PrefixMemo::new(100, 1 << 20);
+            read_as_full(&memo, "a", &two);
+            memo.bytes()
+        };
+        assert!(
+            one > two.len(),
+            "the interpreted messages count, not only the raw bytes"
+        );
+        let memo = PrefixMemo::new(100, one + one / 2);
         read_as_full(&memo, "a", &two);
         read_as_full(&memo, "b", &two);
         assert!(!memo.holds("a") && memo.holds("b"));
-        assert!(memo.bytes() <= two.len() + 10);
+        assert!(memo.bytes() <= one + one / 2);
+
+        // Many keys: the budget holds throughout and the count matches the entries.
+        let memo = PrefixMemo::new(100_000, 50 * one);
+        for k in 0..5_000 {
+            read_as_full(&memo, &format!("run-{k}"), &two);
+            assert!(memo.bytes() <= 50 * one);
+        }
+        assert_eq!(memo.bytes(), 50 * one);
     }
 }

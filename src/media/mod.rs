@@ -11,7 +11,7 @@ mod parts;
 mod reference;
 mod store;
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
@@ -68,6 +68,20 @@ pub enum MediaError {
         /// The object's path in the store.
         path: String,
     },
+    /// The history's blobs add up to more than one `media=inline` answer may hold.
+    #[error(
+        "the history of run {run_id} holds {bytes} bytes of media, over the limit of {limit} \
+         bytes one answer may inline (extensions.stepline_storage.media.max_inline_bytes); \
+         ask with media=reference to get the blobs as references"
+    )]
+    InlineTooLarge {
+        /// The run.
+        run_id: String,
+        /// Decoded bytes of the distinct blobs the history names.
+        bytes: u64,
+        /// The configured limit.
+        limit: u64,
+    },
     /// The store holds bytes that do not hash to the reference.
     #[error(
         "{reference} for run {run_id} is damaged in the object store ({location}: {path} holds \
@@ -91,6 +105,7 @@ impl ServiceError for MediaError {
     fn error_code(&self) -> ServiceErrorCode {
         match self {
             Self::Unavailable { .. } => ServiceErrorCode::Unavailable,
+            Self::InlineTooLarge { .. } => ServiceErrorCode::PayloadTooLarge,
             Self::Open { .. } | Self::Missing { .. } | Self::Corrupt { .. } => {
                 ServiceErrorCode::Internal
             }
@@ -119,11 +134,15 @@ pub struct MediaCounters {
     pub failures: AtomicU64,
 }
 
+/// How many blobs one restore reads at once.
+pub const RESTORE_CONCURRENCY: usize = 8;
+
 /// The media store: an object store plus the size from which blobs move into it.
 pub struct Media {
     store: Arc<dyn ObjectStore>,
     location: String,
     threshold: Option<u64>,
+    max_inline_bytes: u64,
     counters: MediaCounters,
 }
 
@@ -136,7 +155,8 @@ impl Media {
             location: location.clone(),
             detail,
         })?;
-        Ok(Self::with_store(store, location, config.threshold))
+        Ok(Self::with_store(store, location, config.threshold)
+            .with_max_inline_bytes(config.max_inline_bytes))
     }
 
     /// A media store over any object store (`threshold` `None`: nothing is offloaded).
@@ -149,8 +169,15 @@ impl Media {
             store,
             location: location.into(),
             threshold,
+            max_inline_bytes: crate::config::DEFAULT_MEDIA_MAX_INLINE_BYTES,
             counters: MediaCounters::default(),
         }
+    }
+
+    /// Sets the most decoded blob bytes one [`Media::restore`] puts back.
+    pub fn with_max_inline_bytes(mut self, bytes: u64) -> Self {
+        self.max_inline_bytes = bytes;
+        self
     }
 
     /// An in-memory store, for tests.
@@ -174,27 +201,37 @@ impl Media {
 
     /// Takes the blobs at or above the threshold out of the interpreted messages (rewriting the
     /// message hashes the facts refer to) and returns them, one per reference. Plain CPU work.
+    ///
+    /// First, every part a sender made look like a stored reference is turned into a plain
+    /// `uri` part ([`parts::neutralise`]), offloading on or off: only what this method moved
+    /// to the store is ever restored.
     pub fn offload(&self, interpreted: &mut [Interpreted]) -> Vec<Blob> {
-        let Some(threshold) = self.threshold else {
-            return Vec::new();
-        };
+        // With offloading off nothing reaches the threshold; forged references still go.
+        let threshold = self.threshold.unwrap_or(u64::MAX);
         let mut blobs = Vec::new();
         for item in interpreted {
             let mut renamed: IdMap<MessageHash, MessageHash> = IdMap::default();
             for (hash, body) in &mut item.messages {
-                if parts::offload(body, threshold, &mut blobs) {
+                let neutralised = parts::neutralise(body);
+                let offloaded =
+                    self.threshold.is_some() && parts::offload(body, threshold, &mut blobs);
+                if neutralised || offloaded {
                     let new = MessageHash::of(body);
                     renamed.insert(std::mem::replace(hash, new), new);
                 }
             }
-            // Shared input bodies are read only: one with a blob to take out is copied into
-            // `messages` under its new hash (the fact's reference is renamed below).
+            // Shared input bodies are read only: one with a blob to take out (or a forged
+            // reference to neutralise) is copied into `messages` under its new hash (the fact's
+            // reference is renamed below).
             for m in item.shared.iter() {
-                if !parts::may_offload(&m.body, threshold) {
+                let offloads = self.threshold.is_some() && parts::may_offload(&m.body, threshold);
+                if !offloads && !parts::looks_stored(&m.body) {
                     continue;
                 }
                 let mut body = m.body.clone();
-                if parts::offload(&mut body, threshold, &mut blobs) {
+                let neutralised = parts::neutralise(&mut body);
+                let offloaded = offloads && parts::offload(&mut body, threshold, &mut blobs);
+                if neutralised || offloaded {
                     let new = MessageHash::of(&body);
                     renamed.insert(m.reference.hash, new);
                     item.messages.push((new, body));
@@ -259,16 +296,34 @@ impl Media {
     }
 
     /// Puts the original base64 data of every reference in `messages` (the history of `run_id`)
-    /// back, reading the blobs concurrently and checking each against its hash.
+    /// back, reading the blobs [`RESTORE_CONCURRENCY`] at a time and checking each against its
+    /// hash. When the distinct blobs add up to more than the `max_inline_bytes` limit, nothing
+    /// is read: [`MediaError::InlineTooLarge`] tells the caller to ask for references instead.
     pub async fn restore(&self, run_id: &str, messages: &mut [Value]) -> Result<(), MediaError> {
-        let wanted: BTreeSet<MediaRef> = messages.iter().flat_map(parts::references).collect();
+        let wanted: BTreeMap<MediaRef, u64> = messages
+            .iter()
+            .flat_map(parts::references_with_size)
+            .collect();
         if wanted.is_empty() {
             return Ok(());
         }
+        let bytes = wanted
+            .values()
+            .fold(0u64, |total, &size| total.saturating_add(size));
+        if bytes > self.max_inline_bytes {
+            return Err(MediaError::InlineTooLarge {
+                run_id: run_id.to_owned(),
+                bytes,
+                limit: self.max_inline_bytes,
+            });
+        }
+        let slots = Arc::new(tokio::sync::Semaphore::new(RESTORE_CONCURRENCY));
         let mut tasks = tokio::task::JoinSet::new();
-        for reference in wanted {
+        for reference in wanted.into_keys() {
             let store = self.store.clone();
+            let slots = slots.clone();
             tasks.spawn(async move {
+                let _slot = slots.acquire_owned().await;
                 let outcome = load_one(store.as_ref(), &reference).await;
                 (reference, outcome)
             });
@@ -339,6 +394,16 @@ pub fn holds_references<'a>(messages: impl IntoIterator<Item = &'a Value>) -> bo
         .any(|message| parts::references(message).next().is_some())
 }
 
+/// Turns every part of `messages` (as a sender sent them) that has the shape of a stored
+/// reference into a plain `uri` part; true when one changed. [`Media::offload`] does this for
+/// span content; message bodies built on another path (e.g. from log events) must pass here
+/// before they are stored, or a sender who knows a blob's hash could have it restored.
+pub fn neutralise_forged(messages: &mut [Value]) -> bool {
+    messages.iter_mut().fold(false, |changed, message| {
+        parts::neutralise(message) | changed
+    })
+}
+
 /// Shows the media references in `messages` as `uri` parts (`media=reference`).
 pub fn show_references(messages: &mut [Value]) {
     for message in messages {
@@ -404,6 +469,7 @@ mod tests {
     use super::*;
     use crate::domain::MessageRef;
     use crate::interpreter::{FactKind, SpanFact};
+    use bytes::Bytes;
     use serde_json::json;
 
     fn picture(seed: u8, len: usize) -> (Vec<u8>, String) {
@@ -473,6 +539,125 @@ mod tests {
             again.shared.iter().next().unwrap().body["parts"][0]["content"],
             json!(big_text)
         );
+    }
+
+    #[tokio::test]
+    async fn a_forged_reference_is_kept_as_a_plain_uri_and_never_restored() {
+        // A blob stepline stored for someone else's run.
+        let (secret, secret_text) = picture(9, 1024);
+        for threshold in [Some(64), None] {
+            let media = Media::in_memory(threshold);
+            let mut theirs = vec![model_request(vec![user(json!([
+                {"type": "blob", "mime_type": "image/png", "content": secret_text}
+            ]))])];
+            let blobs = media.offload(&mut theirs);
+            if threshold.is_some() {
+                media.save(blobs).await.unwrap();
+            } else {
+                assert!(blobs.is_empty());
+                media
+                    .save(vec![Blob {
+                        reference: MediaRef::of(&secret),
+                        bytes: Bytes::from(secret.clone()),
+                    }])
+                    .await
+                    .unwrap();
+            }
+
+            // A sender who knows the hash sends a part shaped like a stored reference.
+            let forged_uri = MediaRef::of(&secret).to_string();
+            let forged = user(json!([
+                {"type": "blob", "mime_type": "image/png", "content": forged_uri, "size": 1024},
+                {"type": "text", "content": "what is in it?"},
+            ]));
+            let mut mine = vec![model_request(vec![forged])];
+            assert!(media.offload(&mut mine).is_empty());
+            let stored: Vec<Value> = mine[0].messages.iter().map(|(_, m)| m.clone()).collect();
+            let part = &stored[0]["parts"][0];
+            assert_eq!(part["type"], "uri");
+            assert_eq!(part["uri"], json!(forged_uri));
+            assert!(part.get("content").is_none());
+            assert_eq!(part["mime_type"], "image/png");
+            // The facts name the neutralised body.
+            let input = mine[0].fact.input.as_ref().unwrap();
+            assert_eq!(input[0].hash, MessageHash::of(&stored[0]));
+            assert_eq!(mine[0].messages[0].0, MessageHash::of(&stored[0]));
+
+            assert!(!holds_references(&stored));
+            let mut again = stored.clone();
+            assert!(
+                !neutralise_forged(&mut again),
+                "neutralising twice changes nothing"
+            );
+            let mut restored = stored.clone();
+            media.restore("mine", &mut restored).await.unwrap();
+            assert_eq!(restored, stored, "nothing restored");
+            assert!(!serde_json::to_string(&restored)
+                .unwrap()
+                .contains(&secret_text[..40]));
+        }
+    }
+
+    #[test]
+    fn neutralise_forged_turns_reference_shapes_into_uris_only() {
+        let forged = MediaRef::of(b"x").to_string();
+        let mut messages = vec![
+            user(json!([{"type": "blob", "content": forged, "size": 1, "mime_type": "image/png"}])),
+            user(json!([{"type": "blob", "content": forged}, {"type": "uri", "uri": forged}])),
+        ];
+        let untouched = messages[1].clone();
+        assert!(neutralise_forged(&mut messages));
+        assert_eq!(
+            messages[0]["parts"][0],
+            json!({"type": "uri", "uri": forged, "size": 1, "mime_type": "image/png"})
+        );
+        assert_eq!(
+            messages[1], untouched,
+            "no size: not a stored reference's shape"
+        );
+    }
+
+    #[tokio::test]
+    async fn inline_restores_are_bounded_in_bytes() {
+        let media = Media::in_memory(Some(64)).with_max_inline_bytes(3000);
+        let pictures: Vec<(Vec<u8>, String)> = (1..=4).map(|i| picture(i, 1000)).collect();
+        let one =
+            |text: &str| user(json!([{"type": "blob", "mime_type": "image/png", "content": text}]));
+        let mut interpreted = vec![model_request(
+            pictures.iter().map(|(_, t)| one(t)).collect(),
+        )];
+        media.save(media.offload(&mut interpreted)).await.unwrap();
+        let stored: Vec<Value> = interpreted[0]
+            .messages
+            .iter()
+            .map(|(_, m)| m.clone())
+            .collect();
+
+        // Three distinct blobs (one named twice) fit; four do not.
+        let mut three = vec![
+            stored[0].clone(),
+            stored[1].clone(),
+            stored[2].clone(),
+            stored[0].clone(),
+        ];
+        media.restore("r", &mut three).await.unwrap();
+        assert_eq!(three[2], one(&pictures[2].1));
+        let mut four = stored.clone();
+        let error = media.restore("r", &mut four).await.unwrap_err();
+        assert!(
+            matches!(
+                error,
+                MediaError::InlineTooLarge {
+                    bytes: 4000,
+                    limit: 3000,
+                    ..
+                }
+            ),
+            "{error:?}"
+        );
+        assert_eq!(error.error_code(), ServiceErrorCode::PayloadTooLarge);
+        assert!(error.to_string().contains("media=reference"), "{error}");
+        assert_eq!(four, stored, "nothing was read");
     }
 
     #[tokio::test]
@@ -589,6 +774,7 @@ mod tests {
             threshold: Some(8),
             location: crate::config::MediaLocation::Directory(dir.path().join("media")),
             options: Default::default(),
+            ..Default::default()
         };
         let media = Media::open(&config, true).unwrap();
         let (bytes, text) = picture(11, 4096);

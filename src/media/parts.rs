@@ -116,9 +116,41 @@ fn reference_of(part: &Map<String, Value>) -> Option<MediaRef> {
     MediaRef::parse(part.get("content")?.as_str()?)
 }
 
+/// True when some part of `message` has the shape of a stored reference.
+pub fn looks_stored(message: &Value) -> bool {
+    parts(message).any(|part| reference_of(part).is_some())
+}
+
+/// Turns every part of an incoming `message` that has the shape of a stored reference into a
+/// plain `uri` part carrying the text the sender gave (`content` becomes `uri`; the other
+/// fields stay). Run on what senders send, before [`offload`]: only parts stepline itself moved
+/// to the store keep the stored-reference shape, so knowing a blob's hash never gets its bytes
+/// restored into someone else's history. Returns whether the message changed.
+pub fn neutralise(message: &mut Value) -> bool {
+    let mut changed = false;
+    for part in parts_mut(message) {
+        if reference_of(part).is_none() {
+            continue;
+        }
+        let uri = part.remove("content").unwrap_or(Value::Null);
+        part.insert("type".into(), Value::from("uri"));
+        part.insert("uri".into(), uri);
+        changed = true;
+    }
+    changed
+}
+
 /// The media references `message` holds.
 pub fn references(message: &Value) -> impl Iterator<Item = MediaRef> + '_ {
     parts(message).filter_map(reference_of)
+}
+
+/// The media references `message` holds, with the decoded size each part records.
+pub fn references_with_size(message: &Value) -> impl Iterator<Item = (MediaRef, u64)> + '_ {
+    parts(message).filter_map(|part| {
+        let size = part.get(SIZE).and_then(Value::as_u64)?;
+        Some((reference_of(part)?, size))
+    })
 }
 
 /// Puts the base64 data of each reference back (`data` maps references to base64 text).

@@ -13,6 +13,7 @@ use serde::Serialize;
 
 use super::error::ReceiverError;
 use super::rpc_status::RpcStatus;
+use super::wire_count::{count_json_partial, count_protobuf, Counted};
 
 /// `Content-Type` of OTLP/HTTP binary protobuf.
 pub(crate) const PROTOBUF_CONTENT_TYPE: &str = "application/x-protobuf";
@@ -165,6 +166,62 @@ fn read_bounded(
         });
     }
     Ok(Bytes::from(out))
+}
+
+/// The cap on one request's items: what is counted, the most allowed, and the config key of
+/// the cap (under `processors.stepline.limits`) for the refusal message.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct ItemCap {
+    /// What the request is counted in.
+    pub(crate) counted: Counted,
+    /// The most items accepted.
+    pub(crate) limit: usize,
+    /// The cap's config key.
+    pub(crate) key: &'static str,
+}
+
+/// Counts the items of `body` without decoding it and refuses it when they are over `cap`;
+/// then decodes it like [`decode_request`]. A body that cannot be counted is invalid.
+pub(crate) fn decode_counted<T>(
+    format: PayloadFormat,
+    body: &[u8],
+    message_type: &'static str,
+    cap: ItemCap,
+) -> Result<T, ReceiverError>
+where
+    T: prost::Message + Default + DeserializeOwned,
+{
+    let limit = u64::try_from(cap.limit).unwrap_or(u64::MAX);
+    let count = match format {
+        PayloadFormat::Protobuf => {
+            count_protobuf(cap.counted, body).map_err(|err| ReceiverError::InvalidWire {
+                message_type,
+                reason: err.0,
+            })?
+        }
+        PayloadFormat::Json => match count_json_partial(cap.counted, body) {
+            Ok(count) => count,
+            // Not JSON the decoder takes either: its error names the JSON path. Decoded only
+            // when what came before the error is within the cap.
+            Err((err, count)) if count <= limit => {
+                decode_request::<T>(format, body, message_type)?;
+                return Err(ReceiverError::InvalidJson {
+                    message_type,
+                    reason: err.0,
+                });
+            }
+            Err((_, count)) => count,
+        },
+    };
+    if count > limit {
+        return Err(ReceiverError::TooManyItems {
+            noun: cap.counted.noun(),
+            count,
+            limit: cap.limit,
+            key: cap.key,
+        });
+    }
+    decode_request(format, body, message_type)
 }
 
 /// Decodes an export request of type `T` (named `message_type` in errors) from `body`.

@@ -43,6 +43,28 @@ pub enum ReceiverError {
         /// The configured limit in bytes.
         limit: usize,
     },
+    /// The request holds more items (spans, log records, data points) than the cap allows;
+    /// found by counting before decoding.
+    #[error(
+        "request holds {count} {noun}, over the limit of {limit} per request \
+         (processors.stepline.limits.{key})"
+    )]
+    TooManyItems {
+        /// What was counted, e.g. `spans`.
+        noun: &'static str,
+        /// How many the request holds.
+        count: u64,
+        /// The configured cap.
+        limit: usize,
+        /// The config key of the cap under `processors.stepline.limits`.
+        key: &'static str,
+    },
+    /// Every decoding slot stayed busy for longer than the receiver waits; retryable.
+    #[error("too many requests are being decoded at once; retry in {}s", retry.as_secs())]
+    DecodeBusy {
+        /// How long the client should wait.
+        retry: Duration,
+    },
     /// The request body could not be read from the connection.
     #[error("failed to read request body: {0}")]
     ReadBody(String),
@@ -61,6 +83,14 @@ pub enum ReceiverError {
         message_type: &'static str,
         /// What prost reported.
         source: prost::DecodeError,
+    },
+    /// The body is not a well-formed protobuf message (found while counting its items).
+    #[error("invalid protobuf {message_type}: {reason}")]
+    InvalidWire {
+        /// The expected message type, e.g. `ExportTraceServiceRequest`.
+        message_type: &'static str,
+        /// What is wrong.
+        reason: String,
     },
     /// The body is not valid OTLP/JSON for the expected message type.
     #[error("invalid JSON {message_type}: {reason}")]
@@ -107,12 +137,14 @@ impl ServiceError for ReceiverError {
             Self::MissingContentType
             | Self::UnsupportedContentType { .. }
             | Self::UnsupportedContentEncoding { .. } => ServiceErrorCode::UnsupportedMediaType,
-            Self::BodyTooLarge { .. } | Self::DecompressedTooLarge { .. } => {
-                ServiceErrorCode::PayloadTooLarge
-            }
+            Self::BodyTooLarge { .. }
+            | Self::DecompressedTooLarge { .. }
+            | Self::TooManyItems { .. } => ServiceErrorCode::PayloadTooLarge,
+            Self::DecodeBusy { .. } => ServiceErrorCode::Unavailable,
             Self::ReadBody(_)
             | Self::Decompress { .. }
             | Self::InvalidProtobuf { .. }
+            | Self::InvalidWire { .. }
             | Self::InvalidJson { .. } => ServiceErrorCode::BadRequest,
             Self::MethodNotAllowed { .. } => ServiceErrorCode::MethodNotAllowed,
             Self::NotFound { .. } => ServiceErrorCode::NotFound,
@@ -127,6 +159,7 @@ impl ServiceError for ReceiverError {
     fn retry_after(&self) -> Option<Duration> {
         match self {
             Self::Ingest(err) => err.retry_after(),
+            Self::DecodeBusy { retry } => Some(*retry),
             _ => None,
         }
     }
@@ -148,6 +181,25 @@ mod tests {
             tonic::Code::ResourceExhausted
         );
         assert_eq!(too_large.retry_after(), None);
+
+        let too_many = ReceiverError::TooManyItems {
+            noun: "spans",
+            count: 8_000_000,
+            limit: 65_536,
+            key: "max_spans_per_request",
+        };
+        assert_eq!(too_many.error_code().http_status(), 413);
+        assert_eq!(too_many.retry_after(), None);
+        assert_eq!(
+            too_many.to_string(),
+            "request holds 8000000 spans, over the limit of 65536 per request \
+             (processors.stepline.limits.max_spans_per_request)"
+        );
+        let busy = ReceiverError::DecodeBusy {
+            retry: Duration::from_secs(1),
+        };
+        assert_eq!(busy.error_code().http_status(), 503);
+        assert_eq!(busy.retry_after(), Some(Duration::from_secs(1)));
 
         let media = ReceiverError::UnsupportedContentType {
             content_type: "text/plain".into(),

@@ -2,43 +2,32 @@
 //! `MetricsService/Export` on one tonic server.
 //!
 //! Requests may be gzip- or zstd-compressed; responses are compressed when the client accepts
-//! it. The size limit applies to the decompressed message. tonic answers a message whose wire
-//! length is over the limit with OUT_OF_RANGE, which OTLP clients retry forever; the
+//! it. The size limit applies to the decompressed message; the message is then counted against
+//! the item caps (RESOURCE_EXHAUSTED over them) before it is decoded, in a decoding slot shared
+//! with the HTTP receiver. tonic answers a message whose wire length is over the limit with
+//! OUT_OF_RANGE, which OTLP clients retry forever; the
 //! [`RejectionStatusLayer`] rewrites it to RESOURCE_EXHAUSTED without RetryInfo (not retryable),
 //! and turns tonic's INTERNAL answers to undecodable requests into INVALID_ARGUMENT.
 
 use std::convert::Infallible;
 use std::future::Future;
+use std::marker::PhantomData;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
+use bytes::{Buf, Bytes};
 use http_body_util::BodyExt;
-use opentelemetry_proto::tonic::collector::logs::v1::logs_service_server::{
-    LogsService, LogsServiceServer,
-};
-use opentelemetry_proto::tonic::collector::logs::v1::{
-    ExportLogsServiceRequest, ExportLogsServiceResponse,
-};
-use opentelemetry_proto::tonic::collector::metrics::v1::metrics_service_server::{
-    MetricsService, MetricsServiceServer,
-};
-use opentelemetry_proto::tonic::collector::metrics::v1::{
-    ExportMetricsServiceRequest, ExportMetricsServiceResponse,
-};
-use opentelemetry_proto::tonic::collector::trace::v1::trace_service_server::{
-    TraceService, TraceServiceServer,
-};
-use opentelemetry_proto::tonic::collector::trace::v1::{
-    ExportTraceServiceRequest, ExportTraceServiceResponse,
-};
 use tokio::net::TcpListener;
 use tokio_stream::wrappers::TcpListenerStream;
-use tonic::codec::CompressionEncoding;
+use tonic::codec::{Codec, CompressionEncoding, DecodeBuf, Decoder, EncodeBuf, Encoder};
+use tonic::server::{NamedService, UnaryService};
 use tonic::{Code, Status};
 
+use super::admission::{decode_admitted, DecodeGate, Received};
 use super::auth::GrpcAuthLayer;
+use super::decode::{ContentEncoding, PayloadFormat};
 use super::error::ReceiverError;
 use super::limits::ReceiverLimits;
 use super::rpc_status::RpcStatus;
@@ -81,19 +70,7 @@ pub async fn serve_grpc_with<S: ExportSink>(
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), ReceiverError> {
     let limit = limits.max_request_bytes;
-    let receiver = Arc::new(GrpcReceiver { sink });
-
-    // The three generated servers share no trait, so configure each the same way here.
-    macro_rules! configured {
-        ($server:ident) => {
-            $server::from_arc(Arc::clone(&receiver))
-                .accept_compressed(CompressionEncoding::Gzip)
-                .accept_compressed(CompressionEncoding::Zstd)
-                .send_compressed(CompressionEncoding::Gzip)
-                .send_compressed(CompressionEncoding::Zstd)
-                .max_decoding_message_size(limit)
-        };
-    }
+    let receiver = Arc::new(GrpcReceiver { sink, limits });
 
     tracing::info!(
         address = ?listener.local_addr().ok(),
@@ -105,9 +82,9 @@ pub async fn serve_grpc_with<S: ExportSink>(
     let router = tonic::transport::Server::builder()
         .layer(GrpcAuthLayer::new(security.auth))
         .layer(RejectionStatusLayer { limit })
-        .add_service(configured!(TraceServiceServer))
-        .add_service(configured!(LogsServiceServer))
-        .add_service(configured!(MetricsServiceServer));
+        .add_service(ExportService::<S, Traces>::new(&receiver))
+        .add_service(ExportService::<S, Logs>::new(&receiver))
+        .add_service(ExportService::<S, Metrics>::new(&receiver));
     match security.tls {
         Some(tls) => {
             router
@@ -123,54 +100,182 @@ pub async fn serve_grpc_with<S: ExportSink>(
     Ok(())
 }
 
-/// The tonic service implementations: thin adapters around the sink.
+/// What the export services share: the sink and the limits.
 struct GrpcReceiver<S> {
     sink: Arc<S>,
+    limits: ReceiverLimits,
 }
 
 impl<S: ExportSink> GrpcReceiver<S> {
-    /// Hands one decoded request of signal `G` to the sink and turns the result into a reply.
+    /// Counts, decodes and hands one request of signal `G` (its message bytes as tonic
+    /// received and decompressed them) to the sink, and turns the result into a reply.
     async fn export<G: Signal>(
         &self,
-        request: tonic::Request<G::Request>,
+        request: tonic::Request<Bytes>,
     ) -> Result<tonic::Response<G::Response>, Status> {
         if let Some(reached) = request.extensions().get::<HandlerReached>() {
             reached.0.store(true, Ordering::Relaxed);
         }
-        match G::export(self.sink.as_ref(), request.into_inner()).await {
+        let received = Received {
+            format: PayloadFormat::Protobuf,
+            encoding: ContentEncoding::Identity,
+            body: request.into_inner(),
+            max_bytes: self.limits.max_request_bytes,
+        };
+        let decoded = decode_admitted::<G>(DecodeGate::shared(), &self.limits.items, received)
+            .await
+            .map_err(|err| match err {
+                // Worded as tonic words the decoding errors it answers itself.
+                ReceiverError::InvalidWire { .. } | ReceiverError::InvalidProtobuf { .. } => {
+                    Status::invalid_argument(format!(
+                        "invalid request: failed to decode Protobuf message: {err}"
+                    ))
+                }
+                other => to_status(&other),
+            })?;
+        match G::export(self.sink.as_ref(), decoded).await {
             Ok(outcome) => Ok(tonic::Response::new(G::response(outcome))),
             Err(err) => Err(to_status(&ReceiverError::from(err))),
         }
     }
 }
 
-#[tonic::async_trait]
-impl<S: ExportSink> TraceService for GrpcReceiver<S> {
-    async fn export(
-        &self,
-        request: tonic::Request<ExportTraceServiceRequest>,
-    ) -> Result<tonic::Response<ExportTraceServiceResponse>, Status> {
-        GrpcReceiver::export::<Traces>(self, request).await
+/// The gRPC service of signal `G` (`<package>.<Service>/Export`).
+///
+/// Written out instead of the generated server because the generated one decodes with prost
+/// inside tonic, before any handler could count the request: this one takes the message as
+/// bytes (decompressed and size-limited by tonic) and decodes it after counting.
+struct ExportService<S, G> {
+    receiver: Arc<GrpcReceiver<S>>,
+    signal: PhantomData<fn() -> G>,
+}
+
+impl<S, G> ExportService<S, G> {
+    fn new(receiver: &Arc<GrpcReceiver<S>>) -> Self {
+        Self {
+            receiver: Arc::clone(receiver),
+            signal: PhantomData,
+        }
     }
 }
 
-#[tonic::async_trait]
-impl<S: ExportSink> LogsService for GrpcReceiver<S> {
-    async fn export(
-        &self,
-        request: tonic::Request<ExportLogsServiceRequest>,
-    ) -> Result<tonic::Response<ExportLogsServiceResponse>, Status> {
-        GrpcReceiver::export::<Logs>(self, request).await
+impl<S, G> Clone for ExportService<S, G> {
+    fn clone(&self) -> Self {
+        Self::new(&self.receiver)
     }
 }
 
-#[tonic::async_trait]
-impl<S: ExportSink> MetricsService for GrpcReceiver<S> {
-    async fn export(
-        &self,
-        request: tonic::Request<ExportMetricsServiceRequest>,
-    ) -> Result<tonic::Response<ExportMetricsServiceResponse>, Status> {
-        GrpcReceiver::export::<Metrics>(self, request).await
+impl<S, G: Signal> NamedService for ExportService<S, G> {
+    const NAME: &'static str = G::GRPC_SERVICE;
+}
+
+impl<S, G, B> tower::Service<http::Request<B>> for ExportService<S, G>
+where
+    S: ExportSink,
+    G: Signal,
+    B: tonic::codegen::Body + Send + 'static,
+    B::Error: Into<tonic::codegen::StdError> + Send + 'static,
+{
+    type Response = http::Response<tonic::body::Body>;
+    type Error = Infallible;
+    type Future = Pin<Box<dyn Future<Output = Result<Self::Response, Infallible>> + Send>>;
+
+    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, request: http::Request<B>) -> Self::Future {
+        let path = request.uri().path();
+        let is_export = path
+            .strip_prefix('/')
+            .and_then(|p| p.strip_prefix(G::GRPC_SERVICE))
+            .is_some_and(|method| method == "/Export");
+        if !is_export {
+            return Box::pin(async {
+                let mut response = http::Response::new(tonic::body::Body::default());
+                let headers = response.headers_mut();
+                headers.insert(Status::GRPC_STATUS, (Code::Unimplemented as i32).into());
+                headers.insert(
+                    http::header::CONTENT_TYPE,
+                    tonic::metadata::GRPC_CONTENT_TYPE,
+                );
+                Ok(response)
+            });
+        }
+        let method = ExportMethod::<S, G> {
+            receiver: Arc::clone(&self.receiver),
+            signal: PhantomData,
+        };
+        let limit = self.receiver.limits.max_request_bytes;
+        Box::pin(async move {
+            let mut grpc = tonic::server::Grpc::new(RawCodec::<G::Response>(PhantomData))
+                .accept_compressed(CompressionEncoding::Gzip)
+                .accept_compressed(CompressionEncoding::Zstd)
+                .send_compressed(CompressionEncoding::Gzip)
+                .send_compressed(CompressionEncoding::Zstd)
+                .max_decoding_message_size(limit);
+            Ok(grpc.unary(method, request).await)
+        })
+    }
+}
+
+/// The unary `Export` method of signal `G`.
+struct ExportMethod<S, G> {
+    receiver: Arc<GrpcReceiver<S>>,
+    signal: PhantomData<fn() -> G>,
+}
+
+impl<S: ExportSink, G: Signal> UnaryService<Bytes> for ExportMethod<S, G> {
+    type Response = G::Response;
+    type Future =
+        Pin<Box<dyn Future<Output = Result<tonic::Response<G::Response>, Status>> + Send>>;
+
+    fn call(&mut self, request: tonic::Request<Bytes>) -> Self::Future {
+        let receiver = Arc::clone(&self.receiver);
+        Box::pin(async move { receiver.export::<G>(request).await })
+    }
+}
+
+/// A codec that hands the request message over as bytes and encodes responses with prost.
+struct RawCodec<R>(PhantomData<fn() -> R>);
+
+impl<R: prost::Message + Send + 'static> Codec for RawCodec<R> {
+    type Encode = R;
+    type Decode = Bytes;
+    type Encoder = MessageEncoder<R>;
+    type Decoder = RawDecoder;
+
+    fn encoder(&mut self) -> Self::Encoder {
+        MessageEncoder(PhantomData)
+    }
+
+    fn decoder(&mut self) -> Self::Decoder {
+        RawDecoder
+    }
+}
+
+/// Encodes a response message with prost.
+struct MessageEncoder<R>(PhantomData<fn() -> R>);
+
+impl<R: prost::Message> Encoder for MessageEncoder<R> {
+    type Item = R;
+    type Error = Status;
+
+    fn encode(&mut self, item: R, dst: &mut EncodeBuf<'_>) -> Result<(), Status> {
+        item.encode(dst)
+            .map_err(|err| Status::internal(format!("encoding the response: {err}")))
+    }
+}
+
+/// Takes a whole request message as bytes.
+struct RawDecoder;
+
+impl Decoder for RawDecoder {
+    type Item = Bytes;
+    type Error = Status;
+
+    fn decode(&mut self, src: &mut DecodeBuf<'_>) -> Result<Option<Bytes>, Status> {
+        Ok(Some(src.copy_to_bytes(src.remaining())))
     }
 }
 

@@ -1,9 +1,9 @@
 //! The OTLP/HTTP receiver: `POST /v1/traces`, `/v1/logs` and `/v1/metrics` on an axum router.
 //!
 //! A request is read up to the size limit, decompressed (gzip, zstd) with the same limit
-//! applied to the output, decoded (protobuf or OTLP/JSON, by `Content-Type`), handed to the
-//! sink, and answered in the request's format: an `Export*ServiceResponse` on success, a
-//! `google.rpc.Status` on error. Requests whose `Content-Type` is not an OTLP format are
+//! applied to the output, counted against the item caps (413 over them), decoded (protobuf or
+//! OTLP/JSON, by `Content-Type`), handed to the sink, and answered in the request's format: an
+//! `Export*ServiceResponse` on success, a `google.rpc.Status` on error. Requests whose `Content-Type` is not an OTLP format are
 //! answered in JSON.
 
 use std::future::Future;
@@ -20,10 +20,9 @@ use http::{HeaderMap, HeaderValue, Method, Uri};
 use http_body_util::BodyExt;
 use tokio::net::TcpListener;
 
+use super::admission::{decode_admitted, DecodeGate, Received};
 use super::auth::BearerAuth;
-use super::decode::{
-    decode_request, decompress, encode_response, encode_status, ContentEncoding, PayloadFormat,
-};
+use super::decode::{encode_response, encode_status, ContentEncoding, PayloadFormat};
 use super::error::ReceiverError;
 use super::limits::ReceiverLimits;
 use super::rpc_status::RpcStatus;
@@ -174,14 +173,14 @@ async fn accept<S: ExportSink, G: Signal>(
     .await?
     .ok_or(ReceiverError::BodyTooLarge { limit })?;
 
-    // Decompression and decoding are CPU work on up to `limit` bytes: keep them off the
-    // async workers.
-    let request: G::Request = tokio::task::spawn_blocking(move || {
-        let raw = decompress(encoding, body, limit)?;
-        decode_request(format, &raw, G::REQUEST_TYPE)
-    })
-    .await
-    .map_err(|err| ReceiverError::Internal(format!("decoding task failed: {err}")))??;
+    // Counted before it is decoded, in one of a bounded number of decoding slots.
+    let received = Received {
+        format,
+        encoding,
+        body,
+        max_bytes: limit,
+    };
+    let request = decode_admitted::<G>(DecodeGate::shared(), &state.limits.items, received).await?;
 
     let outcome = G::export(state.sink.as_ref(), request).await?;
     encode_response(format, &G::response(outcome))

@@ -5,12 +5,15 @@
 //!   to RESOURCE_EXHAUSTED.
 //! - `http`: axum routes `POST /v1/{traces,logs,metrics}`, protobuf or JSON.
 //! - `decode`: content negotiation, bounded decompression, payload decoding (pure code).
+//! - `wire_count`: counting a request's spans / log records / data points without decoding it.
+//! - `admission`: the decoding slots both receivers share, and counting before decoding.
 //! - `error`: [`ReceiverError`], the one error type of this layer.
 //! - `auth`: bearer-token checks (constant time, case-insensitive scheme), also used by the API.
 //! - `tls`: the rustls server side and a listener that handshakes off the accept loop.
 //! - `security`: [`ReceiverSecurity`], what one receiver is given of both.
 
 pub mod auth;
+mod admission;
 mod decode;
 mod error;
 mod grpc;
@@ -21,6 +24,7 @@ mod security;
 mod signal;
 mod sink;
 pub mod tls;
+mod wire_count;
 
 pub use self::http::{http_router, serve_http, serve_http_with};
 pub use error::ReceiverError;

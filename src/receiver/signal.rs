@@ -15,7 +15,9 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 
 use super::sink::ExportSink;
+use super::wire_count::Counted;
 use crate::ingest::{ExportOutcome, IngestError};
+use crate::limits::Limits;
 
 /// One OTLP signal: its request and response messages and how to hand it to the sink.
 pub(crate) trait Signal: Send + Sync + 'static {
@@ -28,6 +30,15 @@ pub(crate) trait Signal: Send + Sync + 'static {
     const HTTP_PATH: &'static str;
     /// The request message's type name, for error messages.
     const REQUEST_TYPE: &'static str;
+    /// The gRPC service name (`package.Service`); its method is `Export`.
+    const GRPC_SERVICE: &'static str;
+    /// What a request is counted in before it is decoded.
+    const COUNTED: Counted;
+    /// The name of the cap on that count under `processors.stepline.limits`.
+    const LIMIT_KEY: &'static str;
+
+    /// The cap on [`Self::COUNTED`] items per request.
+    fn cap(limits: &Limits) -> usize;
 
     /// Hands a decoded request to the sink.
     fn export<S: ExportSink>(
@@ -52,6 +63,13 @@ impl Signal for Traces {
     type Response = ExportTraceServiceResponse;
     const HTTP_PATH: &'static str = "/v1/traces";
     const REQUEST_TYPE: &'static str = "ExportTraceServiceRequest";
+    const GRPC_SERVICE: &'static str = "opentelemetry.proto.collector.trace.v1.TraceService";
+    const COUNTED: Counted = Counted::Spans;
+    const LIMIT_KEY: &'static str = "max_spans_per_request";
+
+    fn cap(limits: &Limits) -> usize {
+        limits.max_spans_per_request
+    }
 
     fn export<S: ExportSink>(
         sink: &S,
@@ -78,6 +96,13 @@ impl Signal for Logs {
     type Response = ExportLogsServiceResponse;
     const HTTP_PATH: &'static str = "/v1/logs";
     const REQUEST_TYPE: &'static str = "ExportLogsServiceRequest";
+    const GRPC_SERVICE: &'static str = "opentelemetry.proto.collector.logs.v1.LogsService";
+    const COUNTED: Counted = Counted::LogRecords;
+    const LIMIT_KEY: &'static str = "max_log_records_per_request";
+
+    fn cap(limits: &Limits) -> usize {
+        limits.max_log_records_per_request
+    }
 
     fn export<S: ExportSink>(
         sink: &S,
@@ -104,6 +129,13 @@ impl Signal for Metrics {
     type Response = ExportMetricsServiceResponse;
     const HTTP_PATH: &'static str = "/v1/metrics";
     const REQUEST_TYPE: &'static str = "ExportMetricsServiceRequest";
+    const GRPC_SERVICE: &'static str = "opentelemetry.proto.collector.metrics.v1.MetricsService";
+    const COUNTED: Counted = Counted::DataPoints;
+    const LIMIT_KEY: &'static str = "max_metric_points_per_request";
+
+    fn cap(limits: &Limits) -> usize {
+        limits.max_metric_points_per_request
+    }
 
     fn export<S: ExportSink>(
         sink: &S,

@@ -7,22 +7,43 @@ use std::collections::HashMap;
 use super::error::StoreError;
 use super::keys::{self, cf};
 use super::rocks::{Store, WriteBatch};
+use crate::cache_budget::{LruOrder, ENTRY_OVERHEAD};
 use crate::domain::{
     ChainIds, ChainRef, HistoryNode, IdMap, MessageHash, NodeId, MESSAGE_HASH_BYTES, NODE_ID_BYTES,
 };
 
-/// Most messages whose node ids [`ChainCache`] holds, over all runs (about 150 bytes each).
-pub const CHAIN_CACHE_MESSAGES: usize = 200_000;
+/// Default byte budget of [`ChainCache`]: the chain share of the default cache budget.
+pub const CHAIN_CACHE_BYTES: usize = 25 << 20;
+
+/// Estimated bytes per message of a cached chain: its hash and node id.
+const CHAIN_BYTES_PER_MESSAGE: usize = MESSAGE_HASH_BYTES + NODE_ID_BYTES;
 
 /// The node ids of the last input history stored for each recently active run, so the next
 /// request's input (mostly the same history plus a few messages) hashes only its new messages.
-/// Bounded by [`CHAIN_CACHE_MESSAGES`], least recently used run first out. Only a shortcut: node
-/// ids are a pure function of the messages, so a missing or stale entry is recomputed.
-#[derive(Default)]
+/// Bounded by a byte budget (by default [`CHAIN_CACHE_BYTES`]), least recently used run first
+/// out (found without a scan). Only a shortcut: node ids are a pure function of the messages,
+/// so a missing or stale entry is recomputed.
 pub struct ChainCache {
     runs: HashMap<String, (u64, ChainIds)>,
+    order: LruOrder<String>,
     held: usize,
-    tick: u64,
+    budget: usize,
+}
+
+impl Default for ChainCache {
+    fn default() -> Self {
+        Self {
+            runs: HashMap::new(),
+            order: LruOrder::default(),
+            held: 0,
+            budget: CHAIN_CACHE_BYTES,
+        }
+    }
+}
+
+/// The estimated bytes of a cached chain.
+fn chain_bytes(chain: &ChainIds) -> usize {
+    ENTRY_OVERHEAD + chain.node_ids().len() * CHAIN_BYTES_PER_MESSAGE
 }
 
 /// The nodes of one run, by id.
@@ -62,8 +83,9 @@ impl Store {
             return ChainIds::default();
         };
         match cache.runs.remove(run_id) {
-            Some((_, chain)) => {
-                cache.held = cache.held.saturating_sub(chain.node_ids().len());
+            Some((tick, chain)) => {
+                cache.order.remove(tick);
+                cache.held = cache.held.saturating_sub(chain_bytes(&chain));
                 chain
             }
             None => ChainIds::default(),
@@ -75,29 +97,40 @@ impl Store {
         let Ok(mut cache) = self.chains.lock() else {
             return;
         };
-        let len = chain.node_ids().len();
-        if len > CHAIN_CACHE_MESSAGES {
+        let bytes = chain_bytes(&chain);
+        if let Some((tick, old)) = cache.runs.remove(run_id) {
+            cache.order.remove(tick);
+            cache.held = cache.held.saturating_sub(chain_bytes(&old));
+        }
+        if bytes > cache.budget {
             return;
         }
-        cache.tick += 1;
-        let tick = cache.tick;
-        cache.held += len;
-        if let Some((_, old)) = cache.runs.insert(run_id.to_string(), (tick, chain)) {
-            cache.held = cache.held.saturating_sub(old.node_ids().len());
-        }
-        while cache.held > CHAIN_CACHE_MESSAGES {
-            let Some(oldest) = cache
-                .runs
-                .iter()
-                .min_by_key(|(_, (t, _))| *t)
-                .map(|(id, _)| id.clone())
-            else {
+        let tick = cache.order.push(run_id.to_string());
+        cache.held += bytes;
+        cache.runs.insert(run_id.to_string(), (tick, chain));
+        while cache.held > cache.budget {
+            let Some(oldest) = cache.order.pop_oldest() else {
                 break;
             };
             if let Some((_, evicted)) = cache.runs.remove(&oldest) {
-                cache.held = cache.held.saturating_sub(evicted.node_ids().len());
+                cache.held = cache.held.saturating_sub(chain_bytes(&evicted));
             }
         }
+    }
+
+    /// Sets the chain cache's byte budget (takes effect from the next chain kept).
+    pub fn set_chain_cache_budget(&self, bytes: usize) {
+        if let Ok(mut cache) = self.chains.lock() {
+            cache.budget = bytes;
+        }
+    }
+
+    /// The chain cache's estimated bytes in use and its budget (for metrics).
+    pub fn chain_cache_bytes(&self) -> (usize, usize) {
+        self.chains
+            .lock()
+            .map(|c| (c.held, c.budget))
+            .unwrap_or((0, 0))
     }
 
     /// True when the run has the node (and therefore every node before it).

@@ -5,8 +5,9 @@
 //! (a node id hashes its parent and its message hash, and a message hash hashes the body), so an
 //! entry can never be stale: a re-derivation that changes a snapshot changes the tip the
 //! snapshot record names, and the next read misses. The cache lives in memory only (empty after
-//! a restart) and holds at most [`HISTORY_CACHE_MESSAGES`] messages over all entries, least
-//! recently used entry first out.
+//! a restart) and holds at most its byte budget ([`DEFAULT_HISTORY_CACHE_BYTES`] unless set with
+//! [`Store::set_history_cache_budget`]) over all entries, an entry's bytes estimated from its
+//! message bodies; least recently used entry first out, found without a scan.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -15,10 +16,11 @@ use serde_json::Value;
 
 use super::error::StoreError;
 use super::rocks::Store;
-use crate::domain::{ChainRef, IdMap, MessageHash, NodeId};
+use crate::cache_budget::{json_bytes, LruOrder, ENTRY_OVERHEAD};
+use crate::domain::{ChainRef, IdMap, MessageHash, NodeId, MESSAGE_HASH_BYTES};
 
-/// Most messages [`HistoryCache`] holds over all its entries.
-pub const HISTORY_CACHE_MESSAGES: usize = 50_000;
+/// Default byte budget of [`HistoryCache`]: the history share of the default cache budget.
+pub const DEFAULT_HISTORY_CACHE_BYTES: usize = 100 << 20;
 
 /// Most nodes a read walks back from a history's tip looking for a cached history it extends.
 pub const EXTEND_WALK: usize = 64;
@@ -42,19 +44,55 @@ impl ResolvedHistory {
     }
 }
 
-/// Resolved histories by run id, then tip (a map per run, so a lookup neither allocates the run
-/// id nor hashes it with the tip), with a use counter for eviction.
-#[derive(Default)]
-pub struct HistoryCache {
-    entries: HashMap<String, IdMap<NodeId, (u64, ResolvedHistory)>>,
-    held: usize,
+/// The estimated bytes of one message of a history: its body, its hash and its slots.
+fn message_bytes(body: &Value) -> usize {
+    json_bytes(body) + MESSAGE_HASH_BYTES + 2 * std::mem::size_of::<usize>()
+}
+
+/// The estimated bytes of a history's messages (bodies shared with other entries are counted
+/// in each, so the estimate errs high).
+pub fn history_bytes(messages: &[Arc<Value>]) -> usize {
+    ENTRY_OVERHEAD + messages.iter().map(|m| message_bytes(m)).sum::<usize>()
+}
+
+/// One cached history with its use tick and estimated bytes.
+struct Slot {
     tick: u64,
+    bytes: usize,
+    history: ResolvedHistory,
+}
+
+/// Resolved histories by run id, then tip (a map per run, so a lookup neither allocates the run
+/// id nor hashes it with the tip), with their use order for eviction.
+pub struct HistoryCache {
+    entries: HashMap<String, IdMap<NodeId, Slot>>,
+    order: LruOrder<(String, NodeId)>,
+    messages: usize,
+    bytes: usize,
+    budget: usize,
+}
+
+impl Default for HistoryCache {
+    fn default() -> Self {
+        Self::with_budget(DEFAULT_HISTORY_CACHE_BYTES)
+    }
 }
 
 impl HistoryCache {
+    /// An empty cache holding at most `budget` estimated bytes.
+    pub fn with_budget(budget: usize) -> Self {
+        Self {
+            entries: HashMap::new(),
+            order: LruOrder::default(),
+            messages: 0,
+            bytes: 0,
+            budget,
+        }
+    }
+
     /// The entry of `run_id` at `tip`, without marking it used.
-    fn peek(&self, run_id: &str, tip: &NodeId) -> Option<&ResolvedHistory> {
-        self.entries.get(run_id)?.get(tip).map(|(_, h)| h)
+    fn peek(&self, run_id: &str, tip: &NodeId) -> Option<&Slot> {
+        self.entries.get(run_id)?.get(tip)
     }
 
     /// True when some history of `run_id` is held.
@@ -67,61 +105,85 @@ impl HistoryCache {
         let Some(run) = self.entries.get_mut(run_id) else {
             return;
         };
-        if let Some((_, old)) = run.remove(tip) {
-            self.held = self.held.saturating_sub(old.messages.len());
-        }
+        let old = run.remove(tip);
         if run.is_empty() {
             self.entries.remove(run_id);
         }
+        if let Some(old) = old {
+            self.order.remove(old.tick);
+            self.forget(&old);
+        }
+    }
+
+    /// Uncounts a slot taken out.
+    fn forget(&mut self, slot: &Slot) {
+        self.messages = self.messages.saturating_sub(slot.history.messages.len());
+        self.bytes = self.bytes.saturating_sub(slot.bytes);
     }
 
     fn get(&mut self, run_id: &str, tip: &NodeId) -> Option<ResolvedHistory> {
-        self.tick += 1;
-        let tick = self.tick;
-        let entry = self.entries.get_mut(run_id)?.get_mut(tip)?;
-        entry.0 = tick;
-        Some(entry.1.clone())
+        let slot = self.entries.get_mut(run_id)?.get_mut(tip)?;
+        slot.tick = self.order.touch(slot.tick);
+        Some(slot.history.clone())
     }
 
-    fn put(&mut self, run_id: &str, tip: &NodeId, history: ResolvedHistory) {
-        let len = history.messages.len();
-        if len > HISTORY_CACHE_MESSAGES {
+    /// Keeps `history` (of `bytes` estimated bytes) as the entry of `run_id` at `tip`, then
+    /// evicts least recently used entries down to the budget. A history over the whole budget
+    /// is not kept.
+    fn put(&mut self, run_id: &str, tip: &NodeId, history: ResolvedHistory, bytes: usize) {
+        self.remove(run_id, tip);
+        if bytes > self.budget {
             return;
         }
-        self.tick += 1;
+        let tick = self.order.push((run_id.to_string(), *tip));
+        self.messages += history.messages.len();
+        self.bytes += bytes;
         let run = match self.entries.get_mut(run_id) {
             Some(run) => run,
             None => self.entries.entry(run_id.to_string()).or_default(),
         };
-        if let Some((_, old)) = run.insert(*tip, (self.tick, history)) {
-            self.held = self.held.saturating_sub(old.messages.len());
-        }
-        self.held += len;
-        while self.held > HISTORY_CACHE_MESSAGES {
-            let Some((run_id, tip)) = self
-                .entries
-                .iter()
-                .flat_map(|(run, tips)| tips.iter().map(move |(tip, (t, _))| (*t, run, *tip)))
-                .min_by_key(|(t, _, _)| *t)
-                .map(|(_, run, tip)| (run.clone(), tip))
-            else {
+        run.insert(
+            *tip,
+            Slot {
+                tick,
+                bytes,
+                history,
+            },
+        );
+        self.evict_to(self.budget);
+    }
+
+    /// Drops least recently used entries until at most `budget` bytes are held.
+    fn evict_to(&mut self, budget: usize) {
+        while self.bytes > budget {
+            let Some((run_id, tip)) = self.order.pop_oldest() else {
                 break;
             };
             let Some(run) = self.entries.get_mut(&run_id) else {
-                break;
+                continue;
             };
-            if let Some((_, evicted)) = run.remove(&tip) {
-                self.held = self.held.saturating_sub(evicted.messages.len());
-            }
-            if run.is_empty() {
-                self.entries.remove(&run_id);
+            if let Some(evicted) = run.remove(&tip) {
+                if run.is_empty() {
+                    self.entries.remove(&run_id);
+                }
+                self.forget(&evicted);
             }
         }
     }
 
     /// Messages held over all entries.
     pub fn held(&self) -> usize {
-        self.held
+        self.messages
+    }
+
+    /// Estimated bytes held over all entries.
+    pub fn bytes(&self) -> usize {
+        self.bytes
+    }
+
+    /// The byte budget.
+    pub fn budget(&self) -> usize {
+        self.budget
     }
 }
 
@@ -148,8 +210,9 @@ impl Store {
             hashes: hashes.into(),
             messages: messages.into_iter().map(Arc::new).collect(),
         };
+        let bytes = history_bytes(&resolved.messages);
         if let Ok(mut cache) = self.resolved.lock() {
-            cache.put(run_id, tip, resolved.clone());
+            cache.put(run_id, tip, resolved.clone(), bytes);
         }
         Ok(resolved)
     }
@@ -170,14 +233,14 @@ impl Store {
             self.resolved
                 .lock()
                 .ok()
-                .and_then(|c| c.peek(run_id, id).cloned())
+                .and_then(|c| c.peek(run_id, id).map(|s| (s.bytes, s.history.clone())))
         };
         if !self.resolved.lock().is_ok_and(|c| c.holds_run(run_id)) {
             return Ok(None);
         }
         let mut walked: Vec<MessageHash> = Vec::new();
         let mut at = Some(*tip);
-        let (base_tip, base) = loop {
+        let (base_tip, (base_bytes, base)) = loop {
             let Some(id) = at else {
                 return Ok(None);
             };
@@ -200,6 +263,7 @@ impl Store {
         }
         walked.reverse();
         let bodies = self.messages(run_id, &walked)?;
+        let bytes = base_bytes + bodies.iter().map(message_bytes).sum::<usize>();
         let resolved = ResolvedHistory {
             hashes: base.hashes.iter().cloned().chain(walked).collect(),
             messages: base
@@ -211,7 +275,7 @@ impl Store {
         };
         if let Ok(mut cache) = self.resolved.lock() {
             cache.remove(run_id, &base_tip);
-            cache.put(run_id, tip, resolved.clone());
+            cache.put(run_id, tip, resolved.clone(), bytes);
         }
         Ok(Some(resolved))
     }
@@ -219,8 +283,57 @@ impl Store {
     /// Empties the history cache (for benchmarks measuring cold reads).
     pub fn clear_history_cache(&self) {
         if let Ok(mut cache) = self.resolved.lock() {
-            *cache = HistoryCache::default();
+            *cache = HistoryCache::with_budget(cache.budget());
         }
+    }
+
+    /// Sets the history cache's byte budget (evicting down to it now).
+    pub fn set_history_cache_budget(&self, bytes: usize) {
+        if let Ok(mut cache) = self.resolved.lock() {
+            cache.budget = bytes;
+            cache.evict_to(bytes);
+        }
+    }
+
+    /// The history cache's estimated bytes in use and its budget (for metrics).
+    pub fn history_cache_bytes(&self) -> (usize, usize) {
+        self.resolved
+            .lock()
+            .map(|c| (c.bytes(), c.budget()))
+            .unwrap_or((0, 0))
+    }
+
+    /// True when the history `chain` of `run_id` could be kept by the history cache, judged
+    /// without decoding it: the stored (encoded) sizes of its message bodies, a lower bound on
+    /// what they take decoded, must fit the cache's budget. Loading ahead skips a history that
+    /// does not, so the prefetch never reads one that alone exceeds the budget.
+    pub fn history_fits_cache(&self, run_id: &str, chain: &ChainRef) -> Result<bool, StoreError> {
+        let budget = self.resolved.lock().map(|c| c.budget()).unwrap_or(0);
+        let Some(run) = self.run_key(run_id)? else {
+            return Ok(true);
+        };
+        if chain.tip.is_none() {
+            return Ok(true);
+        }
+        let floor = ENTRY_OVERHEAD + chain.len as usize * message_bytes(&Value::Null);
+        if floor > budget {
+            return Ok(false);
+        }
+        let hashes = self.run_nodes(run_id)?.resolve(chain)?;
+        let handle = self.handle(super::keys::cf::MESSAGES)?;
+        let mut total = floor;
+        for hash in &hashes {
+            if let Some(body) = self
+                .db
+                .get_pinned_cf(handle, super::keys::message_key(run, hash))?
+            {
+                total += body.len();
+                if total > budget {
+                    return Ok(false);
+                }
+            }
+        }
+        Ok(true)
     }
 
     /// Messages the history cache holds (for tests and metrics).
@@ -232,7 +345,7 @@ impl Store {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::domain::{MESSAGE_HASH_BYTES, NODE_ID_BYTES};
+    use crate::domain::NODE_ID_BYTES;
 
     fn history(n: usize) -> ResolvedHistory {
         ResolvedHistory {
@@ -242,24 +355,65 @@ mod tests {
     }
 
     #[test]
-    fn the_cache_stays_within_its_bound_least_recently_used_first_out() {
-        let mut cache = HistoryCache::default();
+    fn the_cache_stays_within_its_budget_least_recently_used_first_out() {
+        let each = history_bytes(&history(100).messages);
+        let mut cache = HistoryCache::with_budget(3 * each + each / 2);
         let tip = |n: u8| NodeId([n; NODE_ID_BYTES]);
-        let third = HISTORY_CACHE_MESSAGES / 3;
-        cache.put("a", &tip(1), history(third));
-        cache.put("b", &tip(2), history(third));
-        cache.put("c", &tip(3), history(third));
+        cache.put("a", &tip(1), history(100), each);
+        cache.put("b", &tip(2), history(100), each);
+        cache.put("c", &tip(3), history(100), each);
+        assert_eq!(cache.bytes(), 3 * each);
         assert!(cache.get("a", &tip(1)).is_some());
         // d pushes the least recently used (b) out.
-        cache.put("d", &tip(4), history(third));
-        assert!(cache.held() <= HISTORY_CACHE_MESSAGES);
+        cache.put("d", &tip(4), history(100), each);
+        assert!(cache.bytes() <= cache.budget());
         assert!(cache.get("b", &tip(2)).is_none());
         assert!(cache.get("a", &tip(1)).is_some());
+        assert!(cache.get("c", &tip(3)).is_some());
         assert!(cache.get("d", &tip(4)).is_some());
-        // The same run with another tip is another entry; too large a history is not kept.
+        // The same run with another tip is another entry; a history over the budget is not
+        // kept and leaves the others alone.
         assert!(cache.get("a", &tip(4)).is_none());
-        cache.put("e", &tip(5), history(HISTORY_CACHE_MESSAGES + 1));
+        cache.put("e", &tip(5), history(400), 4 * each);
         assert!(cache.get("e", &tip(5)).is_none());
+        assert_eq!(cache.held(), 300);
+    }
+
+    #[test]
+    fn many_entries_never_pass_the_budget() {
+        let budget = 1 << 20;
+        let mut cache = HistoryCache::with_budget(budget);
+        for n in 0..20_000u32 {
+            let messages: Vec<Arc<Value>> = (0..(n % 7 + 1))
+                .map(|i| {
+                    Arc::new(serde_json::json!({"content": "x".repeat((n * i) as usize % 900)}))
+                })
+                .collect();
+            let bytes = history_bytes(&messages);
+            let resolved = ResolvedHistory {
+                hashes: vec![MessageHash([1; MESSAGE_HASH_BYTES]); messages.len()].into(),
+                messages: messages.into(),
+            };
+            let mut tip = [0; NODE_ID_BYTES];
+            tip[..4].copy_from_slice(&n.to_le_bytes());
+            cache.put(&format!("run-{}", n % 50), &NodeId(tip), resolved, bytes);
+            assert!(cache.bytes() <= budget);
+        }
+        assert!(
+            cache.bytes() > budget / 2,
+            "the budget is used, not just respected"
+        );
+        let counted: usize = cache
+            .entries
+            .values()
+            .flat_map(|tips| tips.values())
+            .map(|slot| slot.bytes)
+            .sum();
+        assert_eq!(counted, cache.bytes());
+        assert_eq!(
+            cache.order.len(),
+            cache.entries.values().map(|t| t.len()).sum::<usize>()
+        );
     }
 
     /// Stores the messages and nodes of a history; returns its chain and each message's node.

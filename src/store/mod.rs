@@ -16,7 +16,7 @@ mod snapshot_codec;
 
 pub use error::StoreError;
 pub use history::RunNodes;
-pub use history_cache::{ResolvedHistory, HISTORY_CACHE_MESSAGES};
+pub use history_cache::{history_bytes, ResolvedHistory, DEFAULT_HISTORY_CACHE_BYTES};
 pub use keys::{RunFilter, RunKey};
 pub use model_requests::{request_start, ModelRequestRecord};
 pub use outbox::{OutboxCursor, OutboxEntry};
