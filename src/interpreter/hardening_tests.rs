@@ -519,6 +519,12 @@ fn assert_scales_linearly<T>(what: &str, n: usize, setup: impl Fn(usize) -> T, w
         small = small.min(per_item(n, &small_input, &work));
         large = large.min(per_item(GROWTH * n, &large_input, &work));
     }
+    eprintln!(
+        "{what}: {:.3} ms at {n}, {:.3} ms at {}",
+        small * n as f64 * 1e3,
+        large * (GROWTH * n) as f64 * 1e3,
+        GROWTH * n
+    );
     assert!(
         large < small * 16.0,
         "{what}: {small:e} s per item at {n}, {large:e} s per item at {}",
@@ -657,5 +663,32 @@ fn many_log_events_of_one_span_cost_n_log_n_time() {
             assert_eq!(fact.input.as_ref().map(|i| i.len()), Some(events.len()));
             assert_eq!(bodies.len(), events.len());
         },
+    );
+}
+
+/// The sizes reported in issue 13, interpreted with the caps lifted (so the interpreter does the
+/// whole work) and timed; run with `--ignored --nocapture` to see the figures.
+#[test]
+#[ignore = "a measurement, not a check"]
+fn reported_sizes_with_the_caps_lifted() {
+    let limits = unlimited();
+    let mut s = span(2, 1, "chat m", 10, vec![kv("gen_ai.operation.name", "chat")]);
+    s.events = vec![Event {
+        name: "gen_ai.client.inference.operation.details".into(),
+        attributes: (0..150_000).map(|i| kv(&format!("k{i}"), "v")).collect(),
+        ..Default::default()
+    }];
+    let start = Instant::now();
+    interpret_span_within(&s, &limits).unwrap();
+    eprintln!("150,000 details-event attributes: {:?}", start.elapsed());
+    let s = tool_call_span(160_000);
+    let start = Instant::now();
+    let i = interpret_span_within(&s, &limits).unwrap();
+    let interpreted = start.elapsed();
+    let d = derive("r", std::slice::from_ref(&i.fact), &RunMeta::default());
+    eprintln!(
+        "160,000 tool calls in one response: interpreted in {interpreted:?}, derived in {:?} ({} effects)",
+        start.elapsed() - interpreted,
+        d.effects.len()
     );
 }
