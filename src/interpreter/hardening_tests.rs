@@ -672,7 +672,13 @@ fn many_log_events_of_one_span_cost_n_log_n_time() {
 #[ignore = "a measurement, not a check"]
 fn reported_sizes_with_the_caps_lifted() {
     let limits = unlimited();
-    let mut s = span(2, 1, "chat m", 10, vec![kv("gen_ai.operation.name", "chat")]);
+    let mut s = span(
+        2,
+        1,
+        "chat m",
+        10,
+        vec![kv("gen_ai.operation.name", "chat")],
+    );
     s.events = vec![Event {
         name: "gen_ai.client.inference.operation.details".into(),
         attributes: (0..150_000).map(|i| kv(&format!("k{i}"), "v")).collect(),
