@@ -192,7 +192,7 @@ async fn main() -> anyhow::Result<()> {
         let started = Instant::now();
         let interpreted: Vec<_> = [&chat, &tool]
             .into_iter()
-            .filter_map(|span| interpret_span_with(span, &memo))
+            .filter_map(|span| interpret_span_with(span, &memo, &Default::default()).ok())
             .collect();
         interpret_times.push(started.elapsed());
         if interpreted.len() != 2 {

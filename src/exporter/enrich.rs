@@ -10,7 +10,9 @@ use crate::interpreter::interpret_span;
 pub const RUN_ID_ATTRIBUTE: &str = "stepline.run_id";
 
 /// Adds `stepline.run_id` to every span stepline interprets as part of an agent run (and
-/// that does not carry it already). Other spans are left as they are.
+/// that does not carry it already). Other spans, and spans over the default per-span caps
+/// (which the interpreter does not read), are left as they are. The interpreter's work is
+/// linear in each span's size, with bounded recursion, so no request can stall or crash this.
 pub fn add_run_ids(request: &mut ExportTraceServiceRequest) {
     let spans = request
         .resource_spans
@@ -40,6 +42,37 @@ pub fn add_run_ids(request: &mut ExportTraceServiceRequest) {
 mod tests {
     use super::*;
     use crate::test_fixtures::{delegate_scenario, request};
+
+    #[test]
+    fn crafted_spans_are_left_alone_without_crashing() {
+        use crate::test_fixtures::{kv, span};
+        let path = vec!["a"; 10_000].join(".");
+        let spans = vec![
+            span(
+                2,
+                3,
+                "openai.chat",
+                10,
+                vec![kv(&format!("gen_ai.prompt.0.{path}"), "x")],
+            ),
+            span(
+                4,
+                3,
+                "response",
+                10,
+                vec![
+                    kv("openinference.span.kind", "LLM"),
+                    kv(&format!("llm.input_messages.0.{path}"), "x"),
+                ],
+            ),
+        ];
+        let mut request = request(spans);
+        add_run_ids(&mut request);
+        let spans = &request.resource_spans[0].scope_spans[0].spans;
+        assert!(spans
+            .iter()
+            .all(|s| s.attributes.iter().all(|kv| kv.key != RUN_ID_ATTRIBUTE)));
+    }
 
     #[test]
     fn agent_spans_get_their_run_id_once() {

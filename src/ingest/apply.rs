@@ -1523,7 +1523,7 @@ mod tests {
             let all = linear_run(steps, variant, with_agent);
             let memo = PrefixMemo::default();
             let through_memo = |spans: &[Span]| -> Vec<Interpreted> {
-                spans.iter().filter_map(|s| interpret_span_with(s, &memo)).collect()
+                spans.iter().filter_map(|s| interpret_span_with(s, &memo, &Default::default()).ok()).collect()
             };
             let mut requests: Vec<Vec<Span>> = vec![Vec::new()];
             for (n, span) in all.iter().enumerate() {

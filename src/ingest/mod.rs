@@ -22,7 +22,8 @@ use writer::Writer;
 
 use crate::config::SignalKind;
 use crate::exporter::Outbox;
-use crate::interpreter::{interpret_log, interpret_span_with, PrefixMemo};
+use crate::interpreter::{interpret_log, interpret_span_with, NotInterpreted, PrefixMemo};
+use crate::limits::Limits;
 use crate::media::{Blob, Media, MediaError};
 use crate::service_error::{ServiceError, ServiceErrorCode};
 use crate::store::Store;
@@ -103,6 +104,8 @@ pub struct Ingest {
     media: Option<Arc<Media>>,
     /// The last input history interpreted per run, shared by the interpretation tasks.
     memo: Arc<PrefixMemo>,
+    /// The per-span caps the interpreter applies.
+    limits: Limits,
 }
 
 /// Requests that may wait for the writer before new ones are refused with a retryable error.
@@ -111,6 +114,42 @@ const WRITER_QUEUE: usize = 1024;
 /// for or in the writer) before new ones are refused with a retryable error. One request of
 /// any size is taken when nothing else is in.
 pub const ADMITTED_BYTES: u64 = 256 * 1024 * 1024;
+
+/// Items of one request accepted but not interpreted because they are over a per-span cap.
+#[derive(Debug, Default)]
+struct OverLimits {
+    count: u64,
+    /// The first reason, as an example for the message.
+    first: Option<String>,
+}
+
+impl OverLimits {
+    fn note(&mut self, reason: NotInterpreted) {
+        if let NotInterpreted::OverLimit(over) = reason {
+            self.count += 1;
+            self.first.get_or_insert_with(|| over.to_string());
+        }
+    }
+
+    /// Adds a warning to `outcome` (nothing is rejected: the items are stored in the outbox
+    /// and forwarded, only not interpreted), per the OTLP partial-success rules.
+    fn warn(self, outcome: &mut ExportOutcome, items: &str) {
+        let Some(first) = self.first else { return };
+        tracing::warn!(
+            count = self.count,
+            "{items} over a per-span cap not interpreted: {first}"
+        );
+        let warning = format!(
+            "{} {items} accepted but not interpreted: over a per-span cap (e.g. {first})",
+            self.count
+        );
+        if outcome.message.is_empty() {
+            outcome.message = warning;
+        } else {
+            outcome.message = format!("{}; {warning}", outcome.message);
+        }
+    }
+}
 
 /// Bytes counted in [`Ingest`] until dropped.
 struct Admitted<'a> {
@@ -135,7 +174,14 @@ impl Ingest {
             admitted_bytes: AtomicU64::new(0),
             media: None,
             memo: Arc::new(PrefixMemo::default()),
+            limits: Limits::default(),
         }
+    }
+
+    /// Interprets spans and log records within `limits` (default: `Limits::default()`).
+    pub fn with_limits(mut self, limits: Limits) -> Self {
+        self.limits = limits;
+        self
     }
 
     /// Counts `bytes` in, or refuses them when the service already holds [`ADMITTED_BYTES`].
@@ -210,10 +256,12 @@ impl Ingest {
         let forward = self.outbox.wants(SignalKind::Traces);
         let media = self.media.clone();
         let memo = self.memo.clone();
-        let (interpreted, blobs, total, invalid, payload) =
+        let limits = self.limits;
+        let (interpreted, blobs, total, invalid, over, payload) =
             tokio::task::spawn_blocking(move || {
                 let mut out = Vec::new();
                 let (mut total, mut invalid) = (0u64, 0u64);
+                let mut over = OverLimits::default();
                 for span in request
                     .resource_spans
                     .iter()
@@ -225,14 +273,15 @@ impl Ingest {
                         invalid += 1;
                         continue;
                     }
-                    if let Some(i) = interpret_span_with(span, &memo) {
-                        out.push(i);
+                    match interpret_span_with(span, &memo, &limits) {
+                        Ok(i) => out.push(i),
+                        Err(reason) => over.note(reason),
                     }
                 }
                 // Large blobs leave the messages here, on the blocking pool, before anything is stored.
                 let blobs = media.map(|m| m.offload(&mut out)).unwrap_or_default();
                 let payload = forward.then(|| request.encode_to_vec());
-                (out, blobs, total, invalid, payload)
+                (out, blobs, total, invalid, over, payload)
             })
             .await
             .map_err(|e| IngestError::Storage(format!("interpreter task failed: {e}")))?;
@@ -273,7 +322,7 @@ impl Ingest {
         c.refused_spans.fetch_add(invalid, Ordering::Relaxed);
         c.interpreted_spans
             .fetch_add(interpreted_count, Ordering::Relaxed);
-        Ok(if invalid > 0 {
+        let mut outcome = if invalid > 0 {
             ExportOutcome {
                 rejected: invalid as i64,
                 message: format!(
@@ -282,7 +331,9 @@ impl Ingest {
             }
         } else {
             ExportOutcome::default()
-        })
+        };
+        over.warn(&mut outcome, "spans");
+        Ok(outcome)
     }
 
     /// Stores the blobs taken out of a request's messages in the media store. When this returns
@@ -314,15 +365,22 @@ impl Ingest {
         })?;
         // Encoding for the outbox and interpreting are CPU work: both on the blocking pool.
         let forward = self.outbox.wants(SignalKind::Logs);
-        let (events, payload) = tokio::task::spawn_blocking(move || {
-            let events = request
+        let limits = self.limits;
+        let (events, over, payload) = tokio::task::spawn_blocking(move || {
+            let mut over = OverLimits::default();
+            let mut events = Vec::new();
+            for record in request
                 .resource_logs
                 .iter()
                 .flat_map(|r| &r.scope_logs)
                 .flat_map(|s| &s.log_records)
-                .filter_map(interpret_log)
-                .collect::<Vec<_>>();
-            (events, forward.then(|| request.encode_to_vec()))
+            {
+                match interpret_log(record, &limits) {
+                    Ok(event) => events.push(event),
+                    Err(reason) => over.note(reason),
+                }
+            }
+            (events, over, forward.then(|| request.encode_to_vec()))
         })
         .await
         .map_err(|e| IngestError::Storage(format!("interpreter task failed: {e}")))?;
@@ -352,7 +410,9 @@ impl Ingest {
         self.counters
             .accepted_log_records
             .fetch_add(records as u64, Ordering::Relaxed);
-        Ok(ExportOutcome::default())
+        let mut outcome = ExportOutcome::default();
+        over.warn(&mut outcome, "log records");
+        Ok(outcome)
     }
 
     /// Accepts and counts a metrics export request.

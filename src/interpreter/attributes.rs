@@ -5,9 +5,26 @@ use opentelemetry_proto::tonic::common::v1::any_value::Value as Any;
 use opentelemetry_proto::tonic::common::v1::{AnyValue, KeyValue};
 use serde_json::Value;
 
-/// Converts an OTLP `AnyValue` into JSON (bytes become base64 strings).
+/// Nesting levels the interpreter builds while reading sender data (OTLP array/kvlist values,
+/// flattened attribute paths): a bound on call depth, whatever the configured cap. Values are
+/// then cut to `Limits::max_nesting_depth` (see `budget::Cut`), which is below it.
+pub const MAX_BUILD_DEPTH: usize = 128;
+
+/// Bytes of JSON text kept for a structured value cut at [`MAX_BUILD_DEPTH`].
+const BUILD_CUT_TEXT_BYTES: usize = 64 * 1024;
+
+/// Converts an OTLP `AnyValue` into JSON (bytes become base64 strings). Arrays and kvlists
+/// nested deeper than [`MAX_BUILD_DEPTH`] become their JSON text.
 pub fn any_to_json(value: &AnyValue) -> Value {
+    any_to_json_within(value, MAX_BUILD_DEPTH)
+}
+
+/// [`any_to_json`] with `levels` levels of arrays and kvlists left; deeper ones become text.
+fn any_to_json_within(value: &AnyValue, levels: usize) -> Value {
     match &value.value {
+        Some(Any::ArrayValue(_) | Any::KvlistValue(_)) if levels == 0 => {
+            Value::String(any_text(value, BUILD_CUT_TEXT_BYTES))
+        }
         // String-table references only appear in profiles, which stepline does not receive.
         None | Some(Any::StringValueStrindex(_)) => Value::Null,
         Some(Any::StringValue(s)) => Value::String(s.clone()),
@@ -16,15 +33,22 @@ pub fn any_to_json(value: &AnyValue) -> Value {
         Some(Any::DoubleValue(d)) => serde_json::Number::from_f64(*d)
             .map(Value::Number)
             .unwrap_or(Value::Null),
-        Some(Any::ArrayValue(a)) => Value::Array(a.values.iter().map(any_to_json).collect()),
+        Some(Any::ArrayValue(a)) => Value::Array(
+            a.values
+                .iter()
+                .map(|v| any_to_json_within(v, levels - 1))
+                .collect(),
+        ),
         Some(Any::KvlistValue(kv)) => Value::Object(
             kv.values
                 .iter()
                 .map(|kv| {
-                    (
-                        kv.key.clone(),
-                        kv.value.as_ref().map(any_to_json).unwrap_or(Value::Null),
-                    )
+                    let value = kv
+                        .value
+                        .as_ref()
+                        .map(|v| any_to_json_within(v, levels - 1))
+                        .unwrap_or(Value::Null);
+                    (kv.key.clone(), value)
                 })
                 .collect(),
         ),
@@ -32,6 +56,60 @@ pub fn any_to_json(value: &AnyValue) -> Value {
             Value::String(base64::engine::general_purpose::STANDARD.encode(b))
         }
     }
+}
+
+/// The JSON text of an `AnyValue` (at most about `max_bytes` of it), written with an explicit
+/// stack so any nesting costs no call depth.
+fn any_text(value: &AnyValue, max_bytes: usize) -> String {
+    enum Step<'a> {
+        Value(&'a AnyValue),
+        Key(&'a str),
+        Text(&'static str),
+    }
+    let mut out = Vec::new();
+    let mut stack = vec![Step::Value(value)];
+    while let Some(step) = stack.pop() {
+        if out.len() > max_bytes {
+            break;
+        }
+        match step {
+            Step::Text(t) => out.extend_from_slice(t.as_bytes()),
+            Step::Key(k) => {
+                let _ = serde_json::to_writer(&mut out, k);
+                out.push(b':');
+            }
+            Step::Value(v) => match &v.value {
+                Some(Any::ArrayValue(a)) => {
+                    out.push(b'[');
+                    stack.push(Step::Text("]"));
+                    for (i, item) in a.values.iter().enumerate().rev() {
+                        stack.push(Step::Value(item));
+                        if i > 0 {
+                            stack.push(Step::Text(","));
+                        }
+                    }
+                }
+                Some(Any::KvlistValue(kv)) => {
+                    out.push(b'{');
+                    stack.push(Step::Text("}"));
+                    for (i, entry) in kv.values.iter().enumerate().rev() {
+                        match &entry.value {
+                            Some(v) => stack.push(Step::Value(v)),
+                            None => stack.push(Step::Text("null")),
+                        }
+                        stack.push(Step::Key(&entry.key));
+                        if i > 0 {
+                            stack.push(Step::Text(","));
+                        }
+                    }
+                }
+                _ => {
+                    let _ = serde_json::to_writer(&mut out, &any_to_json_within(v, 0));
+                }
+            },
+        }
+    }
+    super::budget::text_prefix(out, max_bytes)
 }
 
 /// The attributes of one span, for lookups by key.
@@ -102,6 +180,10 @@ impl Attributes<'_> {
     /// Flattened indexed attributes (`{prefix}.{i}.a.b.{j}.c`, as OpenInference and OpenLLMetry
     /// write message lists) rebuilt as nested JSON: one item per index, in index order; numeric
     /// path segments become arrays (in index order), the others object keys.
+    ///
+    /// A path is turned into structure for at most [`MAX_BUILD_DEPTH`] segments (counting the
+    /// levels of its value): the rest of a longer path is kept as one key, so the tree, the JSON
+    /// built from it and every walk over them have bounded depth.
     pub fn indexed(&self, prefix: &str) -> Vec<Value> {
         let mut root = Node::default();
         let dotted = format!("{prefix}.");
@@ -109,8 +191,28 @@ impl Attributes<'_> {
             let Some(rest) = kv.key.strip_prefix(&dotted) else {
                 continue;
             };
-            let value = kv.value.as_ref().map(any_to_json).unwrap_or(Value::Null);
-            root.insert(rest.split('.'), value);
+            // Levels left for the value once the path is built.
+            let mut node = &mut root;
+            let mut levels = MAX_BUILD_DEPTH;
+            let mut rest = rest;
+            loop {
+                levels = levels.saturating_sub(1);
+                let (segment, more) = match rest.split_once('.') {
+                    Some((segment, more)) if levels > 1 => (segment, Some(more)),
+                    _ => (rest, None),
+                };
+                node = node.children.entry(segment.to_string()).or_default();
+                match more {
+                    Some(more) => rest = more,
+                    None => break,
+                }
+            }
+            node.value = Some(
+                kv.value
+                    .as_ref()
+                    .map(|v| any_to_json_within(v, levels))
+                    .unwrap_or(Value::Null),
+            );
         }
         match root.into_json() {
             Value::Array(items) => items,
@@ -119,7 +221,7 @@ impl Attributes<'_> {
     }
 }
 
-/// A path tree for [`Attributes::indexed`].
+/// A path tree for [`Attributes::indexed`], at most [`MAX_BUILD_DEPTH`] levels deep.
 #[derive(Default)]
 struct Node {
     value: Option<Value>,
@@ -127,17 +229,7 @@ struct Node {
 }
 
 impl Node {
-    fn insert<'k>(&mut self, mut path: impl Iterator<Item = &'k str>, value: Value) {
-        match path.next() {
-            None => self.value = Some(value),
-            Some(segment) => self
-                .children
-                .entry(segment.to_string())
-                .or_default()
-                .insert(path, value),
-        }
-    }
-
+    /// The tree as JSON. Recursive, over a tree of bounded depth.
     fn into_json(self) -> Value {
         if self.children.is_empty() {
             return self.value.unwrap_or(Value::Null);
@@ -181,5 +273,52 @@ mod indexed_tests {
         assert_eq!(items[0]["role"], "user");
         assert_eq!(items[0]["tool_calls"][1]["name"], "b");
         assert_eq!(items[1]["role"], "tool");
+    }
+
+    #[test]
+    fn very_long_paths_keep_their_tail_as_one_key() {
+        for prefix in ["gen_ai.prompt", "llm.input_messages"] {
+            let path = vec!["a"; 10_000].join(".");
+            let attrs = vec![kv(&format!("{prefix}.0.{path}"), "deep")];
+            let items = Attributes(&attrs).indexed(prefix);
+            assert_eq!(items.len(), 1);
+            let depth = crate::interpreter::budget::depth(&items[0]);
+            assert!(depth < MAX_BUILD_DEPTH, "{depth}");
+            let mut at = &items[0];
+            while let Some((_, v)) = at.as_object().and_then(|m| m.iter().next()) {
+                at = v;
+            }
+            assert_eq!(at, "deep");
+        }
+    }
+
+    #[test]
+    fn deep_any_values_become_text_past_the_build_depth() {
+        use opentelemetry_proto::tonic::common::v1::{ArrayValue, KeyValueList};
+        let mut v = AnyValue {
+            value: Some(Any::StringValue("x".into())),
+        };
+        for i in 0..(MAX_BUILD_DEPTH + 40) {
+            v = AnyValue {
+                value: Some(if i % 2 == 0 {
+                    Any::ArrayValue(ArrayValue { values: vec![v] })
+                } else {
+                    Any::KvlistValue(KeyValueList {
+                        values: vec![KeyValue {
+                            key: "k".into(),
+                            value: Some(v),
+                            key_strindex: 0,
+                        }],
+                    })
+                }),
+            };
+        }
+        let json = any_to_json(&v);
+        assert_eq!(crate::interpreter::budget::depth(&json), MAX_BUILD_DEPTH);
+        let text = any_text(&v, 1 << 20);
+        let parsed: Value = serde_json::from_str(&text[..]).unwrap_or(Value::Null);
+        // Deeper than serde_json parses; the text itself is well formed up to its end.
+        assert!(parsed.is_null() && text.starts_with("{\"k\":[{\"k\":"));
+        assert!(text.ends_with("]}"));
     }
 }

@@ -3,6 +3,8 @@
 //! `derive` is a pure function of the facts and the run's meta (lineage, abandonment), so the
 //! same facts give the same run whatever order they arrived in, and a duplicate changes nothing.
 
+use std::collections::{HashMap, HashSet, VecDeque};
+
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
@@ -135,16 +137,28 @@ pub fn derive(run_id: &str, facts: &[SpanFact], meta: &RunMeta) -> DerivedRun {
             .cloned()
     };
     let mut aliases: Vec<String> = Vec::new();
+    let mut seen: HashSet<&str> = HashSet::new();
     for alias in agent
         .into_iter()
         .chain(started)
         .chain(models.iter().copied())
         .chain(tools.iter().copied())
-        .filter_map(|f| f.agent_call_id.clone())
+        .filter_map(|f| f.agent_call_id.as_deref())
     {
-        if !aliases.contains(&alias) {
-            aliases.push(alias);
+        if seen.insert(alias) {
+            aliases.push(alias.to_string());
         }
+    }
+    // What the interpreter cut from the facts' content, in span order.
+    let mut warnings = join_warnings.clone();
+    let mut noted: Vec<&SpanFact> = facts.iter().filter(|f| !f.warnings.is_empty()).collect();
+    noted.sort_by_key(|f| (f.start_ns, f.span_id.as_str()));
+    for f in noted {
+        warnings.extend(
+            f.warnings
+                .iter()
+                .map(|w| format!("span {}: {w}", f.span_id)),
+        );
     }
     let has_complete = snapshots
         .iter()
@@ -188,7 +202,7 @@ pub fn derive(run_id: &str, facts: &[SpanFact], meta: &RunMeta) -> DerivedRun {
         input_tokens: models.iter().filter_map(|m| m.input_tokens).sum(),
         output_tokens: models.iter().filter_map(|m| m.output_tokens).sum(),
         continuation_unavailable,
-        warnings: join_warnings.clone(),
+        warnings,
         started_ns,
     };
     DerivedRun {
@@ -209,12 +223,17 @@ fn build_effects(
     status: RunStatus,
 ) -> Vec<EffectBuild> {
     let mut ledger: Vec<EffectBuild> = Vec::new();
-    let occurrence = |ledger: &[EffectBuild], id: &str| {
-        ledger
-            .iter()
-            .filter(|e| e.effect.tool_call_id == id)
-            .count() as u32
+    // Entries per tool-call id so far (an id the model reuses gets the next occurrence).
+    let mut counts: HashMap<String, u32> = HashMap::new();
+    let mut occurrence = |id: &str| {
+        let count = counts.entry(id.to_string()).or_insert(0);
+        *count += 1;
+        *count - 1
     };
+    // Entries no tool span has settled yet, in ledger order, by call id and by tool name (an
+    // entry settled through one index is skipped when met in the other).
+    let mut unsettled_by_id: HashMap<String, VecDeque<usize>> = HashMap::new();
+    let mut unsettled_by_name: HashMap<String, VecDeque<usize>> = HashMap::new();
 
     // The model asked for these.
     for (step, model) in models.iter().enumerate() {
@@ -222,7 +241,16 @@ fn build_effects(
             continue;
         }
         for call in &model.requested_calls {
-            let occurrence = occurrence(&ledger, &call.id);
+            let occurrence = occurrence(&call.id);
+            let index = ledger.len();
+            unsettled_by_id
+                .entry(call.id.clone())
+                .or_default()
+                .push_back(index);
+            unsettled_by_name
+                .entry(call.name.clone())
+                .or_default()
+                .push_back(index);
             ledger.push(EffectBuild {
                 effect: ToolEffect {
                     tool_call_id: call.id.clone(),
@@ -250,18 +278,26 @@ fn build_effects(
     for tool in tools {
         let id = tool.tool_call_id.clone().unwrap_or_default();
         let name = tool.tool_name.clone().unwrap_or_default();
-        let slot = ledger.iter().position(|e| {
-            e.effect.span_id.is_none()
-                && if id.is_empty() {
-                    e.effect.tool_name == name
-                } else {
-                    e.effect.tool_call_id == id
+        let queue = if id.is_empty() {
+            unsettled_by_name.get_mut(&name)
+        } else {
+            unsettled_by_id.get_mut(&id)
+        };
+        // The first unsettled entry of that id (or name): entries settled meanwhile are dropped.
+        let slot = queue.and_then(|q| {
+            while let Some(&i) = q.front() {
+                if ledger[i].effect.span_id.is_none() {
+                    q.pop_front();
+                    return Some(i);
                 }
+                q.pop_front();
+            }
+            None
         });
         let index = match slot {
             Some(i) => i,
             None => {
-                let occurrence = occurrence(&ledger, &id);
+                let occurrence = occurrence(&id);
                 ledger.push(EffectBuild {
                     effect: ToolEffect {
                         tool_call_id: id.clone(),
@@ -304,27 +340,17 @@ fn build_effects(
 
     // A result that shows up in a later history settles a call whose tool span never came
     // (output tools, tools run outside the instrumentation).
+    let answers = ledger
+        .iter()
+        .any(|e| e.effect.status == EffectStatus::Requested)
+        .then(|| HistoryAnswers::of(models, agent));
     for entry in ledger.iter_mut() {
+        let Some(answers) = &answers else { break };
         if entry.effect.status != EffectStatus::Requested {
             continue;
         }
         let after = entry.requested_ns.unwrap_or(0);
-        let id = entry.effect.tool_call_id.as_str();
-        let closes = |history: Option<&[MessageRef]>| {
-            history
-                .into_iter()
-                .flatten()
-                .any(|m| m.shape.closes.iter().any(|c| c == id))
-        };
-        let answered = models
-            .iter()
-            .find(|m| m.start_ns >= after && closes(m.input.as_deref().map(Vec::as_slice)))
-            .map(|m| m.start_ns)
-            .or_else(|| {
-                agent
-                    .filter(|a| closes(a.all_messages.as_deref()))
-                    .map(|a| a.end_ns)
-            });
+        let answered = answers.first_after(&entry.effect.tool_call_id, after);
         if let Some(at) = answered {
             entry.effect.status = EffectStatus::Completed;
             entry.effect.ended_at = Some(format_timestamp(at));
@@ -339,6 +365,58 @@ fn build_effects(
         }
     }
     ledger
+}
+
+/// Where the inputs of a run's model requests (and the agent's final history) answer tool
+/// calls, so each ledger entry finds its answer with one lookup.
+struct HistoryAnswers<'a> {
+    /// Per closed call id, the start times of the requests whose input closes it, ascending.
+    by_request: HashMap<&'a str, Vec<u64>>,
+    /// Call ids the agent's final history closes, and the agent's end.
+    final_history: Option<(HashSet<&'a str>, u64)>,
+}
+
+impl<'a> HistoryAnswers<'a> {
+    /// Reads every history once; `models` are in start order.
+    fn of(models: &[&'a SpanFact], agent: Option<&'a SpanFact>) -> Self {
+        let mut by_request: HashMap<&'a str, Vec<u64>> = HashMap::new();
+        for &m in models {
+            for message in m.input.iter().flat_map(|i| i.iter()) {
+                for id in &message.shape.closes {
+                    let starts = by_request.entry(id.as_str()).or_default();
+                    if starts.last() != Some(&m.start_ns) {
+                        starts.push(m.start_ns);
+                    }
+                }
+            }
+        }
+        let final_history = agent.and_then(|a| {
+            let all = a.all_messages.as_ref()?;
+            let ids = all
+                .iter()
+                .flat_map(|m| m.shape.closes.iter().map(String::as_str))
+                .collect();
+            Some((ids, a.end_ns))
+        });
+        Self {
+            by_request,
+            final_history,
+        }
+    }
+
+    /// When call `id` is first answered: the start of the first request at or after `after`
+    /// whose input closes it, else the agent's end when its final history does.
+    fn first_after(&self, id: &str, after: u64) -> Option<u64> {
+        self.by_request
+            .get(id)
+            .and_then(|starts| starts.get(starts.partition_point(|&s| s < after)).copied())
+            .or_else(|| {
+                self.final_history
+                    .as_ref()
+                    .filter(|(ids, _)| ids.contains(id))
+                    .map(|(_, end)| *end)
+            })
+    }
 }
 
 /// Records what a finished tool span says on its ledger entry: end time, result or error, and
@@ -505,18 +583,21 @@ pub(super) fn reconstructed_answer<'e>(
     fallback_ns: u64,
     form: ToolReturnForm,
 ) -> Option<(Value, u64)> {
+    // The first settled entry of each call id, in entry order.
+    let mut settled: HashMap<&str, &EffectBuild> = HashMap::new();
+    for e in entries {
+        if e.effect.span_id.is_some()
+            && matches!(
+                e.effect.status,
+                EffectStatus::Completed | EffectStatus::Failed
+            )
+        {
+            settled.entry(e.effect.tool_call_id.as_str()).or_insert(e);
+        }
+    }
     let answers: Option<Vec<&EffectBuild>> = open
         .iter()
-        .map(|id| {
-            entries.clone().find(|e| {
-                &e.effect.tool_call_id == id
-                    && e.effect.span_id.is_some()
-                    && matches!(
-                        e.effect.status,
-                        EffectStatus::Completed | EffectStatus::Failed
-                    )
-            })
-        })
+        .map(|id| settled.get(id.as_str()).copied())
         .collect();
     let answers = answers?;
     let message = form.message(answers.iter().map(|e| {

@@ -109,6 +109,10 @@ pub struct SpanFact {
     /// The content was rebuilt from the span's log records (legacy GenAI events as OTLP logs).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub content_from_logs: bool,
+    /// What the interpreter changed in the span's content to keep it within its budget (values
+    /// nested too deep, kept in part as JSON text); shown on the run.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub warnings: Vec<String>,
 }
 
 /// A fact as stored: its long histories (a model request's input, the run's final history) by
@@ -176,6 +180,7 @@ impl StoredFact {
             content_problem,
             pending,
             content_from_logs,
+            warnings,
         } = fact;
         stored.trace_id = trace_id.clone();
         stored.span_id = span_id.clone();
@@ -204,6 +209,7 @@ impl StoredFact {
         stored.content_problem = content_problem.clone();
         stored.pending = *pending;
         stored.content_from_logs = *content_from_logs;
+        stored.warnings = warnings.clone();
         StoredFact {
             fact: stored,
             input_chain,
@@ -273,6 +279,7 @@ impl SpanFact {
             content_problem: None,
             pending: false,
             content_from_logs: false,
+            warnings: Vec::new(),
         }
     }
 }

@@ -10,6 +10,7 @@ use opentelemetry_proto::tonic::trace::v1::{status::StatusCode, Span};
 use serde_json::{Map, Value};
 
 use super::attributes::{any_to_json, Attributes};
+use super::budget::{within_depth, Cut};
 use super::events::{is_legacy_event, map_event, Slot};
 use super::fact::{FactKind, Interpreted, RequestedCall, SpanFact};
 use super::prefix_memo::{MemoRead, PrefixMemo, SharedMessages};
@@ -27,15 +28,23 @@ const DETAILS_EVENT: &str = "gen_ai.client.inference.operation.details";
 
 /// Interprets one span. Spans that are not agent runs, model requests or tool calls give `None`.
 /// With a memo, a model request's input history reuses what the last input of its run left
-/// there (see [`PrefixMemo`]); the result is the same with or without it.
-pub fn interpret_span(span: &Span, memo: Option<&PrefixMemo>) -> Option<Interpreted> {
+/// there (see [`PrefixMemo`]); the result is the same with or without it. Message bodies are
+/// cut to `cut`'s depth before they are hashed.
+pub fn interpret_span(
+    span: &Span,
+    memo: Option<&PrefixMemo>,
+    cut: &mut Cut,
+) -> Option<Interpreted> {
     // Content written as `gen_ai.client.inference.operation.details` events reads like attributes.
     let merged: Vec<KeyValue>;
     let attrs = if span.events.iter().any(|e| e.name == DETAILS_EVENT) {
         let mut all = span.attributes.clone();
+        // Keys already present: the span's own first, then the events' in order.
+        let mut present: std::collections::HashSet<&str> =
+            span.attributes.iter().map(|a| a.key.as_str()).collect();
         for event in span.events.iter().filter(|e| e.name == DETAILS_EVENT) {
             for kv in &event.attributes {
-                if !all.iter().any(|a| a.key == kv.key) {
+                if present.insert(kv.key.as_str()) {
                     all.push(kv.clone());
                 }
             }
@@ -95,8 +104,13 @@ pub fn interpret_span(span: &Span, memo: Option<&PrefixMemo>) -> Option<Interpre
             fact.arguments = attrs.loose_json(&["gen_ai.tool.call.arguments", "tool_arguments"]);
         }
         FactKind::AgentRun => {
-            fact.all_messages =
-                read_messages(&attrs, "pydantic_ai.all_messages", &mut fact, &mut messages);
+            fact.all_messages = read_messages(
+                &attrs,
+                "pydantic_ai.all_messages",
+                &mut fact,
+                &mut messages,
+                cut,
+            );
             fact.system_instructions = read_instructions(&attrs);
         }
         FactKind::ModelRequest => {
@@ -106,18 +120,26 @@ pub fn interpret_span(span: &Span, memo: Option<&PrefixMemo>) -> Option<Interpre
                 fact.trace_id,
                 parent_span_id.as_deref().unwrap_or(&span_id)
             );
-            match memo.and_then(|memo| read_memoised(memo, &memo_key, &attrs, key)) {
+            let depth = cut.max_depth();
+            match memo.and_then(|memo| read_memoised(memo, &memo_key, &attrs, key, depth)) {
                 Some(read) => {
                     fact.input = Some(read.references);
                     shared = read.messages;
                 }
                 None => {
-                    fact.input = read_messages(&attrs, key, &mut fact, &mut messages).map(Arc::new);
+                    fact.input =
+                        read_messages(&attrs, key, &mut fact, &mut messages, cut).map(Arc::new);
                 }
             }
-            fact.output = read_messages(&attrs, "gen_ai.output.messages", &mut fact, &mut messages);
+            fact.output = read_messages(
+                &attrs,
+                "gen_ai.output.messages",
+                &mut fact,
+                &mut messages,
+                cut,
+            );
             if fact.input.is_none() && fact.output.is_none() {
-                read_legacy_events(span, &mut fact, &mut messages);
+                read_legacy_events(span, &mut fact, &mut messages, cut);
             }
             if fact.output.is_some() {
                 let first_output = messages.len() - fact.output.as_ref().map_or(0, Vec::len);
@@ -152,7 +174,7 @@ pub fn interpret_span(span: &Span, memo: Option<&PrefixMemo>) -> Option<Interpre
             fact.arguments = attrs.loose_json(&["gen_ai.tool.call.arguments", "tool_arguments"]);
             fact.result = attrs.loose_json(&["gen_ai.tool.call.result", "tool_response"]);
             if fact.arguments.is_none() || fact.result.is_none() {
-                read_legacy_events(span, &mut fact, &mut messages);
+                read_legacy_events(span, &mut fact, &mut messages, cut);
             }
             fact.idempotency_key =
                 attrs.str(&["gen_ai.tool.call.idempotency_key", "idempotency_key"]);
@@ -179,18 +201,22 @@ pub fn interpret_span(span: &Span, memo: Option<&PrefixMemo>) -> Option<Interpre
 }
 
 /// A message-list attribute given as a JSON string, read through the memo; `None` when it is
-/// not a string or not a non-empty array of messages (the caller reads it in full, which gives
-/// the same messages or the reason they are unusable).
+/// not a string or not a non-empty array of messages, or when a message is nested deeper than
+/// `depth` (the caller reads it in full, which gives the same messages, cut, or the reason they
+/// are unusable).
 fn read_memoised(
     memo: &PrefixMemo,
     memo_key: &str,
     attrs: &Attributes<'_>,
     key: &str,
+    depth: usize,
 ) -> Option<MemoRead> {
     let Some(Any::StringValue(raw)) = attrs.get(key)?.value.as_ref() else {
         return None;
     };
-    memo.read(memo_key, raw, is_message)
+    memo.read(memo_key, raw, |item| {
+        is_message(item) && within_depth(item, depth)
+    })
 }
 
 /// Whether a JSON value is a message in the canonical shape (a role string and a parts array).
@@ -201,7 +227,12 @@ fn is_message(item: &Value) -> bool {
 
 /// Fills a fact's content from legacy GenAI span events (Strands' default mode, older
 /// instrumentations). Only slots the attributes left empty are filled.
-fn read_legacy_events(span: &Span, fact: &mut SpanFact, bodies: &mut Vec<(MessageHash, Value)>) {
+fn read_legacy_events(
+    span: &Span,
+    fact: &mut SpanFact,
+    bodies: &mut Vec<(MessageHash, Value)>,
+    cut: &mut Cut,
+) {
     let from_span_events = span
         .events
         .iter()
@@ -239,14 +270,16 @@ fn read_legacy_events(span: &Span, fact: &mut SpanFact, bodies: &mut Vec<(Messag
     };
     let events: Vec<(String, Map<String, Value>)> =
         from_span_events.chain(from_attribute).collect();
-    apply_legacy_events(&events, fact, bodies);
+    apply_legacy_events(&events, fact, bodies, cut);
 }
 
-/// Fills a fact's content from legacy events, given in their order (name, body).
+/// Fills a fact's content from legacy events, given in their order (name, body). Message
+/// bodies are cut to `cut`'s depth.
 pub(crate) fn apply_legacy_events(
     events: &[(String, Map<String, Value>)],
     fact: &mut SpanFact,
     bodies: &mut Vec<(MessageHash, Value)>,
+    cut: &mut Cut,
 ) {
     let on_tool = fact.kind == FactKind::ToolCall;
     let (mut input, mut output, mut system) = (Vec::new(), Vec::new(), Vec::new());
@@ -282,20 +315,23 @@ pub(crate) fn apply_legacy_events(
         fact.system_instructions = Some(Value::Array(system));
     }
     if !input.is_empty() {
-        fact.input = Some(Arc::new(store_bodies(input, bodies)));
+        fact.input = Some(Arc::new(store_bodies(input, bodies, cut)));
     }
     if !output.is_empty() {
-        fact.output = Some(store_bodies(output, bodies));
+        fact.output = Some(store_bodies(output, bodies, cut));
     }
 }
 
+/// Cuts message bodies to `cut`'s depth, then hashes and collects them; their references.
 pub(crate) fn store_bodies(
     items: Vec<Value>,
     bodies: &mut Vec<(MessageHash, Value)>,
+    cut: &mut Cut,
 ) -> Vec<MessageRef> {
     items
         .into_iter()
-        .map(|item| {
+        .map(|mut item| {
+            cut.apply("message content", &mut item);
             let reference = MessageRef::of(&item);
             bodies.push((reference.hash, item));
             reference
@@ -385,13 +421,14 @@ fn read_instructions(attrs: &Attributes<'_>) -> Option<Value> {
     }
 }
 
-/// Reads a message-list attribute, collecting bodies into `bodies`. Damaged or malformed content
-/// is recorded as the fact's content problem and yields `None`.
+/// Reads a message-list attribute, collecting bodies (cut to `cut`'s depth) into `bodies`.
+/// Damaged or malformed content is recorded as the fact's content problem and yields `None`.
 fn read_messages(
     attrs: &Attributes<'_>,
     key: &str,
     fact: &mut SpanFact,
     bodies: &mut Vec<(MessageHash, Value)>,
+    cut: &mut Cut,
 ) -> Option<Vec<MessageRef>> {
     let parsed = match attrs.json(key)? {
         Ok(v) => v,
@@ -406,12 +443,13 @@ fn read_messages(
         return None;
     };
     let mut refs = Vec::with_capacity(items.len());
-    for item in items {
+    for mut item in items {
         if !is_message(&item) {
             fact.content_problem
                 .get_or_insert(format!("{key} holds a message without role and parts"));
             return None;
         }
+        cut.apply("message content", &mut item);
         let reference = MessageRef::of(&item);
         bodies.push((reference.hash, item));
         refs.push(reference);
@@ -425,6 +463,10 @@ mod tests {
     use crate::test_fixtures::kv;
     use opentelemetry_proto::tonic::common::v1::{any_value, AnyValue, KeyValue};
     use opentelemetry_proto::tonic::trace::v1::Status;
+
+    fn test_cut() -> Cut {
+        Cut::new(&crate::limits::Limits::default())
+    }
 
     /// A span 2 under span 3 of the fixture trace.
     fn span(name: &str, attrs: Vec<KeyValue>) -> Span {
@@ -447,7 +489,7 @@ mod tests {
                 ),
             ],
         );
-        let i = interpret_span(&s, None).unwrap();
+        let i = interpret_span(&s, None, &mut test_cut()).unwrap();
         assert_eq!(i.run_span_id, "0303030303030303");
         assert_eq!(i.fact.kind, FactKind::ModelRequest);
         assert_eq!(i.fact.output.as_ref().unwrap()[0].shape.opens, vec!["c1"]);
@@ -479,7 +521,8 @@ mod tests {
             );
             // Through the interpreter's entry points, which note the tool-return form.
             let plain = crate::interpreter::interpret_span(&s).unwrap();
-            let memoised = crate::interpreter::interpret_span_with(&s, &memo).unwrap();
+            let memoised =
+                crate::interpreter::interpret_span_with(&s, &memo, &Default::default()).unwrap();
             assert_eq!(plain.fact, memoised.fact);
             assert_eq!(plain.fact.tool_return_form, shown, "step {k}");
             assert_eq!(plain.run_span_id, memoised.run_span_id);
@@ -521,8 +564,8 @@ mod tests {
             ],
         );
         assert_eq!(
-            interpret_span(&s, None).unwrap(),
-            interpret_span(&s, Some(&memo)).unwrap()
+            interpret_span(&s, None, &mut test_cut()).unwrap(),
+            interpret_span(&s, Some(&memo), &mut test_cut()).unwrap()
         );
     }
 
@@ -538,7 +581,7 @@ mod tests {
                 ),
             ],
         );
-        let i = interpret_span(&s, None).unwrap();
+        let i = interpret_span(&s, None, &mut test_cut()).unwrap();
         assert!(i.fact.input.is_none());
         assert!(i.fact.content_problem.unwrap().contains("not valid JSON"));
     }
@@ -587,7 +630,7 @@ mod tests {
                 }),
             },
         ];
-        let i = interpret_span(&span("chat m", attrs), None).unwrap();
+        let i = interpret_span(&span("chat m", attrs), None, &mut test_cut()).unwrap();
         assert_eq!(i.messages[0].1["parts"][0]["content"], "hi");
     }
 
@@ -608,7 +651,7 @@ mod tests {
             code: StatusCode::Error as i32,
             message: "busy".into(),
         });
-        let i = interpret_span(&s, None).unwrap();
+        let i = interpret_span(&s, None, &mut test_cut()).unwrap();
         assert_eq!(i.fact.error.as_deref(), Some("busy"));
         assert_eq!(i.fact.arguments.unwrap()["city"], "Paris");
         assert_eq!(i.fact.result.unwrap(), "busy, try again");

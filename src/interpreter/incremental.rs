@@ -7,7 +7,7 @@
 //! derivations (out of order, a replaced fact, the run span, ...): then the caller derives the
 //! run in full with [`super::derive`], which stays the reference.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -169,8 +169,10 @@ pub fn append(
     }
     for n in new {
         let f = n.fact;
+        // A fact with warnings changes the run record's warnings: derived in full.
         let eligible = matches!(f.kind, FactKind::ModelRequest | FactKind::ToolCall)
             && !f.pending
+            && f.warnings.is_empty()
             && f.trace_id == old.trace_id
             && f.start_ns >= old.started_ns
             && f.agent_call_id
@@ -219,7 +221,12 @@ pub fn append(
     let base = state.models as usize;
     for (j, n) in models.iter().enumerate() {
         let m = n.fact;
-        if let Some(input) = &m.input {
+        if let Some(input) = m.input.as_ref().filter(|_| !unbound.is_empty()) {
+            // The ids the input answers, read once for all the unbound entries.
+            let closed: HashSet<&str> = input
+                .iter()
+                .flat_map(|r| r.shape.closes.iter().map(String::as_str))
+                .collect();
             for i in &unbound {
                 let Some(e) = known.get_mut(i) else { continue };
                 if e.effect.status != EffectStatus::Requested
@@ -228,7 +235,7 @@ pub fn append(
                     continue;
                 }
                 let id = &e.effect.tool_call_id;
-                if input.iter().any(|r| r.shape.closes.iter().any(|c| c == id)) {
+                if closed.contains(id.as_str()) {
                     e.effect.status = EffectStatus::Completed;
                     e.effect.ended_at = Some(format_timestamp(m.start_ns));
                     changed.insert(*i);
@@ -275,14 +282,21 @@ pub fn append(
             ledger_len += 1;
         }
     }
+    // Unbound entries by call id, in ledger order; each tool span takes the first of its id.
+    let mut unbound_by_id: HashMap<String, std::collections::VecDeque<u32>> = HashMap::new();
+    for i in &unbound {
+        if let Some(e) = known.get(i).filter(|e| e.effect.span_id.is_none()) {
+            unbound_by_id
+                .entry(e.effect.tool_call_id.clone())
+                .or_default()
+                .push_back(*i);
+        }
+    }
+    let mut bound: HashSet<u32> = HashSet::new();
     for t in &tools {
         let id = t.tool_call_id.as_deref().unwrap_or("");
-        let slot = unbound.iter().position(|i| {
-            known
-                .get(i)
-                .is_some_and(|e| e.effect.span_id.is_none() && e.effect.tool_call_id == id)
-        })?;
-        let index = unbound.remove(slot);
+        let index = unbound_by_id.get_mut(id)?.pop_front()?;
+        bound.insert(index);
         let entry = known.get_mut(&index)?;
         let e = &mut entry.effect;
         e.span_id = Some(t.span_id.clone());
@@ -296,6 +310,7 @@ pub fn append(
         settle(entry, t);
         changed.insert(index);
     }
+    unbound.retain(|i| !bound.contains(i));
 
     // Events: all after the stored ones, or the order would change.
     let model_facts: Vec<&SpanFact> = models.iter().map(|n| n.fact).collect();

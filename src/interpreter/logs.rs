@@ -8,10 +8,12 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
 use super::attributes::{any_to_json, Attributes};
+use super::budget::{check_log, Cut, NotInterpreted};
 use super::events::is_legacy_event;
 use super::fact::SpanFact;
 use super::tool_return::ToolReturnForm;
 use crate::domain::MessageHash;
+use crate::limits::Limits;
 
 /// One legacy GenAI event of a span.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -52,20 +54,25 @@ impl LogEvent {
     }
 }
 
-/// Interprets one log record: legacy GenAI events with a valid trace and span id give an event.
-pub fn interpret_log(record: &LogRecord) -> Option<LogEvent> {
+/// Interprets one log record within `limits`: legacy GenAI events with a valid trace and span
+/// id give an event; a record over a per-span cap gives the cap. Body values are cut to
+/// `limits.max_nesting_depth` (a warning is logged when one is).
+pub fn interpret_log(record: &LogRecord, limits: &Limits) -> Result<LogEvent, NotInterpreted> {
     if record.trace_id.len() != 16 || record.span_id.len() != 8 {
-        return None;
+        return Err(NotInterpreted::NotAgentSpan);
     }
     let attrs = Attributes(&record.attributes);
     let name = if record.event_name.is_empty() {
-        attrs.str(&["event.name"])?
+        attrs
+            .str(&["event.name"])
+            .ok_or(NotInterpreted::NotAgentSpan)?
     } else {
         record.event_name.clone()
     };
     if !is_legacy_event(&name) {
-        return None;
+        return Err(NotInterpreted::NotAgentSpan);
     }
+    check_log(record, limits)?;
     let mut body = match record.body.as_ref().map(any_to_json) {
         Some(Value::Object(m)) => m,
         Some(Value::Null) | None => Map::new(),
@@ -82,12 +89,23 @@ pub fn interpret_log(record: &LogRecord) -> Option<LogEvent> {
         let value = kv.value.as_ref().map(any_to_json).unwrap_or(Value::Null);
         body.insert(kv.key.clone(), value);
     }
+    let mut cut = Cut::new(limits);
+    for value in body.values_mut() {
+        cut.apply("log event content", value);
+    }
+    for warning in cut.warnings() {
+        tracing::warn!(
+            trace_id = %hex::encode(&record.trace_id),
+            span_id = %hex::encode(&record.span_id),
+            "{warning}"
+        );
+    }
     let time_ns = if record.time_unix_nano > 0 {
         record.time_unix_nano
     } else {
         record.observed_time_unix_nano
     };
-    Some(LogEvent {
+    Ok(LogEvent {
         trace_id: hex::encode(&record.trace_id),
         span_id: hex::encode(&record.span_id),
         message_index: attrs.int(&["gen_ai.message.index"]),
@@ -99,10 +117,20 @@ pub fn interpret_log(record: &LogRecord) -> Option<LogEvent> {
 
 /// A model-request fact with its content rebuilt from its span's log events (sorted by
 /// [`LogEvent::order_key`]), plus the message bodies. Facts whose span carries content of its own
-/// are returned unchanged.
+/// are returned unchanged. Within the default [`Limits`]; see [`with_log_content_within`].
 pub fn with_log_content(
     fact: &SpanFact,
     events: &[LogEvent],
+) -> (SpanFact, Vec<(MessageHash, Value)>) {
+    with_log_content_within(fact, events, &Limits::default())
+}
+
+/// [`with_log_content`] with message bodies cut to `limits.max_nesting_depth` (noted in the
+/// fact's warnings). Linear in the events, but for sorting them.
+pub fn with_log_content_within(
+    fact: &SpanFact,
+    events: &[LogEvent],
+    limits: &Limits,
 ) -> (SpanFact, Vec<(MessageHash, Value)>) {
     let mut fact = fact.clone();
     if fact.kind != super::FactKind::ModelRequest || events.is_empty() {
@@ -117,14 +145,22 @@ pub fn with_log_content(
         return (fact, Vec::new());
     }
     let mut sorted: Vec<&LogEvent> = events.iter().collect();
-    sorted.sort_by_key(|e| e.order_key());
+    // Each key hashes its event's body: computed once per event, not once per comparison.
+    sorted.sort_by_cached_key(|e| e.order_key());
     let pairs: Vec<(String, Map<String, Value>)> = sorted
         .iter()
         .map(|e| (e.name.clone(), e.body.clone()))
         .collect();
     let mut bodies = Vec::new();
     let problem = fact.content_problem.take();
-    super::genai::apply_legacy_events(&pairs, &mut fact, &mut bodies);
+    let mut cut = Cut::new(limits);
+    super::genai::apply_legacy_events(&pairs, &mut fact, &mut bodies, &mut cut);
+    cut.apply_opt("system instructions", &mut fact.system_instructions);
+    for warning in cut.warnings() {
+        if !fact.warnings.contains(&warning) {
+            fact.warnings.push(warning);
+        }
+    }
     if fact.input.is_none() && fact.content_problem.is_none() {
         fact.content_problem = problem;
     }

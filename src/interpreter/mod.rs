@@ -6,12 +6,15 @@
 //! cannot change the outcome.
 
 mod attributes;
+pub mod budget;
 mod call_join;
 pub mod convention;
 mod derive;
 mod events;
 mod fact;
 mod genai;
+#[cfg(test)]
+mod hardening_tests;
 mod incremental;
 mod logs;
 mod openai_items;
@@ -23,37 +26,69 @@ mod validity;
 
 use opentelemetry_proto::tonic::trace::v1::Span;
 
+pub use budget::{NotInterpreted, OverLimit};
 pub use convention::Convention;
 pub use derive::{derive, Abandonment, DerivedRun, RunMeta};
 pub use events::block_to_part;
 pub use fact::{FactKind, Interpreted, RequestedCall, SpanFact, StoredFact};
 pub use incremental::{append, Append, NewFact, RunState};
-pub use logs::{interpret_log, with_log_content, LogEvent};
+pub use logs::{interpret_log, with_log_content, with_log_content_within, LogEvent};
 pub use prefix_memo::{PrefixMemo, SharedMessages};
 pub use tool_return::{ResultKey, ToolReturnForm, ToolReturnRole};
 pub use validity::{walk, Walk, WalkState};
 
-/// Interprets one span with the module of its convention. Spans that are not agent runs, model
-/// requests, tool calls or grouping spans give `None`.
+use crate::limits::Limits;
+
+/// Interprets one span within the default [`Limits`]. Spans that are not agent runs, model
+/// requests, tool calls or grouping spans, and spans over a cap, give `None`
+/// ([`interpret_span_within`] says why).
 pub fn interpret_span(span: &Span) -> Option<Interpreted> {
-    interpret(span, None)
+    interpret(span, None, &Limits::default()).ok()
 }
 
-/// Interprets one span as [`interpret_span`] does, with the same result, reusing what `memo`
-/// holds of the span's run: a model request whose input history extends the last one
+/// Interprets one span within `limits`: a span over a per-span cap is not interpreted (the
+/// reason says which), and every JSON value kept is cut to `limits.max_nesting_depth` (the
+/// fact's warnings say what was cut).
+pub fn interpret_span_within(span: &Span, limits: &Limits) -> Result<Interpreted, NotInterpreted> {
+    interpret(span, None, limits)
+}
+
+/// Interprets one span as [`interpret_span_within`] does, with the same result, reusing what
+/// `memo` holds of the span's run: a model request whose input history extends the last one
 /// interpreted for its run parses and hashes only the new messages. Only the OTel GenAI
 /// convention's `gen_ai.input.messages` (Pydantic AI 2.x, Strands) goes through the memo; the
 /// other conventions flatten or map their messages first and are read in full.
-pub fn interpret_span_with(span: &Span, memo: &PrefixMemo) -> Option<Interpreted> {
-    interpret(span, Some(memo))
+pub fn interpret_span_with(
+    span: &Span,
+    memo: &PrefixMemo,
+    limits: &Limits,
+) -> Result<Interpreted, NotInterpreted> {
+    interpret(span, Some(memo), limits)
 }
 
-fn interpret(span: &Span, memo: Option<&PrefixMemo>) -> Option<Interpreted> {
-    let mut interpreted = match convention::detect(&attributes::Attributes(&span.attributes)) {
-        Convention::GenAi => genai::interpret_span(span, memo),
-        Convention::OpenInference => openinference::interpret_span(span),
-        Convention::Traceloop => openllmetry::interpret_span(span),
-    }?;
+fn interpret(
+    span: &Span,
+    memo: Option<&PrefixMemo>,
+    limits: &Limits,
+) -> Result<Interpreted, NotInterpreted> {
+    budget::check_span(span, limits)?;
+    let mut cut = budget::Cut::new(limits);
+    let interpreted = match convention::detect(&attributes::Attributes(&span.attributes)) {
+        Convention::GenAi => genai::interpret_span(span, memo, &mut cut),
+        Convention::OpenInference => openinference::interpret_span(span, &mut cut),
+        Convention::Traceloop => openllmetry::interpret_span(span, &mut cut),
+    };
+    let mut interpreted = interpreted.ok_or(NotInterpreted::NotAgentSpan)?;
+    budget::check_interpreted(&interpreted, limits)?;
+    let fact = &mut interpreted.fact;
+    cut.apply_opt("system instructions", &mut fact.system_instructions);
+    cut.apply_opt("tool arguments", &mut fact.arguments);
+    cut.apply_opt("tool result", &mut fact.result);
+    cut.apply_opt("tool retry details", &mut fact.retry);
+    for call in &mut fact.requested_calls {
+        cut.apply_opt("tool call arguments", &mut call.arguments);
+    }
+    fact.warnings = cut.warnings();
     interpreted.note_tool_return_form();
-    Some(interpreted)
+    Ok(interpreted)
 }

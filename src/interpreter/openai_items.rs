@@ -20,6 +20,8 @@ pub struct Mapped {
 /// Maps a list of Chat Completions messages or Responses items (they may mix).
 pub fn map_history(items: &[Value]) -> Mapped {
     let mut out = Mapped::default();
+    // Whether the last message holds only tool results (kept, not rescanned per merge).
+    let mut last_only_results = false;
     for item in items {
         let Some(message) = map_item(item) else {
             continue;
@@ -31,7 +33,7 @@ pub fn map_history(items: &[Value]) -> Mapped {
             }
             continue;
         }
-        push_merged(&mut out.messages, message);
+        push_merged(&mut out.messages, message, &mut last_only_results);
     }
     out
 }
@@ -73,28 +75,34 @@ pub fn response_instructions(body: &Value) -> Option<Vec<Value>> {
     }
 }
 
-fn push_merged(messages: &mut Vec<Value>, message: Value) {
+/// Appends `message`, merged into the last one when both are assistant turns or both hold
+/// only tool results. `last_only_results` tells whether the last message holds only tool
+/// results, and is kept up to date, so a long run of merges stays linear.
+fn push_merged(messages: &mut Vec<Value>, message: Value, last_only_results: &mut bool) {
+    let only_results = |m: &Value| {
+        m["parts"].as_array().is_some_and(|p| {
+            !p.is_empty()
+                && p.iter()
+                    .all(|p| p["type"].as_str() == Some("tool_call_response"))
+        })
+    };
     let role = message["role"].as_str().unwrap_or("");
+    let message_only_results = only_results(&message);
     if let Some(last) = messages.last_mut() {
         let same = last["role"].as_str() == Some(role);
-        let only_results = |m: &Value| {
-            m["parts"].as_array().is_some_and(|p| {
-                !p.is_empty()
-                    && p.iter()
-                        .all(|p| p["type"].as_str() == Some("tool_call_response"))
-            })
-        };
         let mergeable =
-            same && (role == "assistant" || (only_results(last) && only_results(&message)));
+            same && (role == "assistant" || (*last_only_results && message_only_results));
         if mergeable {
             if let (Some(into), Some(from)) =
                 (last["parts"].as_array_mut(), message["parts"].as_array())
             {
                 into.extend(from.iter().cloned());
+                *last_only_results = *last_only_results && message_only_results;
                 return;
             }
         }
     }
+    *last_only_results = message_only_results;
     messages.push(message);
 }
 

@@ -17,12 +17,13 @@ use opentelemetry_proto::tonic::trace::v1::Span;
 use serde_json::{json, Map, Value};
 
 use super::attributes::Attributes;
+use super::budget::Cut;
 use super::fact::{FactKind, Interpreted, SpanFact};
 use super::genai::{error_text, requested_calls, store_bodies};
 use super::openai_items::{self, Mapped};
 
-/// Interprets one OpenInference span.
-pub fn interpret_span(span: &Span) -> Option<Interpreted> {
+/// Interprets one OpenInference span; message bodies are cut to `cut`'s depth.
+pub fn interpret_span(span: &Span, cut: &mut Cut) -> Option<Interpreted> {
     let attrs = Attributes(&span.attributes);
     let agent_name = attrs.str(&["agent.name", "graph.node.id"]);
     let kind = match attrs
@@ -65,11 +66,16 @@ pub fn interpret_span(span: &Span) -> Option<Interpreted> {
                 fact.input = Some(std::sync::Arc::new(store_bodies(
                     input.messages,
                     &mut messages,
+                    cut,
                 )));
             }
             if let Some((output, _)) = output {
-                fact.requested_calls = output.messages.iter().flat_map(requested_calls).collect();
-                fact.output = Some(store_bodies(output.messages, &mut messages));
+                let first = messages.len();
+                fact.output = Some(store_bodies(output.messages, &mut messages, cut));
+                fact.requested_calls = messages[first..]
+                    .iter()
+                    .flat_map(|(_, m)| requested_calls(m))
+                    .collect();
             }
             if fact.input.is_none() && fact.content_problem.is_none() && fact.error.is_none() {
                 fact.content_problem = Some(
@@ -225,6 +231,10 @@ mod tests {
     use super::*;
     use crate::test_fixtures::kv;
 
+    fn test_cut() -> Cut {
+        Cut::new(&crate::limits::Limits::default())
+    }
+
     fn span(name: &str, attrs: Vec<opentelemetry_proto::tonic::common::v1::KeyValue>) -> Span {
         crate::test_fixtures::span(2, 3, name, 10, attrs)
     }
@@ -247,7 +257,7 @@ mod tests {
                 ),
             ],
         );
-        let i = interpret_span(&s).unwrap();
+        let i = interpret_span(&s, &mut test_cut()).unwrap();
         assert_eq!(i.run_span_id, "0303030303030303");
         assert_eq!(i.fact.kind, FactKind::ModelRequest);
         assert_eq!(i.fact.conversation_id.as_deref(), Some("s1"));
@@ -293,7 +303,7 @@ mod tests {
                 ),
             ],
         );
-        let i = interpret_span(&s).unwrap();
+        let i = interpret_span(&s, &mut test_cut()).unwrap();
         assert_eq!(i.fact.input.as_ref().unwrap().len(), 1);
         assert_eq!(
             i.fact.system_instructions.as_ref().unwrap()[0]["content"],
@@ -311,7 +321,7 @@ mod tests {
                 kv("agent.name", "calc"),
             ],
         );
-        let i = interpret_span(&agent).unwrap();
+        let i = interpret_span(&agent, &mut test_cut()).unwrap();
         assert_eq!(
             (i.fact.kind, i.run_span_id.as_str()),
             (FactKind::AgentRun, "0202020202020202")
@@ -320,9 +330,12 @@ mod tests {
             "Agent workflow",
             vec![kv("openinference.span.kind", "AGENT")],
         );
-        assert!(interpret_span(&workflow).is_none());
+        assert!(interpret_span(&workflow, &mut test_cut()).is_none());
         let turn = span("turn", vec![kv("openinference.span.kind", "CHAIN")]);
-        assert_eq!(interpret_span(&turn).unwrap().fact.kind, FactKind::Group);
+        assert_eq!(
+            interpret_span(&turn, &mut test_cut()).unwrap().fact.kind,
+            FactKind::Group
+        );
         let tool = span(
             "add",
             vec![
@@ -332,7 +345,7 @@ mod tests {
                 kv("output.value", "5"),
             ],
         );
-        let i = interpret_span(&tool).unwrap();
+        let i = interpret_span(&tool, &mut test_cut()).unwrap();
         assert_eq!(i.fact.tool_name.as_deref(), Some("add"));
         assert_eq!(i.fact.arguments.unwrap()["a"], 2);
         assert!(i.fact.tool_call_id.is_none());
@@ -347,7 +360,7 @@ mod tests {
                 kv("input.value", r#"[{"content":"2+"#),
             ],
         );
-        let i = interpret_span(&s).unwrap();
+        let i = interpret_span(&s, &mut test_cut()).unwrap();
         assert!(i.fact.input.is_none());
         assert!(i.fact.content_problem.unwrap().contains("not valid JSON"));
     }

@@ -12,6 +12,7 @@ use opentelemetry_proto::tonic::trace::v1::Span;
 use serde_json::{json, Map, Value};
 
 use super::attributes::Attributes;
+use super::budget::Cut;
 use super::fact::{FactKind, Interpreted, SpanFact};
 use super::genai::{error_text, requested_calls, store_bodies};
 use super::openai_items;
@@ -33,8 +34,8 @@ pub fn has_legacy_content(attrs: &Attributes<'_>) -> bool {
         || attrs.get("llm.request.type").is_some()
 }
 
-/// Interprets one OpenLLMetry span.
-pub fn interpret_span(span: &Span) -> Option<Interpreted> {
+/// Interprets one OpenLLMetry span; message bodies are cut to `cut`'s depth.
+pub fn interpret_span(span: &Span, cut: &mut Cut) -> Option<Interpreted> {
     let attrs = Attributes(&span.attributes);
     let kind = match attrs.str(&["traceloop.span.kind"]).as_deref() {
         Some("workflow") | Some("agent") => FactKind::AgentRun,
@@ -89,12 +90,17 @@ pub fn interpret_span(span: &Span) -> Option<Interpreted> {
                 fact.input = Some(std::sync::Arc::new(store_bodies(
                     mapped.messages,
                     &mut messages,
+                    cut,
                 )));
             }
             if !completion.is_empty() {
                 let mapped = openai_items::map_history(&completion);
-                fact.requested_calls = mapped.messages.iter().flat_map(requested_calls).collect();
-                fact.output = Some(store_bodies(mapped.messages, &mut messages));
+                let first = messages.len();
+                fact.output = Some(store_bodies(mapped.messages, &mut messages, cut));
+                fact.requested_calls = messages[first..]
+                    .iter()
+                    .flat_map(|(_, m)| requested_calls(m))
+                    .collect();
             }
             if fact.input.is_none() && fact.error.is_none() {
                 fact.content_problem = Some(
@@ -185,6 +191,10 @@ mod tests {
     use super::*;
     use crate::test_fixtures::kv;
 
+    fn test_cut() -> Cut {
+        Cut::new(&crate::limits::Limits::default())
+    }
+
     fn span(name: &str, attrs: Vec<opentelemetry_proto::tonic::common::v1::KeyValue>) -> Span {
         crate::test_fixtures::span(2, 3, name, 10, attrs)
     }
@@ -220,7 +230,7 @@ mod tests {
                 ),
             ],
         );
-        let i = interpret_span(&s).unwrap();
+        let i = interpret_span(&s, &mut test_cut()).unwrap();
         assert_eq!(i.fact.kind, FactKind::ModelRequest);
         assert_eq!(i.run_span_id, "0303030303030303");
         assert_eq!(i.fact.conversation_id.as_deref(), Some("s1"));
@@ -252,7 +262,7 @@ mod tests {
                 kv("traceloop.entity.output", "5"),
             ],
         );
-        let i = interpret_span(&tool).unwrap();
+        let i = interpret_span(&tool, &mut test_cut()).unwrap();
         assert_eq!(i.fact.kind, FactKind::ToolCall);
         assert_eq!(i.fact.arguments.unwrap(), json!({"a": 2, "b": 3}));
         assert_eq!(i.fact.result.unwrap(), json!("5"));
@@ -263,7 +273,7 @@ mod tests {
                 kv("traceloop.entity.name", "calc"),
             ],
         );
-        let i = interpret_span(&agent).unwrap();
+        let i = interpret_span(&agent, &mut test_cut()).unwrap();
         assert_eq!(i.fact.kind, FactKind::AgentRun);
         assert_eq!(i.fact.agent_name.as_deref(), Some("calc"));
         assert_eq!(i.run_span_id, "0202020202020202");

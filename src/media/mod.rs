@@ -522,7 +522,7 @@ mod tests {
             ],
         );
         let memo = PrefixMemo::default();
-        let mut memoised = vec![interpret_span_with(&chat, &memo).unwrap()];
+        let mut memoised = vec![interpret_span_with(&chat, &memo, &Default::default()).unwrap()];
         let mut plain = vec![interpret_span(&chat).unwrap()];
         let blobs = media.offload(&mut memoised);
         assert_eq!(blobs, media.offload(&mut plain));
@@ -534,7 +534,7 @@ mod tests {
             assert_eq!(bodies.get(hash), Some(&body));
         }
         // The memo still holds what the producer sent, for the next request.
-        let again = interpret_span_with(&chat, &memo).unwrap();
+        let again = interpret_span_with(&chat, &memo, &Default::default()).unwrap();
         assert_eq!(
             again.shared.iter().next().unwrap().body["parts"][0]["content"],
             json!(big_text)
