@@ -66,7 +66,11 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
     crate::interpreter::prefix_memo::set_default_budget(budgets.prefix_memo);
     store.set_history_cache_budget(budgets.history);
     store.set_chain_cache_budget(budgets.chain);
-    let ingest = Arc::new(Ingest::new(store.clone(), outbox.clone()).with_media(media.clone()));
+    let ingest = Arc::new(
+        Ingest::new(store.clone(), outbox.clone())
+            .with_media(media.clone())
+            .with_limits(config.interpreter.limits),
+    );
     let (stop_tx, stop_rx) = watch::channel(false);
     let stopped = move || {
         let mut rx = stop_rx.clone();
