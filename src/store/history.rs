@@ -2,11 +2,11 @@
 //! absent for a first message) + message hash (16 bytes). A run's nodes are one prefix scan, so any of its
 //! histories is resolved from its tip with one scan and no per-node lookups.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 
 use super::error::StoreError;
 use super::keys::{self, cf};
-use super::rocks::{Store, WriteBatch};
+use super::rocks::{lock_cache, Store, WriteBatch};
 use crate::domain::{
     ChainIds, ChainRef, HistoryNode, IdMap, MessageHash, NodeId, MESSAGE_HASH_BYTES, NODE_ID_BYTES,
 };
@@ -18,11 +18,25 @@ pub const CHAIN_CACHE_MESSAGES: usize = 200_000;
 /// request's input (mostly the same history plus a few messages) hashes only its new messages.
 /// Bounded by [`CHAIN_CACHE_MESSAGES`], least recently used run first out. Only a shortcut: node
 /// ids are a pure function of the messages, so a missing or stale entry is recomputed.
+/// Eviction takes the oldest entry from an ordered index, so keeping a chain costs O(log n)
+/// however many runs are cached.
 #[derive(Default)]
 pub struct ChainCache {
     runs: HashMap<String, (u64, ChainIds)>,
+    /// Run ids by the tick of their last use (the key of `runs`' entry).
+    by_use: BTreeMap<u64, String>,
     held: usize,
     tick: u64,
+}
+
+impl ChainCache {
+    /// Removes a run's entry.
+    fn remove(&mut self, run_id: &str) -> Option<ChainIds> {
+        let (tick, chain) = self.runs.remove(run_id)?;
+        self.by_use.remove(&tick);
+        self.held = self.held.saturating_sub(chain.node_ids().len());
+        Some(chain)
+    }
 }
 
 /// The nodes of one run, by id.
@@ -50,48 +64,33 @@ impl WriteBatch<'_> {
             value.extend_from_slice(&parent.0);
         }
         value.extend_from_slice(&node.message.0);
-        self.put_raw(cf::HISTORY, &keys::node_key(run, id), &value);
-        Ok(())
+        self.put_raw(cf::HISTORY, &keys::node_key(run, id), &value)
     }
 }
 
 impl Store {
     /// The cached node ids of the run's last stored input history (empty when none).
     pub fn take_chain(&self, run_id: &str) -> ChainIds {
-        let Ok(mut cache) = self.chains.lock() else {
-            return ChainIds::default();
-        };
-        match cache.runs.remove(run_id) {
-            Some((_, chain)) => {
-                cache.held = cache.held.saturating_sub(chain.node_ids().len());
-                chain
-            }
-            None => ChainIds::default(),
-        }
+        lock_cache(&self.chains)
+            .remove(run_id)
+            .unwrap_or_default()
     }
 
     /// Keeps the node ids of the run's last stored input history for the next request.
     pub fn keep_chain(&self, run_id: &str, chain: ChainIds) {
-        let Ok(mut cache) = self.chains.lock() else {
-            return;
-        };
+        let mut cache = lock_cache(&self.chains);
         let len = chain.node_ids().len();
+        cache.remove(run_id);
         if len > CHAIN_CACHE_MESSAGES {
             return;
         }
         cache.tick += 1;
         let tick = cache.tick;
         cache.held += len;
-        if let Some((_, old)) = cache.runs.insert(run_id.to_string(), (tick, chain)) {
-            cache.held = cache.held.saturating_sub(old.node_ids().len());
-        }
+        cache.runs.insert(run_id.to_string(), (tick, chain));
+        cache.by_use.insert(tick, run_id.to_string());
         while cache.held > CHAIN_CACHE_MESSAGES {
-            let Some(oldest) = cache
-                .runs
-                .iter()
-                .min_by_key(|(_, (t, _))| *t)
-                .map(|(id, _)| id.clone())
-            else {
+            let Some((_, oldest)) = cache.by_use.pop_first() else {
                 break;
             };
             if let Some((_, evicted)) = cache.runs.remove(&oldest) {
@@ -149,7 +148,7 @@ impl Store {
 }
 
 /// Decodes a node's stored value: parent id (absent for a first message) + message hash.
-fn decode_node(value: &[u8]) -> Result<HistoryNode, StoreError> {
+pub(super) fn decode_node(value: &[u8]) -> Result<HistoryNode, StoreError> {
     let (parent, message) = match value.len() {
         MESSAGE_HASH_BYTES => (None, value),
         n if n == NODE_ID_BYTES + MESSAGE_HASH_BYTES => {
