@@ -47,11 +47,27 @@ pub fn router(state: ApiState) -> Router {
         .route("/v1/runs/{run_id}/abandon", post(abandon))
         .route_layer(middleware::from_fn_with_state(state.clone(), require_token));
     Router::new()
-        .route("/healthz", get(|| async { Json(json!({"status": "ok"})) }))
+        .route("/healthz", get(healthz))
         .route("/metrics", get(metrics))
         .merge(v1)
         .fallback(|| async { ApiError::NotFound("no such endpoint".into()) })
         .with_state(state)
+}
+
+/// `/healthz`: 200 `{"status":"ok"}` while ingest can commit, 503
+/// `{"status":"unavailable","error":...}` once its writer thread has stopped.
+async fn healthz(State(state): State<ApiState>) -> Response {
+    if state.ingest.healthy() {
+        return Json(json!({"status": "ok"})).into_response();
+    }
+    (
+        http::StatusCode::SERVICE_UNAVAILABLE,
+        Json(json!({
+            "status": "unavailable",
+            "error": "the ingest writer thread has stopped: no request can be committed",
+        })),
+    )
+        .into_response()
 }
 
 async fn require_token(State(state): State<ApiState>, request: Request, next: Next) -> Response {
