@@ -1363,7 +1363,10 @@ mod tests {
     /// Every record of the store reads back with its type.
     fn assert_readable(store: &Store) {
         let unreadable = store.check_readable().unwrap();
-        assert!(unreadable.is_empty(), "records that do not read back: {unreadable:?}");
+        assert!(
+            unreadable.is_empty(),
+            "records that do not read back: {unreadable:?}"
+        );
     }
 
     fn two_traces() -> Vec<Span> {
@@ -2248,7 +2251,11 @@ mod tests {
         }
         let run = store.run(&run_id(1)).unwrap().unwrap();
         for alias in &run.aliases {
-            assert_eq!(store.resolve_run(alias).unwrap(), Some(run_id(1)), "{alias}");
+            assert_eq!(
+                store.resolve_run(alias).unwrap(),
+                Some(run_id(1)),
+                "{alias}"
+            );
         }
         assert!(
             run.warnings.iter().all(|w| !w.contains("alias")),
@@ -2269,8 +2276,7 @@ mod tests {
             .put_raw(cf::RUN_META, outer_id().as_bytes(), b"{garbage")
             .unwrap();
         store.commit(batch).unwrap();
-        let error = apply_group(&store, &[spans_work(interpreted(&spans()[3..4]))], 2)
-            .unwrap_err();
+        let error = apply_group(&store, &[spans_work(interpreted(&spans()[3..4]))], 2).unwrap_err();
         assert!(!error.is_retryable(), "{error}");
         let (run, reason) = error.damaged_run().expect("names the damaged run");
         assert_eq!(run, outer_id());
@@ -2313,7 +2319,9 @@ mod tests {
         let small = apply(1_500);
         let large = apply(12_000);
         let ratio = large.as_secs_f64() / small.as_secs_f64().max(1e-6);
-        println!("log records for one span: 1500 in {small:?}, 12000 in {large:?} (x{ratio:.1} for x8)");
+        println!(
+            "log records for one span: 1500 in {small:?}, 12000 in {large:?} (x{ratio:.1} for x8)"
+        );
         // Linear work gives about 8x; quadratic gives 64x.
         assert!(ratio < 24.0, "x{ratio:.1} for x8 the log records");
     }

@@ -556,7 +556,10 @@ mod tests {
     fn permanent_failures_are_not_retryable_and_map_once() {
         let rejected = IngestError::Rejected("run r span s: corrupt record".into());
         assert_eq!(rejected.error_code().http_status(), 400);
-        assert_eq!(rejected.error_code().grpc_code(), tonic::Code::InvalidArgument);
+        assert_eq!(
+            rejected.error_code().grpc_code(),
+            tonic::Code::InvalidArgument
+        );
         assert_eq!(rejected.retry_after(), None);
         let internal = IngestError::Internal("applying the request failed: boom".into());
         assert_eq!(internal.error_code().http_status(), 500);

@@ -193,12 +193,7 @@ struct Pending {
     reserved: Option<(SignalKind, u64)>,
 }
 
-fn run(
-    store: &Store,
-    outbox: &Outbox,
-    counters: &IngestCounters,
-    mut rx: mpsc::Receiver<Job>,
-) {
+fn run(store: &Store, outbox: &Outbox, counters: &IngestCounters, mut rx: mpsc::Receiver<Job>) {
     while let Some(first) = rx.blocking_recv() {
         let mut jobs = vec![first];
         while jobs.len() < MAX_GROUP {
@@ -287,16 +282,21 @@ fn apply_isolated(
         counters.panics.fetch_add(1, Ordering::Relaxed);
         tracing::error!(panic = %message, requests = works.len(), "applying a group panicked; applying its requests one by one");
     } else {
-        tracing::warn!(requests = works.len(), "a group could not be applied; applying its requests one by one");
+        tracing::warn!(
+            requests = works.len(),
+            "a group could not be applied; applying its requests one by one"
+        );
     }
     works
         .iter()
-        .map(|work| match attempt(store, std::slice::from_ref(work), now) {
-            Ok(mut results) => results
-                .pop()
-                .ok_or_else(|| IngestError::Internal("the writer gave no result".into())),
-            Err(failure) => Err(answer_failure(store, counters, work, failure)),
-        })
+        .map(
+            |work| match attempt(store, std::slice::from_ref(work), now) {
+                Ok(mut results) => results
+                    .pop()
+                    .ok_or_else(|| IngestError::Internal("the writer gave no result".into())),
+                Err(failure) => Err(answer_failure(store, counters, work, failure)),
+            },
+        )
         .collect()
 }
 
@@ -357,7 +357,10 @@ mod tests {
             other => panic!("{other:?}"),
         }
         assert_eq!(answers[1].as_ref().ok(), Some(&Applied::Stored));
-        assert!(store.run(&run_in(9)).unwrap().is_some(), "the innocent commits");
+        assert!(
+            store.run(&run_in(9)).unwrap().is_some(),
+            "the innocent commits"
+        );
         assert!(store.damage(&run_id(1)).unwrap().is_some());
         let damaged = store.run(&run_id(1)).unwrap().unwrap();
         assert!(

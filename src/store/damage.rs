@@ -119,7 +119,10 @@ mod tests {
         let run = store.run("aa-bb").unwrap().unwrap();
         assert_eq!(run.trace_id, "aa");
         assert!(run.warnings[0].starts_with(DAMAGED_WARNING), "{run:?}");
-        assert!(store.run_record("aa-bb").is_err(), "the writer's read is strict");
+        assert!(
+            store.run_record("aa-bb").is_err(),
+            "the writer's read is strict"
+        );
         // Marked, with a long reason cut to a bound.
         let long = "é".repeat(2000);
         store.mark_damaged("aa-bb", &long).unwrap();

@@ -71,9 +71,7 @@ impl WriteBatch<'_> {
 impl Store {
     /// The cached node ids of the run's last stored input history (empty when none).
     pub fn take_chain(&self, run_id: &str) -> ChainIds {
-        lock_cache(&self.chains)
-            .remove(run_id)
-            .unwrap_or_default()
+        lock_cache(&self.chains).remove(run_id).unwrap_or_default()
     }
 
     /// Keeps the node ids of the run's last stored input history for the next request.

@@ -244,7 +244,9 @@ mod tests {
         assert_eq!(store.outbox_last_seq().unwrap(), None);
         let mut batch = store.batch();
         for seq in 1..=5u64 {
-            batch.put_outbox(seq, SignalKind::Logs, seq, &[seq as u8; 3]).unwrap();
+            batch
+                .put_outbox(seq, SignalKind::Logs, seq, &[seq as u8; 3])
+                .unwrap();
         }
         store.commit(batch).unwrap();
         assert_eq!(store.outbox_last_seq().unwrap(), Some(5));

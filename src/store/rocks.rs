@@ -143,7 +143,6 @@ fn write_handle<'s>(
 }
 
 impl WriteBatch<'_> {
-
     /// Puts a JSON-encoded value; a value that does not serialise, or would not read back
     /// (see [`MAX_RECORD_DEPTH`]), is an error and nothing is written.
     pub fn put_json<T: Serialize + ?Sized>(
@@ -869,9 +868,7 @@ impl Store {
 /// Locks one of the store's in-memory caches. A cache whose lock was poisoned (a panic while
 /// it was held, caught by the writer) may be half-updated: it is emptied and used again, never
 /// left disabled for the rest of the process (every cache here is only a shortcut).
-pub(super) fn lock_cache<T: Default>(
-    cache: &std::sync::Mutex<T>,
-) -> std::sync::MutexGuard<'_, T> {
+pub(super) fn lock_cache<T: Default>(cache: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     cache.lock().unwrap_or_else(|poisoned| {
         let mut guard = poisoned.into_inner();
         *guard = T::default();
@@ -946,7 +943,10 @@ mod tests {
         store.commit(batch).unwrap();
         let read: Value = store.get_json(cf::RUN_META, b"deep").unwrap().unwrap();
         assert_eq!(read, deepest);
-        assert_eq!(json_depth(&serde_json::to_vec(&read).unwrap()), MAX_RECORD_DEPTH);
+        assert_eq!(
+            json_depth(&serde_json::to_vec(&read).unwrap()),
+            MAX_RECORD_DEPTH
+        );
         // One more level would not: refused with a permanent error, nothing written.
         let too_deep = nested(MAX_RECORD_DEPTH + 1);
         assert!(serde_json::from_slice::<Value>(&serde_json::to_vec(&too_deep).unwrap()).is_err());
