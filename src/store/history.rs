@@ -195,3 +195,47 @@ impl RunNodes {
         Ok(out)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn chain(len: usize, seed: usize) -> ChainIds {
+        let hashes: Vec<MessageHash> = (0..len)
+            .map(|n| MessageHash::of(&serde_json::json!({"run": seed, "n": n})))
+            .collect();
+        let mut chain = ChainIds::default();
+        chain.ids(hashes.iter());
+        chain
+    }
+
+    #[test]
+    fn the_chain_cache_forgets_the_least_recently_kept_runs_first() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path(), false).unwrap();
+        // Runs of a tenth of the bound each: the eleventh pushes out the first kept.
+        let len = CHAIN_CACHE_MESSAGES / 10;
+        for run in 0..10 {
+            store.keep_chain(&format!("run-{run}"), chain(len, run));
+        }
+        // Run 0 used again: run 1 is now the least recently kept.
+        let zero = store.take_chain("run-0");
+        assert_eq!(zero.node_ids().len(), len);
+        store.keep_chain("run-0", zero);
+        store.keep_chain("run-10", chain(len, 10));
+        assert!(store.take_chain("run-1").node_ids().is_empty(), "evicted");
+        for run in [0, 2, 9, 10] {
+            assert_eq!(
+                store.take_chain(&format!("run-{run}")).node_ids().len(),
+                len,
+                "run-{run}"
+            );
+        }
+        let cache = lock_cache(&store.chains);
+        assert_eq!(cache.runs.len(), cache.by_use.len());
+        assert_eq!(
+            cache.held,
+            cache.runs.values().map(|(_, c)| c.node_ids().len()).sum::<usize>()
+        );
+    }
+}
