@@ -570,6 +570,56 @@ mod tests {
         assert!(storage.retry_after().is_some());
     }
 
+    #[tokio::test]
+    async fn the_sweep_passes_a_damaged_run_by_and_abandons_the_others() {
+        use crate::interpreter::interpret_span;
+        use crate::store::keys::cf;
+        let dir = tempfile::tempdir().unwrap();
+        let store = Arc::new(Store::open(dir.path(), false).unwrap());
+        let ingest = Ingest::new(store.clone(), Arc::new(Outbox::disabled()));
+        // Two running runs (one model request each, no run span), in two traces.
+        let first = crate::test_fixtures::delegate_scenario()[0].clone();
+        let mut second = first.clone();
+        second.trace_id = vec![9; 16];
+        second.start_time_unix_nano += 1;
+        let spans = [first, second].iter().filter_map(interpret_span).collect();
+        ingest
+            .writer
+            .submit(Work::Received {
+                spans,
+                logs: Vec::new(),
+                outbox: None,
+            })
+            .await
+            .unwrap();
+        let damaged = crate::test_fixtures::run_id(1);
+        let other = format!("{}-{}", hex::encode([9u8; 16]), hex::encode([1u8; 8]));
+        assert_eq!(
+            store.running_run_ids().unwrap(),
+            vec![damaged.clone(), other.clone()]
+        );
+        // The first run's meta is garbage.
+        let mut batch = store.batch();
+        batch
+            .put_raw(cf::RUN_META, damaged.as_bytes(), b"garbage")
+            .unwrap();
+        store.commit(batch).unwrap();
+
+        let abandoned = ingest.sweep(&store, Duration::ZERO).await.unwrap();
+        assert_eq!(abandoned, 1, "the run after the damaged one is abandoned");
+        assert_eq!(
+            store.run(&other).unwrap().unwrap().status,
+            crate::domain::RunStatus::Abandoned
+        );
+        let counted = || ingest.counters.sweep_damaged_runs.load(Ordering::Relaxed);
+        assert_eq!(counted(), 1);
+        assert!(store.damage(&damaged).unwrap().is_some(), "marked");
+        // Marked runs are passed by without another attempt.
+        assert_eq!(ingest.sweep(&store, Duration::ZERO).await.unwrap(), 0);
+        assert_eq!(counted(), 1);
+        assert!(ingest.healthy());
+    }
+
     #[test]
     fn a_new_service_is_healthy() {
         let dir = tempfile::tempdir().unwrap();

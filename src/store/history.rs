@@ -235,7 +235,11 @@ mod tests {
         assert_eq!(cache.runs.len(), cache.by_use.len());
         assert_eq!(
             cache.held,
-            cache.runs.values().map(|(_, c)| c.node_ids().len()).sum::<usize>()
+            cache
+                .runs
+                .values()
+                .map(|(_, c)| c.node_ids().len())
+                .sum::<usize>()
         );
     }
 }
