@@ -2325,4 +2325,32 @@ mod tests {
         // Linear work gives about 8x; quadratic gives 64x.
         assert!(ratio < 24.0, "x{ratio:.1} for x8 the log records");
     }
+
+    #[test]
+    fn a_run_whose_record_is_garbage_stays_listed_next_to_the_others() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path(), false).unwrap();
+        apply_group(&store, &[spans_work(interpreted(&spans()))], 1).unwrap();
+        let before = everything(&store);
+        assert_eq!(before.len(), 2);
+        let mut batch = store.batch();
+        batch
+            .put_raw(cf::RUNS, outer_id().as_bytes(), b"\xff not json")
+            .unwrap();
+        store.commit(batch).unwrap();
+        let (listed, _) = store
+            .list_runs(&crate::store::RunFilter::default(), None, 10)
+            .unwrap();
+        assert_eq!(listed.len(), 2, "{listed:?}");
+        let damaged = listed.iter().find(|r| r.run_id == outer_id()).unwrap();
+        assert_eq!(
+            damaged.started_ns,
+            before[0].0.started_ns.min(before[1].0.started_ns)
+        );
+        assert!(damaged.warnings[0].starts_with(crate::store::DAMAGED_WARNING));
+        assert!(damaged.continuation_unavailable.is_some());
+        let other = listed.iter().find(|r| r.run_id == delegate_id()).unwrap();
+        assert!(other.warnings.is_empty());
+        assert_eq!(store.check_readable().unwrap().len(), 1);
+    }
 }
