@@ -950,7 +950,15 @@ fn write_run(
     for alias in &derived.run.aliases {
         if seen.insert(alias.as_str()) {
             if let Some(owner) = claims.claim(store, batch, alias, run_id)? {
-                refused.push(conflict_warning(alias, &owner));
+                let warning = conflict_warning(alias, &owner);
+                if !work
+                    .old
+                    .as_ref()
+                    .is_some_and(|o| o.warnings.contains(&warning))
+                {
+                    claims.refused(alias, &owner, run_id);
+                }
+                refused.push(warning);
             }
         }
     }
@@ -2235,6 +2243,22 @@ mod tests {
             late.truncate(1);
             apply_group(&store, &[spans_work(interpreted(&late))], 3).unwrap();
             assert_eq!(store.resolve_run("outer-call").unwrap(), Some(outer_id()));
+            assert_eq!(
+                store.alias_conflicts(),
+                1,
+                "one refused claim, counted once"
+            );
+            let claimant = store.run(&second).unwrap().unwrap();
+            assert_eq!(
+                claimant
+                    .warnings
+                    .iter()
+                    .filter(|w| w.contains("outer-call"))
+                    .count(),
+                1,
+                "{:?}",
+                claimant.warnings
+            );
             assert_readable(&store);
         }
     }

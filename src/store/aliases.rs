@@ -54,16 +54,7 @@ impl AliasClaims {
                 self.claimed.insert(alias.to_string(), run_id.to_string());
                 Ok(None)
             }
-            Some(owner) => {
-                self.conflicts += 1;
-                tracing::warn!(
-                    alias,
-                    owner = %owner,
-                    claimant = run_id,
-                    "a run carries an alias another run owns; the alias stays with its first run"
-                );
-                Ok(Some(owner))
-            }
+            Some(owner) => Ok(Some(owner)),
             None => {
                 batch.put_raw(cf::ALIASES, alias.as_bytes(), run_id.as_bytes())?;
                 self.claimed.insert(alias.to_string(), run_id.to_string());
@@ -72,7 +63,19 @@ impl AliasClaims {
         }
     }
 
-    /// Refused claims so far.
+    /// Counts and logs a refused claim the claiming run did not list yet (a run derived again
+    /// refuses the same claim again: that is not counted twice).
+    pub fn refused(&mut self, alias: &str, owner: &str, claimant: &str) {
+        self.conflicts += 1;
+        tracing::warn!(
+            alias,
+            owner,
+            claimant,
+            "a run carries an alias another run owns; the alias stays with its first run"
+        );
+    }
+
+    /// Refused claims counted so far.
     pub fn conflicts(&self) -> u64 {
         self.conflicts
     }
