@@ -30,6 +30,8 @@ pub struct StoreGauges {
     pub outbox_entries: u64,
     /// Decoded messages the history cache holds for continuations.
     pub history_cache_messages: u64,
+    /// Alias claims refused because another run owns the alias (since the start).
+    pub alias_conflicts: u64,
 }
 
 impl StoreGauges {
@@ -44,6 +46,7 @@ impl StoreGauges {
             effects: store.estimated_keys(cf::EFFECTS).ok()?,
             outbox_entries: store.estimated_keys(cf::OUTBOX).ok()?,
             history_cache_messages: store.history_cache_messages() as u64,
+            alias_conflicts: store.alias_conflicts(),
         })
     }
 }
@@ -52,7 +55,7 @@ impl StoreGauges {
 /// exporter's (label `exporter="<id>"`).
 pub fn render(c: &IngestCounters, outbox: &Outbox, store: Option<StoreGauges>) -> String {
     let mut out = String::new();
-    let rows: [(&str, &str, u64); 7] = [
+    let rows: [(&str, &str, u64); 11] = [
         (
             "otelcol_receiver_accepted_spans",
             "Spans acknowledged after a durable commit.",
@@ -87,6 +90,26 @@ pub fn render(c: &IngestCounters, outbox: &Outbox, store: Option<StoreGauges>) -
             "stepline_interpreted_spans",
             "Spans recognised as agent runs, model requests or tool calls.",
             c.interpreted_spans.load(Ordering::Relaxed),
+        ),
+        (
+            "stepline_items_over_limits",
+            "Spans and log records accepted and forwarded but not interpreted: over a per-span cap.",
+            c.over_limits.load(Ordering::Relaxed),
+        ),
+        (
+            "stepline_ingest_panics",
+            "Panics caught while interpreting or applying a request (answered with a permanent error).",
+            c.panics.load(Ordering::Relaxed),
+        ),
+        (
+            "stepline_ingest_rejected_requests",
+            "Requests refused permanently because what they hold cannot be stored.",
+            c.rejected_requests.load(Ordering::Relaxed),
+        ),
+        (
+            "stepline_sweep_damaged_runs",
+            "Runs the inactivity sweep passed by because their records cannot be read.",
+            c.sweep_damaged_runs.load(Ordering::Relaxed),
         ),
     ];
     for (name, help, value) in rows {
@@ -139,6 +162,12 @@ pub fn render(c: &IngestCounters, outbox: &Outbox, store: Option<StoreGauges>) -
                 "# HELP {name} {help}\n# TYPE {name} gauge\n{name} {value}"
             );
         }
+        let name = "stepline_alias_conflicts";
+        let _ = writeln!(
+            out,
+            "# HELP {name} Alias claims refused because another run owns the alias.\n# TYPE {name} counter\n{name}_total {}",
+            g.alias_conflicts
+        );
     }
     render_exporters(&mut out, outbox);
     out

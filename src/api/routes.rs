@@ -59,12 +59,28 @@ pub fn router(state: ApiState) -> Router {
             ));
     let access = state.access.clone();
     Router::new()
-        .route("/healthz", get(|| async { Json(json!({"status": "ok"})) }))
+        .route("/healthz", get(healthz))
         .merge(metrics_route)
         .merge(v1)
         .fallback(|| async { ApiError::NotFound("no such endpoint".into()) })
         .layer(middleware::from_fn_with_state(access, auth::check_host))
         .with_state(state)
+}
+
+/// `/healthz`: 200 `{"status":"ok"}` while ingest can commit, 503
+/// `{"status":"unavailable","error":...}` once its writer thread has stopped.
+async fn healthz(State(state): State<ApiState>) -> Response {
+    if state.ingest.healthy() {
+        return Json(json!({"status": "ok"})).into_response();
+    }
+    (
+        http::StatusCode::SERVICE_UNAVAILABLE,
+        Json(json!({
+            "status": "unavailable",
+            "error": "the ingest writer thread has stopped: no request can be committed",
+        })),
+    )
+        .into_response()
 }
 
 async fn metrics(State(state): State<ApiState>) -> impl IntoResponse {

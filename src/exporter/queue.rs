@@ -376,8 +376,12 @@ mod tests {
         let second = outbox.reserve(&store, SignalKind::Logs, 1, 20).unwrap();
         assert_eq!((first, second), (1, 2));
         let mut batch = store.batch();
-        batch.put_outbox(first, SignalKind::Traces, 3, &[0; 141]);
-        batch.put_outbox(second, SignalKind::Logs, 1, &[0; 11]);
+        batch
+            .put_outbox(first, SignalKind::Traces, 3, &[0; 141])
+            .unwrap();
+        batch
+            .put_outbox(second, SignalKind::Logs, 1, &[0; 11])
+            .unwrap();
         store.commit(batch).unwrap();
         outbox.queues()[0].finish(first, 150);
         assert_eq!(outbox.queues()[0].pending_bytes(), 0);

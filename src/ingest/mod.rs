@@ -63,15 +63,35 @@ pub enum IngestError {
     /// Large binary parts could not be written to the media store; nothing was stored.
     #[error(transparent)]
     Media(#[from] MediaError),
+    /// What the request holds cannot be stored (a record that would not read back, or a run
+    /// whose stored records cannot be read); the message names the run and span. Permanent:
+    /// retrying the same request fails the same way (HTTP 400 / gRPC INVALID_ARGUMENT).
+    #[error("the request cannot be stored: {0}")]
+    Rejected(String),
+    /// Applying the request failed unexpectedly (a panic, caught); permanent, so clients do not
+    /// retry it forever (HTTP 500 / gRPC INTERNAL).
+    #[error("internal error: {0}")]
+    Internal(String),
+}
+
+impl IngestError {
+    /// True for errors a retry of the same request cannot cure.
+    pub fn is_permanent(&self) -> bool {
+        matches!(self, Self::Rejected(_) | Self::Internal(_))
+    }
 }
 
 impl ServiceError for IngestError {
     fn error_code(&self) -> ServiceErrorCode {
-        ServiceErrorCode::Unavailable
+        match self {
+            Self::Rejected(_) => ServiceErrorCode::BadRequest,
+            Self::Internal(_) => ServiceErrorCode::Internal,
+            _ => ServiceErrorCode::Unavailable,
+        }
     }
 
     fn retry_after(&self) -> Option<Duration> {
-        Some(Duration::from_secs(1))
+        (!self.is_permanent()).then_some(Duration::from_secs(1))
     }
 }
 
@@ -92,6 +112,18 @@ pub struct IngestCounters {
     pub refused_log_records: AtomicU64,
     /// Metric data points refused with a retryable error.
     pub refused_metric_points: AtomicU64,
+    /// Panics caught while interpreting or applying a request
+    /// (`stepline_ingest_panics_total`); each such request was answered with a permanent error.
+    pub panics: AtomicU64,
+    /// Requests refused permanently because what they hold cannot be stored
+    /// (`stepline_ingest_rejected_requests_total`).
+    pub rejected_requests: AtomicU64,
+    /// Runs the inactivity sweep passed by because their records cannot be read
+    /// (`stepline_sweep_damaged_runs_total`).
+    pub sweep_damaged_runs: AtomicU64,
+    /// Spans and log records accepted and forwarded but not interpreted because they are over a
+    /// per-span cap (`stepline_items_over_limits_total`).
+    pub over_limits: AtomicU64,
 }
 
 /// The ingest service. Cheap to share behind an `Arc`.
@@ -133,8 +165,9 @@ impl OverLimits {
 
     /// Adds a warning to `outcome` (nothing is rejected: the items are stored in the outbox
     /// and forwarded, only not interpreted), per the OTLP partial-success rules.
-    fn warn(self, outcome: &mut ExportOutcome, items: &str) {
+    fn warn(self, outcome: &mut ExportOutcome, items: &str, counter: &AtomicU64) {
         let Some(first) = self.first else { return };
+        counter.fetch_add(self.count, Ordering::Relaxed);
         tracing::warn!(
             count = self.count,
             "{items} over a per-span cap not interpreted: {first}"
@@ -167,10 +200,11 @@ impl Ingest {
     /// Starts the writer thread over `store`; accepted requests of the signals some exporter
     /// forwards are appended to `outbox`.
     pub fn new(store: Arc<Store>, outbox: Arc<Outbox>) -> Self {
+        let counters = Arc::new(IngestCounters::default());
         Self {
-            writer: Writer::start(store, outbox.clone(), WRITER_QUEUE),
+            writer: Writer::start(store, outbox.clone(), WRITER_QUEUE, counters.clone()),
             outbox,
-            counters: Arc::new(IngestCounters::default()),
+            counters,
             admitted_bytes: AtomicU64::new(0),
             media: None,
             memo: Arc::new(PrefixMemo::default()),
@@ -233,6 +267,22 @@ impl Ingest {
         &self.counters
     }
 
+    /// True while the writer thread runs (cheap; for `/healthz`).
+    pub fn healthy(&self) -> bool {
+        self.writer.is_alive()
+    }
+
+    /// The answer to a request whose interpretation task failed (it panicked): permanent, and
+    /// counted with the panics.
+    fn task_failed(&self, error: tokio::task::JoinError) -> IngestError {
+        if !error.is_panic() {
+            return IngestError::ShuttingDown;
+        }
+        self.counters.panics.fetch_add(1, Ordering::Relaxed);
+        tracing::error!(error = %error, "interpreting a request failed; it is refused");
+        IngestError::Internal(format!("interpreting the request failed: {error}"))
+    }
+
     /// Interprets and durably stores a trace export request.
     pub async fn export_traces(
         &self,
@@ -284,7 +334,7 @@ impl Ingest {
                 (out, blobs, total, invalid, over, payload)
             })
             .await
-            .map_err(|e| IngestError::Storage(format!("interpreter task failed: {e}")))?;
+            .map_err(|e| self.task_failed(e))?;
         if let Err(error) = self.save_media(blobs).await {
             self.counters
                 .refused_spans
@@ -332,7 +382,7 @@ impl Ingest {
         } else {
             ExportOutcome::default()
         };
-        over.warn(&mut outcome, "spans");
+        over.warn(&mut outcome, "spans", &self.counters.over_limits);
         Ok(outcome)
     }
 
@@ -383,7 +433,7 @@ impl Ingest {
             (events, over, forward.then(|| request.encode_to_vec()))
         })
         .await
-        .map_err(|e| IngestError::Storage(format!("interpreter task failed: {e}")))?;
+        .map_err(|e| self.task_failed(e))?;
         let outbox = payload.map(|payload| NewOutboxEntry {
             signal: SignalKind::Logs,
             items: records as u64,
@@ -411,7 +461,7 @@ impl Ingest {
             .accepted_log_records
             .fetch_add(records as u64, Ordering::Relaxed);
         let mut outcome = ExportOutcome::default();
-        over.warn(&mut outcome, "log records");
+        over.warn(&mut outcome, "log records", &self.counters.over_limits);
         Ok(outcome)
     }
 
@@ -474,6 +524,11 @@ impl Ingest {
     }
 
     /// Abandons every running run silent for longer than `timeout`. Returns how many.
+    ///
+    /// A run whose records cannot be read never stops the sweep: it is marked damaged (by the
+    /// writer, when abandoning it fails), logged and counted
+    /// ([`IngestCounters::sweep_damaged_runs`]), and passed by from then on. Only a retryable
+    /// failure (RocksDB, overload) ends the sweep early; the next one starts over.
     pub async fn sweep(&self, store: &Store, timeout: Duration) -> Result<usize, IngestError> {
         let now = now_ns();
         let cutoff = now.saturating_sub(timeout.as_nanos() as u64);
@@ -482,17 +537,26 @@ impl Ingest {
             .map_err(|e| IngestError::Storage(e.to_string()))?;
         let mut abandoned = 0;
         for id in ids {
-            let silent = store
-                .run_meta(&id)
+            if store
+                .damage(&id)
                 .map_err(|e| IngestError::Storage(e.to_string()))?
-                .is_some_and(|m| m.last_seen_ns <= cutoff);
+                .is_some()
+            {
+                continue;
+            }
+            // A meta that cannot be read: the writer's attempt meets the damage and marks it.
+            let silent = match store.run_meta(&id) {
+                Ok(meta) => meta.is_some_and(|m| m.last_seen_ns <= cutoff),
+                Err(e) if e.is_retryable() => return Err(IngestError::Storage(e.to_string())),
+                Err(_) => true,
+            };
             if !silent {
                 continue;
             }
             let applied = self
                 .writer
                 .submit(Work::Abandon {
-                    run: id,
+                    run: id.clone(),
                     reason: format!(
                         "no telemetry for {}s (inactivity timeout)",
                         timeout.as_secs()
@@ -500,9 +564,17 @@ impl Ingest {
                     at_ns: now,
                     silent_since_ns: cutoff,
                 })
-                .await?;
-            if matches!(applied, Applied::Abandoned(_)) {
-                abandoned += 1;
+                .await;
+            match applied {
+                Ok(Applied::Abandoned(_)) => abandoned += 1,
+                Ok(_) => {}
+                Err(e) if e.is_permanent() => {
+                    self.counters
+                        .sweep_damaged_runs
+                        .fetch_add(1, Ordering::Relaxed);
+                    tracing::warn!(run_id = %id, error = %e, "the inactivity sweep cannot abandon a run; passing it by");
+                }
+                Err(e) => return Err(e),
             }
         }
         Ok(abandoned)
@@ -543,6 +615,82 @@ pub fn now_ns() -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn permanent_failures_are_not_retryable_and_map_once() {
+        let rejected = IngestError::Rejected("run r span s: corrupt record".into());
+        assert_eq!(rejected.error_code().http_status(), 400);
+        assert_eq!(
+            rejected.error_code().grpc_code(),
+            tonic::Code::InvalidArgument
+        );
+        assert_eq!(rejected.retry_after(), None);
+        let internal = IngestError::Internal("applying the request failed: boom".into());
+        assert_eq!(internal.error_code().http_status(), 500);
+        assert_eq!(internal.error_code().grpc_code(), tonic::Code::Internal);
+        assert_eq!(internal.retry_after(), None);
+        let storage = IngestError::Storage("rocksdb: io error".into());
+        assert_eq!(storage.error_code().http_status(), 503);
+        assert!(storage.retry_after().is_some());
+    }
+
+    #[tokio::test]
+    async fn the_sweep_passes_a_damaged_run_by_and_abandons_the_others() {
+        use crate::interpreter::interpret_span;
+        use crate::store::keys::cf;
+        let dir = tempfile::tempdir().unwrap();
+        let store = Arc::new(Store::open(dir.path(), false).unwrap());
+        let ingest = Ingest::new(store.clone(), Arc::new(Outbox::disabled()));
+        // Two running runs (one model request each, no run span), in two traces.
+        let first = crate::test_fixtures::delegate_scenario()[0].clone();
+        let mut second = first.clone();
+        second.trace_id = vec![9; 16];
+        second.start_time_unix_nano += 1;
+        let spans = [first, second].iter().filter_map(interpret_span).collect();
+        ingest
+            .writer
+            .submit(Work::Received {
+                spans,
+                logs: Vec::new(),
+                outbox: None,
+            })
+            .await
+            .unwrap();
+        let damaged = crate::test_fixtures::run_id(1);
+        let other = format!("{}-{}", hex::encode([9u8; 16]), hex::encode([1u8; 8]));
+        assert_eq!(
+            store.running_run_ids().unwrap(),
+            vec![damaged.clone(), other.clone()]
+        );
+        // The first run's meta is garbage.
+        let mut batch = store.batch();
+        batch
+            .put_raw(cf::RUN_META, damaged.as_bytes(), b"garbage")
+            .unwrap();
+        store.commit(batch).unwrap();
+
+        let abandoned = ingest.sweep(&store, Duration::ZERO).await.unwrap();
+        assert_eq!(abandoned, 1, "the run after the damaged one is abandoned");
+        assert_eq!(
+            store.run(&other).unwrap().unwrap().status,
+            crate::domain::RunStatus::Abandoned
+        );
+        let counted = || ingest.counters.sweep_damaged_runs.load(Ordering::Relaxed);
+        assert_eq!(counted(), 1);
+        assert!(store.damage(&damaged).unwrap().is_some(), "marked");
+        // Marked runs are passed by without another attempt.
+        assert_eq!(ingest.sweep(&store, Duration::ZERO).await.unwrap(), 0);
+        assert_eq!(counted(), 1);
+        assert!(ingest.healthy());
+    }
+
+    #[test]
+    fn a_new_service_is_healthy() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Arc::new(Store::open(dir.path(), false).unwrap());
+        let ingest = Ingest::new(store, Arc::new(Outbox::disabled()));
+        assert!(ingest.healthy());
+    }
 
     #[test]
     fn admission_is_bounded_by_bytes_but_takes_one_request_of_any_size() {

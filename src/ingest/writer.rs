@@ -1,17 +1,31 @@
 //! The single writer: serialises read-modify-write of runs and group-commits the requests that
 //! wait at the same moment into one durable batch.
+//!
+//! Faults stay with the request that caused them. When a group cannot be applied because of one
+//! of its requests (a record that cannot be read or written, or a panic), the writer applies the
+//! requests one by one: the others commit, the bad one alone gets a permanent error (and a run
+//! whose stored records cannot be read is marked damaged). A RocksDB failure is answered as
+//! retryable to every request of the group. A panic is caught, counted and logged with the
+//! trace and span ids of the work, and the writer goes on; should the thread end anyway, its
+//! liveness flag ([`Writer::is_alive`]) turns false, which `/healthz` reports.
 
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use tokio::sync::{mpsc, oneshot};
 
 use super::apply::{apply_group, Applied, Work};
-use super::{now_ns, IngestError};
+use super::{now_ns, IngestCounters, IngestError};
+use crate::config::SignalKind;
 use crate::exporter::Outbox;
-use crate::store::Store;
+use crate::store::{Store, StoreError};
 
 /// Most work items merged into one commit.
 const MAX_GROUP: usize = 128;
+
+/// Most trace/span ids named when a panic is logged.
+const LOGGED_IDS: usize = 8;
 
 struct Job {
     work: Work,
@@ -25,22 +39,52 @@ pub struct Writer {
     tx: Option<mpsc::Sender<Job>>,
     thread: Option<std::thread::JoinHandle<()>>,
     capacity: usize,
+    alive: Arc<AtomicBool>,
+}
+
+/// Sets the liveness flag false when the writer thread ends, however it ends.
+struct Liveness(Arc<AtomicBool>);
+
+impl Drop for Liveness {
+    fn drop(&mut self) {
+        self.0.store(false, Ordering::Release);
+    }
 }
 
 impl Writer {
     /// Starts the writer thread; at most `queue` jobs wait before submissions are refused.
-    pub fn start(store: Arc<Store>, outbox: Arc<Outbox>, queue: usize) -> Self {
+    /// Panics caught while applying are counted in `counters`.
+    pub fn start(
+        store: Arc<Store>,
+        outbox: Arc<Outbox>,
+        queue: usize,
+        counters: Arc<IngestCounters>,
+    ) -> Self {
         let (tx, rx) = mpsc::channel(queue);
+        let alive = Arc::new(AtomicBool::new(true));
+        let liveness = Liveness(alive.clone());
         let thread = std::thread::Builder::new()
             .name("stepline-writer".into())
-            .spawn(move || run(store, outbox, rx))
-            .map_err(|e| tracing::error!(error = %e, "could not start the writer thread"))
+            .spawn(move || {
+                let _liveness = liveness;
+                run(&store, &outbox, &counters, rx);
+            })
+            .map_err(|e| {
+                alive.store(false, Ordering::Release);
+                tracing::error!(error = %e, "could not start the writer thread");
+            })
             .ok();
         Self {
             tx: Some(tx),
             thread,
             capacity: queue,
+            alive,
         }
+    }
+
+    /// True while the writer thread runs.
+    pub fn is_alive(&self) -> bool {
+        self.alive.load(Ordering::Acquire)
     }
 
     /// Submits work and waits until it is durably committed.
@@ -67,7 +111,89 @@ impl Drop for Writer {
     }
 }
 
-fn run(store: Arc<Store>, outbox: Arc<Outbox>, mut rx: mpsc::Receiver<Job>) {
+/// Why applying failed.
+enum Failure {
+    Store(StoreError),
+    Panic(String),
+}
+
+/// Applies `works` as one commit, catching a panic.
+fn attempt(store: &Store, works: &[Work], now: u64) -> Result<Vec<Applied>, Failure> {
+    match catch_unwind(AssertUnwindSafe(|| apply_group(store, works, now))) {
+        Ok(Ok(results)) => Ok(results),
+        Ok(Err(e)) => Err(Failure::Store(e)),
+        Err(payload) => Err(Failure::Panic(
+            payload
+                .downcast_ref::<&str>()
+                .map(|s| s.to_string())
+                .or_else(|| payload.downcast_ref::<String>().cloned())
+                .unwrap_or_else(|| "a panic without a message".to_string()),
+        )),
+    }
+}
+
+/// The trace and span ids (or the run) a work item is about, for logs.
+fn describe(work: &Work) -> String {
+    match work {
+        Work::Received { spans, logs, .. } => {
+            let ids: Vec<String> = spans
+                .iter()
+                .map(|i| (&i.fact.trace_id, &i.fact.span_id))
+                .chain(logs.iter().map(|e| (&e.trace_id, &e.span_id)))
+                .take(LOGGED_IDS)
+                .map(|(trace, span)| format!("{trace}/{span}"))
+                .collect();
+            let more = (spans.len() + logs.len()).saturating_sub(ids.len());
+            match (ids.is_empty(), more) {
+                (true, _) => "a request without spans".to_string(),
+                (false, 0) => format!("spans {}", ids.join(", ")),
+                (false, more) => format!("spans {} and {more} more", ids.join(", ")),
+            }
+        }
+        Work::Abandon { run, .. } => format!("abandoning run {run}"),
+        Work::PruneLogs { records } => format!("pruning {} log records", records.len()),
+    }
+}
+
+/// The answer to one work item that failed on its own (or with others, for a RocksDB
+/// failure): retryable for RocksDB, permanent otherwise. A run whose records could not be
+/// read is marked damaged.
+fn answer_failure(
+    store: &Store,
+    counters: &IngestCounters,
+    work: &Work,
+    failure: Failure,
+) -> IngestError {
+    match failure {
+        Failure::Store(e) if e.is_retryable() => IngestError::Storage(e.to_string()),
+        Failure::Store(e) => {
+            counters.rejected_requests.fetch_add(1, Ordering::Relaxed);
+            if let Some((run_id, reason)) = e.damaged_run() {
+                match store.mark_damaged(run_id, &reason) {
+                    Ok(()) => tracing::warn!(run_id, %reason, "run marked damaged"),
+                    Err(mark) => {
+                        tracing::error!(run_id, error = %mark, "could not mark the run damaged")
+                    }
+                }
+            }
+            tracing::warn!(error = %e, work = %describe(work), "request refused: it cannot be stored");
+            IngestError::Rejected(e.to_string())
+        }
+        Failure::Panic(message) => {
+            counters.panics.fetch_add(1, Ordering::Relaxed);
+            tracing::error!(panic = %message, work = %describe(work), "applying a request panicked; it is refused, the writer goes on");
+            IngestError::Internal(format!("applying the request failed: {message}"))
+        }
+    }
+}
+
+/// One job of a group, once its outbox space is reserved.
+struct Pending {
+    reply: oneshot::Sender<Result<Applied, IngestError>>,
+    reserved: Option<(SignalKind, u64)>,
+}
+
+fn run(store: &Store, outbox: &Outbox, counters: &IngestCounters, mut rx: mpsc::Receiver<Job>) {
     while let Some(first) = rx.blocking_recv() {
         let mut jobs = vec![first];
         while jobs.len() < MAX_GROUP {
@@ -78,18 +204,18 @@ fn run(store: Arc<Store>, outbox: Arc<Outbox>, mut rx: mpsc::Receiver<Job>) {
         }
         // Outbox space is reserved here, on the one writer thread, so caps are exact.
         let mut works = Vec::with_capacity(jobs.len());
-        let mut replies = Vec::with_capacity(jobs.len());
-        let mut reserved = Vec::new();
+        let mut pending = Vec::with_capacity(jobs.len());
         for Job { mut work, reply } in jobs {
+            let mut reserved = None;
             if let Work::Received {
                 outbox: Some(entry),
                 ..
             } = &mut work
             {
-                match outbox.reserve(&store, entry.signal, entry.items, entry.size()) {
+                match outbox.reserve(store, entry.signal, entry.items, entry.size()) {
                     Ok(seq) => {
                         entry.seq = seq;
-                        reserved.push((entry.signal, entry.size()));
+                        reserved = Some((entry.signal, entry.size()));
                     }
                     Err(full) => {
                         let _ = reply.send(Err(IngestError::OutboxFull {
@@ -101,33 +227,197 @@ fn run(store: Arc<Store>, outbox: Arc<Outbox>, mut rx: mpsc::Receiver<Job>) {
                 }
             }
             works.push(work);
-            replies.push(reply);
+            pending.push(Pending { reply, reserved });
         }
         if works.is_empty() {
             continue;
         }
-        let applied = apply_group(&store, &works, now_ns());
+        let answers = apply_isolated(store, counters, &works);
         // Freed before answering: the next request of a run then finds the input history it
         // shares with these (the interpreter's memo) held by nobody else, and extends it in place.
         drop(works);
-        match applied {
-            Ok(results) => {
-                if !reserved.is_empty() {
-                    outbox.committed();
-                }
-                for (reply, result) in replies.into_iter().zip(results) {
-                    let _ = reply.send(Ok(result));
-                }
-            }
-            Err(e) => {
-                for (signal, size) in reserved {
-                    outbox.release(signal, size);
-                }
-                tracing::error!(error = %e, "commit failed; the requests are answered as retryable");
-                for reply in replies {
-                    let _ = reply.send(Err(IngestError::Storage(e.to_string())));
+        let mut committed = false;
+        for (Pending { reply, reserved }, answer) in pending.into_iter().zip(answers) {
+            if let Some((signal, size)) = reserved {
+                match answer {
+                    Ok(_) => committed = true,
+                    Err(_) => outbox.release(signal, size),
                 }
             }
+            let _ = reply.send(answer);
         }
+        if committed {
+            outbox.committed();
+        }
+    }
+}
+
+/// Applies a group as one commit; when that fails because of what one of its requests holds
+/// (not a RocksDB failure), applies them one by one so only the bad one fails. One answer per
+/// work item, in order.
+fn apply_isolated(
+    store: &Store,
+    counters: &IngestCounters,
+    works: &[Work],
+) -> Vec<Result<Applied, IngestError>> {
+    let now = now_ns();
+    let failure = match attempt(store, works, now) {
+        Ok(results) => return results.into_iter().map(Ok).collect(),
+        Err(failure) => failure,
+    };
+    if let Failure::Store(e) = &failure {
+        if e.is_retryable() {
+            tracing::error!(error = %e, "commit failed; the requests are answered as retryable");
+            let message = e.to_string();
+            return works
+                .iter()
+                .map(|_| Err(IngestError::Storage(message.clone())))
+                .collect();
+        }
+    }
+    if let [work] = works {
+        return vec![Err(answer_failure(store, counters, work, failure))];
+    }
+    if let Failure::Panic(message) = &failure {
+        counters.panics.fetch_add(1, Ordering::Relaxed);
+        tracing::error!(panic = %message, requests = works.len(), "applying a group panicked; applying its requests one by one");
+    } else {
+        tracing::warn!(
+            requests = works.len(),
+            "a group could not be applied; applying its requests one by one"
+        );
+    }
+    works
+        .iter()
+        .map(
+            |work| match attempt(store, std::slice::from_ref(work), now) {
+                Ok(mut results) => results
+                    .pop()
+                    .ok_or_else(|| IngestError::Internal("the writer gave no result".into())),
+                Err(failure) => Err(answer_failure(store, counters, work, failure)),
+            },
+        )
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::interpreter::{interpret_span, Interpreted};
+    use crate::store::keys::cf;
+    use crate::test_fixtures::{delegate_scenario, run_id};
+    use opentelemetry_proto::tonic::trace::v1::Span;
+
+    fn work(spans: &[Span]) -> Work {
+        Work::Received {
+            spans: spans
+                .iter()
+                .filter_map(interpret_span)
+                .collect::<Vec<Interpreted>>(),
+            logs: Vec::new(),
+            outbox: None,
+        }
+    }
+
+    /// The delegate scenario moved to trace `[t; 16]`.
+    fn other_trace(t: u8) -> Vec<Span> {
+        delegate_scenario()
+            .into_iter()
+            .map(|mut s| {
+                s.trace_id = vec![t; 16];
+                s
+            })
+            .collect()
+    }
+
+    fn run_in(t: u8) -> String {
+        format!("{}-{}", hex::encode([t; 16]), hex::encode([1u8; 8]))
+    }
+
+    #[test]
+    fn a_damaged_run_fails_alone_and_permanently_and_is_marked() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path(), false).unwrap();
+        let counters = IngestCounters::default();
+        let all = delegate_scenario();
+        apply_group(&store, &[work(&all[0..1])], 1).unwrap();
+        let mut batch = store.batch();
+        batch
+            .put_raw(cf::RUN_META, run_id(1).as_bytes(), b"garbage")
+            .unwrap();
+        store.commit(batch).unwrap();
+
+        let works = [work(&all[3..4]), work(&other_trace(9))];
+        let answers = apply_isolated(&store, &counters, &works);
+        match &answers[0] {
+            Err(e @ IngestError::Rejected(message)) => {
+                assert!(message.contains(&run_id(1)), "{message}");
+                assert!(e.is_permanent());
+            }
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(answers[1].as_ref().ok(), Some(&Applied::Stored));
+        assert!(
+            store.run(&run_in(9)).unwrap().is_some(),
+            "the innocent commits"
+        );
+        assert!(store.damage(&run_id(1)).unwrap().is_some());
+        let damaged = store.run(&run_id(1)).unwrap().unwrap();
+        assert!(
+            damaged
+                .warnings
+                .iter()
+                .any(|w| w.starts_with(crate::store::DAMAGED_WARNING)),
+            "{damaged:?}"
+        );
+        assert_eq!(counters.rejected_requests.load(Ordering::Relaxed), 1);
+    }
+
+    #[test]
+    fn a_panic_fails_only_its_request_and_the_writer_goes_on() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path(), false).unwrap();
+        let counters = IngestCounters::default();
+        // The tool span (id 3) panics when applied; the innocent request has none.
+        super::super::apply::fault::panic_on(Some(&hex::encode([3u8; 8])));
+        let innocent: Vec<Span> = other_trace(6)
+            .into_iter()
+            .filter(|s| s.span_id != [3u8; 8])
+            .collect();
+        let works = [work(&other_trace(5)[3..4]), work(&innocent)];
+        let answers = apply_isolated(&store, &counters, &works);
+        super::super::apply::fault::panic_on(None);
+        match &answers[0] {
+            Err(e @ IngestError::Internal(message)) => {
+                assert!(message.contains("injected panic"), "{message}");
+                assert!(e.is_permanent());
+            }
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(answers[1].as_ref().ok(), Some(&Applied::Stored));
+        assert!(counters.panics.load(Ordering::Relaxed) >= 1);
+        // The same request applies once the fault is gone: nothing was left half-done.
+        let again = apply_isolated(&store, &counters, &[work(&other_trace(5))]);
+        assert_eq!(again[0].as_ref().ok(), Some(&Applied::Stored));
+        assert!(store.run(&run_in(5)).unwrap().is_some());
+        assert!(store.check_readable().unwrap().is_empty());
+    }
+
+    #[test]
+    fn liveness_turns_false_when_the_writer_thread_ends() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Arc::new(Store::open(dir.path(), false).unwrap());
+        let mut writer = Writer::start(
+            store,
+            Arc::new(Outbox::disabled()),
+            4,
+            Arc::new(IngestCounters::default()),
+        );
+        assert!(writer.is_alive());
+        drop(writer.tx.take());
+        if let Some(thread) = writer.thread.take() {
+            thread.join().unwrap();
+        }
+        assert!(!writer.is_alive());
     }
 }

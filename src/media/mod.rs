@@ -206,57 +206,7 @@ impl Media {
     /// `uri` part ([`parts::neutralise`]), offloading on or off: only what this method moved
     /// to the store is ever restored.
     pub fn offload(&self, interpreted: &mut [Interpreted]) -> Vec<Blob> {
-        // With offloading off nothing reaches the threshold; forged references still go.
-        let threshold = self.threshold.unwrap_or(u64::MAX);
-        let mut blobs = Vec::new();
-        for item in interpreted {
-            let mut renamed: IdMap<MessageHash, MessageHash> = IdMap::default();
-            for (hash, body) in &mut item.messages {
-                let neutralised = parts::neutralise(body);
-                let offloaded =
-                    self.threshold.is_some() && parts::offload(body, threshold, &mut blobs);
-                if neutralised || offloaded {
-                    let new = MessageHash::of(body);
-                    renamed.insert(std::mem::replace(hash, new), new);
-                }
-            }
-            // Shared input bodies are read only: one with a blob to take out (or a forged
-            // reference to neutralise) is copied into `messages` under its new hash (the fact's
-            // reference is renamed below).
-            for m in item.shared.iter() {
-                let offloads = self.threshold.is_some() && parts::may_offload(&m.body, threshold);
-                if !offloads && !parts::looks_stored(&m.body) {
-                    continue;
-                }
-                let mut body = m.body.clone();
-                let neutralised = parts::neutralise(&mut body);
-                let offloaded = offloads && parts::offload(&mut body, threshold, &mut blobs);
-                if neutralised || offloaded {
-                    let new = MessageHash::of(&body);
-                    renamed.insert(m.reference.hash, new);
-                    item.messages.push((new, body));
-                }
-            }
-            if renamed.is_empty() {
-                continue;
-            }
-            let fact = &mut item.fact;
-            // The input may be shared with the memo: copied on write.
-            let input = fact.input.as_mut().map(std::sync::Arc::make_mut);
-            for list in [input, fact.output.as_mut(), fact.all_messages.as_mut()]
-                .into_iter()
-                .flatten()
-            {
-                for r in list.iter_mut() {
-                    if let Some(new) = renamed.get(&r.hash) {
-                        r.hash = *new;
-                    }
-                }
-            }
-        }
-        blobs.sort_by(|a, b| a.reference.cmp(&b.reference));
-        blobs.dedup_by(|a, b| a.reference == b.reference);
-        blobs
+        take_out(interpreted, self.threshold)
     }
 
     /// Writes the blobs to the store, concurrently; a blob already there (same address and
@@ -385,6 +335,67 @@ impl Media {
         }
         Ok(())
     }
+}
+
+/// Neutralises the parts a sender made look like stored references in interpreted messages
+/// built on a path that does not pass [`Media::offload`] (message bodies rebuilt from log
+/// events), renaming the hashes the fact refers to. Nothing is offloaded.
+pub fn neutralise_interpreted(item: &mut Interpreted) {
+    take_out(std::slice::from_mut(item), None);
+}
+
+/// [`Media::offload`] with the threshold given: `None` only neutralises forged references.
+fn take_out(interpreted: &mut [Interpreted], offload_at: Option<u64>) -> Vec<Blob> {
+    // With offloading off nothing reaches the threshold; forged references still go.
+    let threshold = offload_at.unwrap_or(u64::MAX);
+    let mut blobs = Vec::new();
+    for item in interpreted {
+        let mut renamed: IdMap<MessageHash, MessageHash> = IdMap::default();
+        for (hash, body) in &mut item.messages {
+            let neutralised = parts::neutralise(body);
+            let offloaded = offload_at.is_some() && parts::offload(body, threshold, &mut blobs);
+            if neutralised || offloaded {
+                let new = MessageHash::of(body);
+                renamed.insert(std::mem::replace(hash, new), new);
+            }
+        }
+        // Shared input bodies are read only: one with a blob to take out (or a forged
+        // reference to neutralise) is copied into `messages` under its new hash (the fact's
+        // reference is renamed below).
+        for m in item.shared.iter() {
+            let offloads = offload_at.is_some() && parts::may_offload(&m.body, threshold);
+            if !offloads && !parts::looks_stored(&m.body) {
+                continue;
+            }
+            let mut body = m.body.clone();
+            let neutralised = parts::neutralise(&mut body);
+            let offloaded = offloads && parts::offload(&mut body, threshold, &mut blobs);
+            if neutralised || offloaded {
+                let new = MessageHash::of(&body);
+                renamed.insert(m.reference.hash, new);
+                item.messages.push((new, body));
+            }
+        }
+        if renamed.is_empty() {
+            continue;
+        }
+        let fact = &mut item.fact;
+        // The input may be shared with the memo: copied on write.
+        let input = fact.input.as_mut().map(std::sync::Arc::make_mut);
+        for list in [input, fact.output.as_mut(), fact.all_messages.as_mut()]
+            .into_iter()
+            .flatten()
+        {
+            for r in list.iter_mut() {
+                if let Some(new) = renamed.get(&r.hash) {
+                    r.hash = *new;
+                }
+            }
+        }
+    }
+    blobs.sort_by(|a, b| a.reference.cmp(&b.reference));
+    blobs.dedup_by(|a, b| a.reference == b.reference);
+    blobs
 }
 
 /// Whether any of `messages` names a blob in the media store.

@@ -12,8 +12,8 @@
 //! - `tls`: the rustls server side and a listener that handshakes off the accept loop.
 //! - `security`: [`ReceiverSecurity`], what one receiver is given of both.
 
-pub mod auth;
 mod admission;
+pub mod auth;
 mod decode;
 mod error;
 mod grpc;

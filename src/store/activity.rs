@@ -5,7 +5,7 @@
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
-use super::rocks::Store;
+use super::rocks::{lock_cache, Store};
 
 /// Most runs remembered at once; past it the oldest are forgotten, down to three quarters of
 /// it (so a busy store sorts the times once per quarter of the bound, not on every commit).
@@ -18,9 +18,7 @@ pub(super) struct RecentWrites(HashMap<String, Instant>);
 impl Store {
     /// Records that the runs were committed just now.
     pub(super) fn note_written<'a>(&self, run_ids: impl IntoIterator<Item = &'a str>) {
-        let Ok(mut recent) = self.recent.lock() else {
-            return;
-        };
+        let mut recent = lock_cache(&self.recent);
         let now = Instant::now();
         for run_id in run_ids {
             recent.0.insert(run_id.to_string(), now);
@@ -36,9 +34,7 @@ impl Store {
     /// Takes the runs written since they were last taken whose last commit is at least `quiet`
     /// old; a run written again later is given again.
     pub fn take_quiet_runs(&self, quiet: Duration) -> Vec<String> {
-        let Ok(mut recent) = self.recent.lock() else {
-            return Vec::new();
-        };
+        let mut recent = lock_cache(&self.recent);
         let now = Instant::now();
         let due: Vec<String> = recent
             .0

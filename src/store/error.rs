@@ -1,4 +1,9 @@
-//! Store errors.
+//! Store errors, and which of them a retry can cure.
+//!
+//! A RocksDB failure (I/O, a full disk, a busy database) is *retryable*: the same request may
+//! succeed later. A record that cannot be encoded or decoded (damaged, nested too deep, an
+//! unknown format, a missing message) is *permanent*: the same request fails the same way
+//! however often it is retried, so the ingest service answers it with a permanent error.
 
 use crate::service_error::{ServiceError, ServiceErrorCode};
 
@@ -16,6 +21,17 @@ pub enum StoreError {
         /// What is wrong.
         reason: String,
     },
+    /// A record could not be encoded into a form that reads back; nothing was written.
+    #[error("record for {cf} cannot be stored: {reason}")]
+    Encode {
+        /// Column family.
+        cf: &'static str,
+        /// What is wrong.
+        reason: String,
+    },
+    /// A write named a column family the database does not have (a bug, never input).
+    #[error("no column family {0} in the database")]
+    UnknownColumnFamily(&'static str),
     /// The database was written by a newer stepline.
     #[error("the database at {path} has schema version {found}, newer than this stepline understands ({supported}); upgrade stepline or use another storage directory")]
     NewerSchema {
@@ -44,6 +60,69 @@ pub enum StoreError {
         /// Message hash.
         hash: String,
     },
+    /// An error met while reading or writing one run (and span), naming them.
+    #[error("run {run_id}{}: {source}", span_id.as_ref().map(|s| format!(" span {s}")).unwrap_or_default())]
+    InRun {
+        /// The run.
+        run_id: String,
+        /// The span being applied, when known.
+        span_id: Option<String>,
+        /// What went wrong.
+        source: Box<StoreError>,
+    },
+}
+
+impl StoreError {
+    /// True when retrying the same operation may succeed (RocksDB failures); false for records
+    /// that cannot be encoded or decoded, which fail the same way every time.
+    pub fn is_retryable(&self) -> bool {
+        match self {
+            Self::Rocks(_) => true,
+            Self::InRun { source, .. } => source.is_retryable(),
+            Self::Corrupt { .. }
+            | Self::Encode { .. }
+            | Self::UnknownColumnFamily(_)
+            | Self::NewerSchema { .. }
+            | Self::OlderSchema { .. }
+            | Self::MissingMessage { .. } => false,
+        }
+    }
+
+    /// This error, attributed to `run_id` (and `span_id`) unless it already names a run; the
+    /// span is added to a context naming the same run without one.
+    pub fn in_run(self, run_id: &str, span_id: Option<&str>) -> Self {
+        match self {
+            Self::InRun {
+                run_id: named,
+                span_id: None,
+                source,
+            } if named == run_id => Self::InRun {
+                run_id: named,
+                span_id: span_id.map(str::to_string),
+                source,
+            },
+            e @ Self::InRun { .. } => e,
+            e => Self::InRun {
+                run_id: run_id.to_string(),
+                span_id: span_id.map(str::to_string),
+                source: Box::new(e),
+            },
+        }
+    }
+
+    /// The run whose stored records could not be read, with why: set when this error names a
+    /// run and comes from decoding its records (not from encoding new ones, nor from RocksDB).
+    pub fn damaged_run(&self) -> Option<(&str, String)> {
+        match self {
+            Self::InRun { run_id, source, .. } => match source.as_ref() {
+                e @ (Self::Corrupt { .. } | Self::MissingMessage { .. }) => {
+                    Some((run_id.as_str(), e.to_string()))
+                }
+                _ => None,
+            },
+            _ => None,
+        }
+    }
 }
 
 impl ServiceError for StoreError {

@@ -71,8 +71,7 @@ impl WriteBatch<'_> {
             value.extend_from_slice(&parent.0);
         }
         value.extend_from_slice(&node.message.0);
-        self.put_raw(cf::HISTORY, &keys::node_key(run, id), &value);
-        Ok(())
+        self.put_raw(cf::HISTORY, &keys::node_key(run, id), &value)
     }
 }
 
@@ -182,7 +181,7 @@ impl Store {
 }
 
 /// Decodes a node's stored value: parent id (absent for a first message) + message hash.
-fn decode_node(value: &[u8]) -> Result<HistoryNode, StoreError> {
+pub(super) fn decode_node(value: &[u8]) -> Result<HistoryNode, StoreError> {
     let (parent, message) = match value.len() {
         MESSAGE_HASH_BYTES => (None, value),
         n if n == NODE_ID_BYTES + MESSAGE_HASH_BYTES => {
@@ -229,5 +228,54 @@ impl RunNodes {
         }
         out.reverse();
         Ok(out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn chain(len: usize, seed: usize) -> ChainIds {
+        let hashes: Vec<MessageHash> = (0..len)
+            .map(|n| MessageHash::of(&serde_json::json!({"run": seed, "n": n})))
+            .collect();
+        let mut chain = ChainIds::default();
+        chain.ids(hashes.iter());
+        chain
+    }
+
+    #[test]
+    fn the_chain_cache_forgets_the_least_recently_kept_runs_first() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path(), false).unwrap();
+        // Runs of a tenth of the budget each: the eleventh pushes out the first kept.
+        let len = 100;
+        store.set_chain_cache_budget(10 * chain_bytes(&chain(len, 0)));
+        for run in 0..10 {
+            store.keep_chain(&format!("run-{run}"), chain(len, run));
+        }
+        // Run 0 used again: run 1 is now the least recently kept.
+        let zero = store.take_chain("run-0");
+        assert_eq!(zero.node_ids().len(), len);
+        store.keep_chain("run-0", zero);
+        store.keep_chain("run-10", chain(len, 10));
+        assert!(store.take_chain("run-1").node_ids().is_empty(), "evicted");
+        for run in [0, 2, 9, 10] {
+            assert_eq!(
+                store.take_chain(&format!("run-{run}")).node_ids().len(),
+                len,
+                "run-{run}"
+            );
+        }
+        let cache = store.chains.lock().unwrap();
+        assert_eq!(cache.runs.len(), cache.order.len());
+        assert_eq!(
+            cache.held,
+            cache
+                .runs
+                .values()
+                .map(|(_, c)| chain_bytes(c))
+                .sum::<usize>()
+        );
     }
 }

@@ -51,6 +51,8 @@ pub mod cf {
     /// run key start_ns(be64) span_id → model-request record (binary: see
     /// `store::model_requests`).
     pub const MODEL_REQUESTS: &str = "model_requests";
+    /// run_id → why the run's records could not be read (UTF-8 text; see `store::damage`).
+    pub const DAMAGED: &str = "damaged";
     /// All column families besides `default` (which holds the schema version).
     pub const ALL: &[&str] = &[
         RUNS,
@@ -72,6 +74,7 @@ pub mod cf {
         RUN_STATE,
         RUN_KEYS,
         MODEL_REQUESTS,
+        DAMAGED,
     ];
 }
 

@@ -22,8 +22,7 @@ impl WriteBatch<'_> {
         body: &Value,
     ) -> Result<(), StoreError> {
         let run = self.run_key(run_id)?;
-        self.put_json(cf::MESSAGES, &keys::message_key(run, hash), body);
-        Ok(())
+        self.put_json(cf::MESSAGES, &keys::message_key(run, hash), body)
     }
 }
 

@@ -214,11 +214,11 @@ impl WriteBatch<'_> {
         let run = self.run_key(run_id)?;
         if let Some(start) = stale {
             let key = model_request_key(run, start, &stored.fact.span_id);
-            self.delete(cf::MODEL_REQUESTS, &key);
+            self.delete(cf::MODEL_REQUESTS, &key)?;
         }
         if let Some(c) = current {
             let key = model_request_key(run, c.start_ns, &c.span_id);
-            self.put_raw(cf::MODEL_REQUESTS, &key, &encode(&c));
+            self.put_raw(cf::MODEL_REQUESTS, &key, &encode(&c))?;
         }
         Ok(())
     }

@@ -52,7 +52,7 @@ fn signal_byte(signal: SignalKind) -> u8 {
     }
 }
 
-fn decode_entry(key: &[u8], value: &[u8]) -> Result<OutboxEntry, StoreError> {
+pub(super) fn decode_entry(key: &[u8], value: &[u8]) -> Result<OutboxEntry, StoreError> {
     let corrupt = |reason: &str| StoreError::Corrupt {
         cf: cf::OUTBOX,
         reason: reason.into(),
@@ -84,12 +84,18 @@ fn decode_entry(key: &[u8], value: &[u8]) -> Result<OutboxEntry, StoreError> {
 
 impl WriteBatch<'_> {
     /// Appends an outbox entry.
-    pub fn put_outbox(&mut self, seq: u64, signal: SignalKind, items: u64, payload: &[u8]) {
+    pub fn put_outbox(
+        &mut self,
+        seq: u64,
+        signal: SignalKind,
+        items: u64,
+        payload: &[u8],
+    ) -> Result<(), StoreError> {
         let mut value = Vec::with_capacity(HEADER + payload.len());
         value.push(signal_byte(signal));
         value.extend_from_slice(&items.to_be_bytes());
         value.extend_from_slice(payload);
-        self.put_raw(cf::OUTBOX, &seq.to_be_bytes(), &value);
+        self.put_raw(cf::OUTBOX, &seq.to_be_bytes(), &value)
     }
 }
 
@@ -238,7 +244,9 @@ mod tests {
         assert_eq!(store.outbox_last_seq().unwrap(), None);
         let mut batch = store.batch();
         for seq in 1..=5u64 {
-            batch.put_outbox(seq, SignalKind::Logs, seq, &[seq as u8; 3]);
+            batch
+                .put_outbox(seq, SignalKind::Logs, seq, &[seq as u8; 3])
+                .unwrap();
         }
         store.commit(batch).unwrap();
         assert_eq!(store.outbox_last_seq().unwrap(), Some(5));

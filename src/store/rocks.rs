@@ -49,7 +49,7 @@ pub const MEMTABLE_BLOOM_CFS: [&str; 6] = [
 /// The RocksDB store.
 pub struct Store {
     pub(super) db: DB,
-    sync: bool,
+    pub(super) sync: bool,
     /// Bytes of the write batches committed since opening (keys, values and batch framing).
     committed: std::sync::atomic::AtomicU64,
     /// Node ids of recently stored input histories (see [`super::history::ChainCache`]).
@@ -62,6 +62,8 @@ pub struct Store {
     pub(super) run_keys: std::sync::Mutex<super::run_keys::RunKeyCache>,
     /// Runs written recently (see [`super::activity`]).
     pub(super) recent: std::sync::Mutex<super::activity::RecentWrites>,
+    /// Claims of an alias another run owns, refused since opening (see [`super::aliases`]).
+    pub(super) alias_conflicts: std::sync::atomic::AtomicU64,
 }
 
 /// A set of writes committed atomically by [`Store::commit`].
@@ -72,21 +74,99 @@ pub struct WriteBatch<'a> {
     pub(super) run_keys: super::run_keys::BatchRunKeys,
 }
 
-impl WriteBatch<'_> {
-    /// Puts a JSON-encoded value.
-    pub fn put_json<T: Serialize>(&mut self, cf_name: &'static str, key: &[u8], value: &T) {
-        if let (Some(handle), Ok(bytes)) =
-            (self.store.db.cf_handle(cf_name), serde_json::to_vec(value))
-        {
-            self.batch.put_cf(&handle, key, bytes);
+/// Deepest nesting of arrays and objects a stored JSON record may have: serde_json refuses to
+/// read a document nested 128 levels or more, so a deeper record would be written and never read
+/// back. [`WriteBatch::put_json`] refuses to write one.
+pub const MAX_RECORD_DEPTH: usize = 127;
+
+/// How deep the arrays and objects of a JSON document nest (0 for a scalar); one pass over its
+/// bytes.
+pub fn json_depth(bytes: &[u8]) -> usize {
+    let (mut depth, mut deepest) = (0usize, 0usize);
+    let (mut in_string, mut escaped) = (false, false);
+    for &b in bytes {
+        if in_string {
+            if escaped {
+                escaped = false;
+            } else if b == b'\\' {
+                escaped = true;
+            } else if b == b'"' {
+                in_string = false;
+            }
+            continue;
         }
+        match b {
+            b'"' => in_string = true,
+            b'[' | b'{' => {
+                depth += 1;
+                deepest = deepest.max(depth);
+            }
+            b']' | b'}' => depth = depth.saturating_sub(1),
+            _ => {}
+        }
+    }
+    deepest
+}
+
+/// The JSON form of a record for column family `cf_name`, or why it cannot be stored (it does
+/// not serialise, or it would not read back).
+pub fn encode_json<T: Serialize + ?Sized>(
+    cf_name: &'static str,
+    value: &T,
+) -> Result<Vec<u8>, StoreError> {
+    let bytes = serde_json::to_vec(value).map_err(|e| StoreError::Encode {
+        cf: cf_name,
+        reason: e.to_string(),
+    })?;
+    let depth = json_depth(&bytes);
+    if depth > MAX_RECORD_DEPTH {
+        return Err(StoreError::Encode {
+            cf: cf_name,
+            reason: format!(
+                "the record nests {depth} levels deep, more than the {MAX_RECORD_DEPTH} a stored record may (it could not be read back)"
+            ),
+        });
+    }
+    Ok(bytes)
+}
+
+/// The handle of a column family to write to; an unknown one is an error, never a write
+/// silently dropped.
+fn write_handle<'s>(
+    store: &'s Store,
+    cf_name: &'static str,
+) -> Result<&'s rocksdb::ColumnFamily, StoreError> {
+    store
+        .db
+        .cf_handle(cf_name)
+        .ok_or(StoreError::UnknownColumnFamily(cf_name))
+}
+
+impl WriteBatch<'_> {
+    /// Puts a JSON-encoded value; a value that does not serialise, or would not read back
+    /// (see [`MAX_RECORD_DEPTH`]), is an error and nothing is written.
+    pub fn put_json<T: Serialize + ?Sized>(
+        &mut self,
+        cf_name: &'static str,
+        key: &[u8],
+        value: &T,
+    ) -> Result<(), StoreError> {
+        let bytes = encode_json(cf_name, value)?;
+        let handle = write_handle(self.store, cf_name)?;
+        self.batch.put_cf(handle, key, bytes);
+        Ok(())
     }
 
     /// Puts raw bytes.
-    pub fn put_raw(&mut self, cf_name: &'static str, key: &[u8], value: &[u8]) {
-        if let Some(handle) = self.store.db.cf_handle(cf_name) {
-            self.batch.put_cf(&handle, key, value);
-        }
+    pub fn put_raw(
+        &mut self,
+        cf_name: &'static str,
+        key: &[u8],
+        value: &[u8],
+    ) -> Result<(), StoreError> {
+        let handle = write_handle(self.store, cf_name)?;
+        self.batch.put_cf(handle, key, value);
+        Ok(())
     }
 
     /// Puts raw bytes in the `default` column family.
@@ -95,10 +175,15 @@ impl WriteBatch<'_> {
     }
 
     /// Deletes the keys from `from` (inclusive) to `to` (exclusive).
-    pub(super) fn delete_range(&mut self, cf_name: &'static str, from: &[u8], to: &[u8]) {
-        if let Some(handle) = self.store.db.cf_handle(cf_name) {
-            self.batch.delete_range_cf(&handle, from, to);
-        }
+    pub(super) fn delete_range(
+        &mut self,
+        cf_name: &'static str,
+        from: &[u8],
+        to: &[u8],
+    ) -> Result<(), StoreError> {
+        let handle = write_handle(self.store, cf_name)?;
+        self.batch.delete_range_cf(handle, from, to);
+        Ok(())
     }
 
     /// Puts a snapshot record of a run.
@@ -109,22 +194,20 @@ impl WriteBatch<'_> {
     ) -> Result<(), StoreError> {
         let run = self.run_key(run_id)?;
         let key = keys::snapshot_key(run, record.meta.seq);
-        self.put_raw(cf::SNAPSHOTS, &key, &snapshot_codec::encode(record));
-        Ok(())
+        self.put_raw(cf::SNAPSHOTS, &key, &snapshot_codec::encode(record))
     }
 
     /// Deletes a snapshot record of a run.
     pub fn delete_snapshot(&mut self, run_id: &str, seq: u32) -> Result<(), StoreError> {
         let run = self.run_key(run_id)?;
-        self.delete(cf::SNAPSHOTS, &keys::snapshot_key(run, seq));
-        Ok(())
+        self.delete(cf::SNAPSHOTS, &keys::snapshot_key(run, seq))
     }
 
     /// Deletes a key.
-    pub fn delete(&mut self, cf_name: &'static str, key: &[u8]) {
-        if let Some(handle) = self.store.db.cf_handle(cf_name) {
-            self.batch.delete_cf(&handle, key);
-        }
+    pub fn delete(&mut self, cf_name: &'static str, key: &[u8]) -> Result<(), StoreError> {
+        let handle = write_handle(self.store, cf_name)?;
+        self.batch.delete_cf(handle, key);
+        Ok(())
     }
 
     /// Number of operations in the batch.
@@ -179,6 +262,7 @@ impl Store {
             next_run_key: std::sync::atomic::AtomicU64::new(0),
             run_keys: std::sync::Mutex::new(Default::default()),
             recent: std::sync::Mutex::new(Default::default()),
+            alias_conflicts: std::sync::atomic::AtomicU64::new(0),
         };
         let migrate = store.check_schema(dir)?;
         store.next_run_key.store(
@@ -284,7 +368,7 @@ impl Store {
 
     /// Visits `(key, value)` pairs whose key starts with `prefix`, in key order, from `start`
     /// (a key at or after the prefix) until `visit` returns false.
-    fn scan(
+    pub(super) fn scan(
         &self,
         name: &'static str,
         prefix: &[u8],
@@ -318,8 +402,36 @@ impl Store {
         Ok(out)
     }
 
-    /// A run by its id.
+    /// A run by its id, for readers: a run marked damaged (see [`super::damage`]) carries a
+    /// `damaged: <reason>` warning, and a run whose record cannot be decoded is given as a
+    /// placeholder that says so, so one damaged run never hides the others.
     pub fn run(&self, run_id: &str) -> Result<Option<Run>, StoreError> {
+        self.readable_run(run_id, 0)
+    }
+
+    /// [`Store::run`], with the start (from an index position) for a placeholder.
+    fn readable_run(&self, run_id: &str, started_ns: u64) -> Result<Option<Run>, StoreError> {
+        let damage = self.damage(run_id)?;
+        match self.run_record(run_id) {
+            Ok(Some(mut run)) => {
+                if let Some(reason) = damage {
+                    run.warnings.push(super::damage::warning(&reason));
+                }
+                Ok(Some(run))
+            }
+            Ok(None) => Ok(None),
+            Err(e) if !e.is_retryable() => Ok(Some(super::damage::placeholder(
+                run_id,
+                started_ns,
+                &damage.unwrap_or_else(|| e.to_string()),
+            ))),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// A run's stored record as written (the writer's read: no damage warnings, and a record
+    /// that cannot be decoded is an error).
+    pub fn run_record(&self, run_id: &str) -> Result<Option<Run>, StoreError> {
         self.get_json(cf::RUNS, run_id.as_bytes())
     }
 
@@ -362,7 +474,11 @@ impl Store {
             let Some(run_id) = position.get(8..).and_then(|b| std::str::from_utf8(b).ok()) else {
                 return Ok(true);
             };
-            if let Some(run) = self.run(run_id)? {
+            let started_ns = position
+                .get(..8)
+                .and_then(|b| <[u8; 8]>::try_from(b).ok())
+                .map_or(0, u64::from_be_bytes);
+            if let Some(run) = self.readable_run(run_id, started_ns)? {
                 if filter.matches(&run) {
                     if runs.len() == limit {
                         next = Some(keys::index_position(&runs[runs.len() - 1]));
@@ -749,6 +865,18 @@ impl Store {
     }
 }
 
+/// Locks one of the store's in-memory caches. A cache whose lock was poisoned (a panic while
+/// it was held, caught by the writer) may be half-updated: it is emptied and used again, never
+/// left disabled for the rest of the process (every cache here is only a shortcut).
+pub(super) fn lock_cache<T: Default>(cache: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    cache.lock().unwrap_or_else(|poisoned| {
+        let mut guard = poisoned.into_inner();
+        *guard = T::default();
+        cache.clear_poison();
+        guard
+    })
+}
+
 pub(super) fn decode<T: DeserializeOwned>(
     cf_name: &'static str,
     bytes: &[u8],
@@ -793,5 +921,49 @@ mod tests {
         let dir2 = tempfile::tempdir().unwrap();
         drop(Store::open(dir2.path(), true).unwrap());
         Store::open(dir2.path(), true).unwrap();
+    }
+
+    /// A JSON array nested `depth` levels.
+    fn nested(depth: usize) -> Value {
+        let mut v = Value::from(1);
+        for _ in 0..depth {
+            v = Value::Array(vec![v]);
+        }
+        v
+    }
+
+    #[test]
+    fn a_record_that_would_not_read_back_is_refused_not_written() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path(), false).unwrap();
+        // The deepest record allowed reads back.
+        let deepest = nested(MAX_RECORD_DEPTH);
+        let mut batch = store.batch();
+        batch.put_json(cf::RUN_META, b"deep", &deepest).unwrap();
+        store.commit(batch).unwrap();
+        let read: Value = store.get_json(cf::RUN_META, b"deep").unwrap().unwrap();
+        assert_eq!(read, deepest);
+        assert_eq!(
+            json_depth(&serde_json::to_vec(&read).unwrap()),
+            MAX_RECORD_DEPTH
+        );
+        // One more level would not: refused with a permanent error, nothing written.
+        let too_deep = nested(MAX_RECORD_DEPTH + 1);
+        assert!(serde_json::from_slice::<Value>(&serde_json::to_vec(&too_deep).unwrap()).is_err());
+        let mut batch = store.batch();
+        let error = batch
+            .put_json(cf::RUN_META, b"deeper", &too_deep)
+            .unwrap_err();
+        assert!(!error.is_retryable(), "{error}");
+        assert!(batch.is_empty());
+        // Brackets inside strings do not count.
+        assert_eq!(json_depth(br#"{"a":"[[[[\"{{"}"#), 1);
+        // A write to a column family the database does not have is an error.
+        let mut batch = store.batch();
+        assert!(matches!(
+            batch.put_raw("no-such-cf", b"k", b"v"),
+            Err(StoreError::UnknownColumnFamily("no-such-cf"))
+        ));
+        assert!(batch.delete("no-such-cf", b"k").is_err());
     }
 }

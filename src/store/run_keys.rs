@@ -12,7 +12,7 @@ use std::sync::atomic::Ordering;
 
 use super::error::StoreError;
 use super::keys::{cf, RunKey};
-use super::rocks::{Store, WriteBatch};
+use super::rocks::{lock_cache, Store, WriteBatch};
 
 /// Where the next free run key is kept (`default` column family, be64).
 pub(super) const NEXT_RUN_KEY: &[u8] = b"next_run_key";
@@ -51,12 +51,7 @@ impl Store {
 
     /// The committed key of a run, none when nothing of its history is stored.
     pub fn run_key(&self, run_id: &str) -> Result<Option<RunKey>, StoreError> {
-        if let Some(key) = self
-            .run_keys
-            .lock()
-            .ok()
-            .and_then(|cache| cache.0.get(run_id).copied())
-        {
+        if let Some(key) = lock_cache(&self.run_keys).0.get(run_id).copied() {
             return Ok(Some(key));
         }
         let handle = self.handle(cf::RUN_KEYS)?;
@@ -64,20 +59,17 @@ impl Store {
             return Ok(None);
         };
         let key = decode(&bytes)?;
-        if let Ok(mut cache) = self.run_keys.lock() {
-            if cache.0.len() >= CACHED_RUN_KEYS {
-                cache.0.clear();
-            }
-            cache.0.insert(run_id.to_string(), key);
+        let mut cache = lock_cache(&self.run_keys);
+        if cache.0.len() >= CACHED_RUN_KEYS {
+            cache.0.clear();
         }
+        cache.0.insert(run_id.to_string(), key);
         Ok(Some(key))
     }
 
     /// Applies a committed batch's run keys to the cache.
     pub(super) fn settle_run_keys(&self, changes: BatchRunKeys) {
-        let Ok(mut cache) = self.run_keys.lock() else {
-            return;
-        };
+        let mut cache = lock_cache(&self.run_keys);
         for run_id in changes.removed {
             cache.0.remove(&run_id);
         }
@@ -102,7 +94,7 @@ impl WriteBatch<'_> {
         }
         let number = self.store.next_run_key.fetch_add(1, Ordering::SeqCst);
         let key = RunKey::of(number);
-        self.put_raw(cf::RUN_KEYS, run_id.as_bytes(), &key.0);
+        self.put_raw(cf::RUN_KEYS, run_id.as_bytes(), &key.0)?;
         self.put_default(NEXT_RUN_KEY, &RunKey::of(number + 1).0);
         self.run_keys.assigned.insert(run_id.to_string(), key);
         Ok(key)
@@ -120,10 +112,10 @@ impl WriteBatch<'_> {
             // A range, not the keys found on disk: it also covers what this batch put before.
             let end = RunKey::of(key.number().saturating_add(1));
             for name in [cf::MESSAGES, cf::HISTORY, cf::SNAPSHOTS, cf::MODEL_REQUESTS] {
-                self.delete_range(name, &key.0, &end.0);
+                self.delete_range(name, &key.0, &end.0)?;
             }
         }
-        self.delete(cf::RUN_KEYS, run_id.as_bytes());
+        self.delete(cf::RUN_KEYS, run_id.as_bytes())?;
         self.run_keys.removed.insert(run_id.to_string());
         Ok(())
     }
