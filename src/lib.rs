@@ -11,6 +11,8 @@ pub mod config;
 pub mod continuation;
 pub mod domain;
 pub mod exporter;
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod ingest;
 pub mod interpreter;
 pub mod limits;

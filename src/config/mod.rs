@@ -19,9 +19,9 @@
 //! Unknown keys and unknown component types stop the start.
 
 mod duration;
-mod endpoint;
+pub(crate) mod endpoint;
 mod error;
-mod expand;
+pub(crate) mod expand;
 mod exporter;
 mod load;
 mod media;

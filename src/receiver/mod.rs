@@ -7,7 +7,7 @@
 //! - `decode`: content negotiation, bounded decompression, payload decoding (pure code).
 //! - `error`: [`ReceiverError`], the one error type of this layer.
 
-mod decode;
+pub(crate) mod decode;
 mod error;
 mod grpc;
 mod http;

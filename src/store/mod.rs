@@ -7,12 +7,12 @@ mod history;
 mod history_cache;
 pub mod keys;
 mod messages;
-mod model_requests;
+pub(crate) mod model_requests;
 mod outbox;
 mod record_codec;
 mod rocks;
 mod run_keys;
-mod snapshot_codec;
+pub(crate) mod snapshot_codec;
 
 pub use error::StoreError;
 pub use history::RunNodes;
