@@ -32,7 +32,7 @@ use super::generate::DICTIONARY;
 pub const STACK_SIZE: usize = 2 * 1024 * 1024;
 
 /// Time ratio allowed between an input scaled ×8 and the input itself before it is flagged
-/// (8 for linear work, ×4 for noise and n log n).
+/// (8 for linear work, ×4 for noise and n log n); scaled up when the bytes grow more than ×8.
 pub const MAX_SCALED_RATIO: f64 = 32.0;
 
 /// A flagged ratio is confirmed when going from ×8 to ×16 costs more than this factor (2 for
@@ -737,12 +737,18 @@ impl Child {
             };
             let work8 = (t8 - baseline).max(0.0);
             let ratio = work8 / (t1 - baseline).max(1e-5);
-            let mut flagged = ratio > MAX_SCALED_RATIO && work8 > MIN_FLAGGED_SECONDS;
+            // Linear in the input's bytes: a probe whose bytes grow faster than its items (a
+            // history repeated by every request) may take as much longer as its bytes.
+            let bytes8 = large.len() as f64 / small.len().max(1) as f64;
+            let allowed = MAX_SCALED_RATIO / 8.0 * bytes8.max(8.0);
+            let mut flagged = ratio > allowed && work8 > MIN_FLAGGED_SECONDS;
             if flagged && t8 < 10.0 {
                 // Confirm: memory and cache effects saturate, super-linear work does not. From
-                // ×8 to ×16, linear work doubles and quadratic work quadruples.
+                // ×8 to ×16, linear work grows as the bytes do, quadratic work as their square.
                 if let Some(t16) = self.best_of_three(&format!("{name} x16"), &larger) {
-                    flagged = (t16 - baseline).max(0.0) / work8.max(1e-5) > CONFIRM_RATIO;
+                    let bytes16 = larger.len() as f64 / large.len().max(1) as f64;
+                    let step = (t16 - baseline).max(0.0) / work8.max(1e-5);
+                    flagged = step > CONFIRM_RATIO / 2.0 * bytes16.max(2.0);
                 }
             }
             self.report.time_checks.push(TimeCheck {
@@ -803,7 +809,7 @@ pub fn supervise(target: &Target, options: &Options, command: &dyn Fn() -> Comma
             }
             Err(died) => {
                 if let Some(partial) = died.partial.clone() {
-                    merge(&mut total, partial);
+                    merge(&mut total, *partial);
                 }
                 let known_open = died.from_open || is_known(&known, &died.kind);
                 let input = if died.origin == "generated" {
@@ -849,7 +855,7 @@ pub const MAX_CHILDREN: usize = 12;
 /// How a child ended without a report.
 struct Died {
     /// What it reported before it died.
-    partial: Option<Report>,
+    partial: Option<Box<Report>>,
     kind: String,
     detail: String,
     origin: String,
@@ -884,7 +890,8 @@ fn run_child(
         Died {
             partial: std::fs::read(state.join("partial.json"))
                 .ok()
-                .and_then(|b| serde_json::from_slice(&b).ok()),
+                .and_then(|b| serde_json::from_slice(&b).ok())
+                .map(Box::new),
             kind: kind.into(),
             detail,
             from_open: origin.contains("/open/"),

@@ -76,14 +76,15 @@ fn run(data: &[u8]) {
             let text = e.to_string();
             note(("config error", text.lines().count().min(8)));
             for line in text.lines().take(4) {
-                note(
-                    line.split(':')
-                        .nth(2)
-                        .unwrap_or_default()
-                        .chars()
-                        .take(24)
-                        .collect::<String>(),
-                );
+                // The kind of problem: its first two words after the file and key path.
+                let words: Vec<&str> = line
+                    .splitn(3, ": ")
+                    .nth(2)
+                    .unwrap_or_default()
+                    .split_whitespace()
+                    .take(2)
+                    .collect();
+                note(words.join(" "));
             }
         }
     }

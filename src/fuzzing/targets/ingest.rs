@@ -413,10 +413,11 @@ fn probes() -> Vec<Probe> {
             open: false,
         },
         Probe {
+            // Known open (issue 13 item 1): 100 → 0.17 s, 800 → 23.5 s.
             name: "tool calls of one response",
             make: tool_calls,
             n: 100,
-            open: false,
+            open: true,
         },
         Probe {
             name: "log records of one span",
