@@ -101,6 +101,7 @@ fn main() {
             open,
             time_check,
             save_new,
+            skip: Vec::new(),
         };
         let report = supervise(t, &options, &command);
         print!("{}", report.summary());

@@ -36,6 +36,7 @@ fn options(root: &Path, seconds: f64, seed: u64) -> Options {
         open: std::env::var("STEPLINE_FUZZ_OPEN").is_ok_and(|v| v == "1"),
         time_check: true,
         save_new: 0,
+        skip: Vec::new(),
     }
 }
 

@@ -318,6 +318,9 @@ pub struct Options {
     pub time_check: bool,
     /// Write inputs that reached new features to `corpus/<target>/` (at most this many).
     pub save_new: usize,
+    /// Replayed files to leave out (known-open ones that killed an earlier child).
+    #[serde(default)]
+    pub skip: Vec<String>,
 }
 
 /// One failure.
@@ -577,6 +580,9 @@ impl Child {
         files.extend(corpus_files);
         for (n, (path, data)) in files.iter().enumerate() {
             let origin = path.display().to_string();
+            if self.options.skip.contains(&origin) {
+                continue;
+            }
             self.mark(&origin, data);
             let (panic, _, _) = self.exec(data);
             self.report.replayed += 1;
@@ -594,6 +600,7 @@ impl Child {
             if n >= regressions {
                 self.corpus.push(data.clone());
             }
+            self.flush();
         }
         if self.corpus.is_empty() {
             self.corpus.extend((self.target.seeds)());
@@ -790,16 +797,17 @@ pub fn supervise(target: &Target, options: &Options, command: &dyn Fn() -> Comma
     let started = Instant::now();
     let mut seed = options.seed;
     let (mut aborts, mut unknown_aborts) = (0, 0);
+    let mut skip: Vec<String> = options.skip.clone();
     loop {
         let remaining = (options.seconds - started.elapsed().as_secs_f64()).max(0.0);
-        let first = total.children == 0;
         let child_options = Options {
             root: root.clone(),
             seconds: remaining,
             seed,
             open: options.open,
-            time_check: options.time_check && first,
+            time_check: options.time_check && total.time_checks.is_empty(),
             save_new: options.save_new,
+            skip: skip.clone(),
         };
         total.children += 1;
         match run_child(target, &child_options, command) {
@@ -828,9 +836,15 @@ pub fn supervise(target: &Target, options: &Options, command: &dyn Fn() -> Comma
                     unknown_aborts += 1;
                 }
                 seed = seed.wrapping_add(0x9E37_79B9);
-                // A replayed file that kills the child would kill the next one too; known-open
-                // aborts get more restarts, so the rest of the target is still fuzzed.
-                if unknown_aborts >= 3 || aborts >= MAX_CHILDREN || died.origin != "generated" {
+                // Known-open aborts get more restarts (leaving out a replayed file that killed
+                // the child), so the rest of the target is still fuzzed.
+                if died.origin != "generated" {
+                    if !known_open {
+                        return total;
+                    }
+                    skip.push(died.origin.clone());
+                }
+                if unknown_aborts >= 3 || aborts >= MAX_CHILDREN {
                     return total;
                 }
             }
