@@ -45,9 +45,14 @@ fn endpoint(text: &str) {
                 );
             }
         }
+        // The kind of error, without the endpoint text it quotes.
         Err(e) => note((
             "endpoint error",
-            e.split(':').next().unwrap_or_default().to_string(),
+            e.split(['"', ':', ';'])
+                .next()
+                .unwrap_or_default()
+                .to_string(),
+            e.rsplit(['"', ';']).next().unwrap_or_default().len(),
         )),
     }
 }
