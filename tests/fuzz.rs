@@ -176,6 +176,7 @@ fn a_stack_overflow_is_caught_by_the_parent() {
     let saved = std::fs::read(&abort.input).unwrap_or_else(|e| panic!("{e}: {}", report.summary()));
     assert!(saved.starts_with(b"DEEP"), "{saved:?}");
     assert!(!report.problems().is_empty());
+    let _ = std::fs::remove_dir_all(&root);
 
     let root = scratch_root(
         "abort-open",

@@ -934,6 +934,7 @@ fn run_child(
         } else if last_progress.elapsed() > Duration::from_secs(HANG_SECONDS) {
             let _ = child.kill();
             let _ = child.wait();
+            remove_scratch_dirs(child.id());
             let origin = std::fs::read_to_string(state.join("origin")).unwrap_or_default();
             let d = died(
                 "hang",
@@ -944,6 +945,7 @@ fn run_child(
         }
         std::thread::sleep(Duration::from_millis(50));
     };
+    remove_scratch_dirs(child.id());
     let report: Option<Report> = std::fs::read(state.join("report.json"))
         .ok()
         .and_then(|b| serde_json::from_slice(&b).ok());
@@ -965,6 +967,18 @@ fn run_child(
     };
     let _ = std::fs::remove_dir_all(&state);
     result
+}
+
+/// Removes the scratch directories a dead child left (an abort skips their `Drop`).
+fn remove_scratch_dirs(pid: u32) {
+    let prefix = super::scratch::prefix(pid);
+    if let Ok(entries) = std::fs::read_dir(std::env::temp_dir()) {
+        for entry in entries.flatten() {
+            if entry.file_name().to_string_lossy().starts_with(&prefix) {
+                let _ = std::fs::remove_dir_all(entry.path());
+            }
+        }
+    }
 }
 
 /// Writes the seeds of `target` into `corpus/<target>/`; gives how many files were new.

@@ -4,6 +4,11 @@
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 
+/// The start of the names of the scratch directories of process `pid`.
+pub(crate) fn prefix(pid: u32) -> String {
+    format!("stepline-fuzz-store-{pid}-")
+}
+
 /// A fresh directory, deleted with everything in it on drop.
 pub struct ScratchDir(PathBuf);
 
@@ -13,8 +18,7 @@ impl ScratchDir {
     /// Creates a new empty directory.
     pub fn new() -> std::io::Result<Self> {
         let n = NEXT.fetch_add(1, Ordering::Relaxed);
-        let path =
-            std::env::temp_dir().join(format!("stepline-fuzz-store-{}-{n}", std::process::id()));
+        let path = std::env::temp_dir().join(format!("{}{n}", prefix(std::process::id())));
         let _ = std::fs::remove_dir_all(&path);
         std::fs::create_dir_all(&path)?;
         Ok(Self(path))
