@@ -12,6 +12,8 @@ pub mod config;
 pub mod continuation;
 pub mod domain;
 pub mod exporter;
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod ingest;
 pub mod interpreter;
 pub mod limits;

@@ -22,9 +22,9 @@
 
 mod auth;
 mod duration;
-mod endpoint;
+pub(crate) mod endpoint;
 mod error;
-mod expand;
+pub(crate) mod expand;
 mod exporter;
 mod limits;
 mod load;

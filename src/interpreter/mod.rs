@@ -5,7 +5,7 @@
 //! from the set of its facts, whatever the convention, so arrival order and duplicate delivery
 //! cannot change the outcome.
 
-mod attributes;
+pub(crate) mod attributes;
 pub mod budget;
 mod call_join;
 pub mod convention;

@@ -7,7 +7,7 @@
 //! durably stored. On export, [`Media::restore`] puts the original bytes back (checking their
 //! hash), or [`show_references`] shows the references as `uri` parts.
 
-mod parts;
+pub(crate) mod parts;
 mod reference;
 mod store;
 

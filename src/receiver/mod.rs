@@ -14,7 +14,7 @@
 
 mod admission;
 pub mod auth;
-mod decode;
+pub(crate) mod decode;
 mod error;
 mod grpc;
 mod http;

@@ -9,13 +9,13 @@ mod history;
 mod history_cache;
 pub mod keys;
 mod messages;
-mod model_requests;
+pub(crate) mod model_requests;
 mod outbox;
 mod readback;
 mod record_codec;
 mod rocks;
 mod run_keys;
-mod snapshot_codec;
+pub(crate) mod snapshot_codec;
 
 pub use aliases::{conflict_warning, AliasClaims};
 pub use damage::DAMAGED_WARNING;
