@@ -3,7 +3,7 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use axum::extract::{Path, Query, State};
+use axum::extract::State;
 use axum::http::header;
 use axum::middleware;
 use axum::response::{IntoResponse, Response};
@@ -13,6 +13,7 @@ use serde_json::{json, Value};
 
 use super::auth::{self, ApiAccess};
 use super::error::ApiError;
+use super::extract::{Params, RunId};
 use crate::continuation::{Continuations, Format, MediaMode, Request as ContinuationRequest};
 use crate::domain::{EffectStatus, Run, SnapshotMeta, SnapshotState};
 use crate::ingest::{Applied, Ingest};
@@ -154,7 +155,7 @@ fn find_run(store: &Store, id: &str) -> Result<Run, ApiError> {
 
 async fn list_runs(
     State(state): State<ApiState>,
-    Query(params): Query<HashMap<String, String>>,
+    Params(params): Params,
 ) -> Result<Json<Value>, ApiError> {
     check_params(
         &params,
@@ -211,8 +212,8 @@ async fn list_runs(
 
 async fn get_run(
     State(state): State<ApiState>,
-    Path(run_id): Path<String>,
-    Query(params): Query<HashMap<String, String>>,
+    RunId(run_id): RunId,
+    Params(params): Params,
 ) -> Result<Json<Run>, ApiError> {
     check_params(&params, &[])?;
     Ok(Json(blocking(&state, move |s| find_run(s, &run_id)).await?))
@@ -220,8 +221,8 @@ async fn get_run(
 
 async fn get_events(
     State(state): State<ApiState>,
-    Path(run_id): Path<String>,
-    Query(params): Query<HashMap<String, String>>,
+    RunId(run_id): RunId,
+    Params(params): Params,
 ) -> Result<Json<Value>, ApiError> {
     check_params(&params, &[])?;
     let events = blocking(&state, move |s| {
@@ -234,8 +235,8 @@ async fn get_events(
 
 async fn get_effects(
     State(state): State<ApiState>,
-    Path(run_id): Path<String>,
-    Query(params): Query<HashMap<String, String>>,
+    RunId(run_id): RunId,
+    Params(params): Params,
 ) -> Result<Json<Value>, ApiError> {
     check_params(&params, &["unresolved"])?;
     let unresolved = parse_bool(&params, "unresolved")?;
@@ -253,8 +254,8 @@ async fn get_effects(
 
 async fn get_snapshots(
     State(state): State<ApiState>,
-    Path(run_id): Path<String>,
-    Query(params): Query<HashMap<String, String>>,
+    RunId(run_id): RunId,
+    Params(params): Params,
 ) -> Result<Json<Value>, ApiError> {
     check_params(&params, &[])?;
     let snapshots: Vec<SnapshotMeta> = blocking(&state, move |s| {
@@ -273,8 +274,8 @@ async fn get_snapshots(
 /// completed or failed.
 async fn get_recovery(
     State(state): State<ApiState>,
-    Path(run_id): Path<String>,
-    Query(params): Query<HashMap<String, String>>,
+    RunId(run_id): RunId,
+    Params(params): Params,
 ) -> Result<Json<Value>, ApiError> {
     check_params(&params, &[])?;
     blocking(&state, move |s| {
@@ -318,8 +319,8 @@ fn parse_media(params: &HashMap<String, String>) -> Result<MediaMode, ApiError> 
 
 async fn get_continuation(
     State(state): State<ApiState>,
-    Path(run_id): Path<String>,
-    Query(params): Query<HashMap<String, String>>,
+    RunId(run_id): RunId,
+    Params(params): Params,
 ) -> Result<Response, ApiError> {
     check_params(
         &params,
@@ -352,8 +353,8 @@ async fn get_continuation(
 
 async fn abandon(
     State(state): State<ApiState>,
-    Path(run_id): Path<String>,
-    Query(params): Query<HashMap<String, String>>,
+    RunId(run_id): RunId,
+    Params(params): Params,
 ) -> Result<Json<Run>, ApiError> {
     check_params(&params, &[])?;
     match state
@@ -440,6 +441,21 @@ mod tests_support {
 #[cfg(test)]
 mod tests {
     use super::tests_support::*;
+
+    #[tokio::test]
+    async fn bad_path_and_query_answer_in_the_api_error_format() {
+        let (app, _dir) = app(None).await;
+        // Percent-escapes that are not UTF-8 in the run id, and a query string that does not parse.
+        for uri in [
+            "/v1/runs/outer%cachatll/continuation",
+            "/v1/runs/r1/events?a%ff=1",
+        ] {
+            let (status, body) = call(&app, "GET", uri, None).await;
+            assert_eq!(status, 400, "{uri}");
+            let message = body["error"].as_str().unwrap_or_default();
+            assert!(!message.is_empty(), "{uri}: {body}");
+        }
+    }
 
     #[tokio::test]
     async fn runs_filter_and_resolve_aliases() {

@@ -131,9 +131,15 @@ fn run(data: &[u8]) {
         );
     }
     let client_refs = list.iter().any(|m| parts::references(m).next().is_some());
+    // Parts a client made look like stored references come back as the plain `uri` parts the
+    // offload turned them into; everything else comes back as the producer sent it.
+    let mut expected = list.clone();
+    for m in &mut expected {
+        parts::neutralise(m);
+    }
     match block_on(media.restore("run", &mut restored)) {
         Ok(()) => assert!(
-            restored == list,
+            restored == expected,
             "offload, save and restore change the messages"
         ),
         Err(e) if client_refs => {
