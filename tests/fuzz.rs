@@ -200,7 +200,20 @@ fn a_quadratic_probe_is_flagged() {
         return;
     }
     let root = scratch_root("time", &[("corpus/selftest/a", &[b'x'; 64])]);
-    let report = selftest(&root, 0.0);
+    // Timings on two cores shared with the other tests of this file: a run that recorded no
+    // timing of the probe (seen once in CI under load) is tried again, at most three times.
+    let mut report = selftest(&root, 0.0);
+    for _ in 0..2 {
+        if report
+            .time_checks
+            .iter()
+            .any(|t| t.input.starts_with("probe quadratic"))
+        {
+            break;
+        }
+        eprintln!("no probe timing, trying again: {}", report.summary());
+        report = selftest(&root, 0.0);
+    }
     let quad = report
         .time_checks
         .iter()
