@@ -5,6 +5,8 @@
 //! when configured) and answers each request only after that batch is committed.
 
 mod apply;
+#[cfg(test)]
+mod scaling_tests;
 mod writer;
 
 use std::sync::atomic::{AtomicU64, Ordering};
