@@ -7,6 +7,8 @@
 mod apply;
 #[cfg(test)]
 mod scaling_tests;
+#[cfg(test)]
+mod stored_bodies_tests;
 mod writer;
 
 use std::sync::atomic::{AtomicU64, Ordering};

@@ -736,8 +736,11 @@ fn build_snapshots(
             instr,
         );
     }
-    let latest = latest_model_instructions.map(MessageHash::of);
-    let from_agent = agent_instructions.map(MessageHash::of);
+    // The tail's instructions are what an append gives its snapshots without storing them
+    // again, so their bodies are stored now even when no snapshot here refers to them (a model
+    // request without an input, or an agent without its final history, names them first).
+    let latest = instructions(latest_model_instructions, &mut new_messages);
+    let from_agent = instructions(agent_instructions, &mut new_messages);
     if let Some((a, all)) = agent.and_then(|a| a.all_messages.as_ref().map(|all| (a, all))) {
         let instr = instructions(
             latest_model_instructions.or(agent_instructions),
