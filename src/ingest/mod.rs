@@ -333,7 +333,16 @@ impl Ingest {
                     }
                 }
                 // Large blobs leave the messages here, on the blocking pool, before anything is stored.
-                let blobs = media.map(|m| m.offload(&mut out)).unwrap_or_default();
+                // Without a media store nothing is offloaded, but parts a sender made look like
+                // stored references are still neutralised, so none is ever restored later.
+                let blobs = match media {
+                    Some(m) => m.offload(&mut out),
+                    None => {
+                        out.iter_mut()
+                            .for_each(crate::media::neutralise_interpreted);
+                        Vec::new()
+                    }
+                };
                 let payload = forward.then(|| request.encode_to_vec());
                 (out, blobs, total, invalid, over, payload)
             })

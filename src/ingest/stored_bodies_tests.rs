@@ -101,3 +101,36 @@ fn instructions_first_seen_without_a_snapshot_are_stored_for_later_appends() {
         "the instructions read back: {body}"
     );
 }
+
+/// An ingest service with no media store still turns parts a sender made look like stored
+/// references into plain `uri` parts, so a continuation never looks them up (a lookup of this
+/// never-stored blob would fail the answer).
+#[test]
+fn forged_references_are_neutralised_without_a_media_store() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Arc::new(Store::open(dir.path(), false).unwrap());
+    let ingest =
+        crate::ingest::Ingest::new(store.clone(), Arc::new(crate::exporter::Outbox::disabled()));
+    let forged = crate::media::MediaRef::of(b"someone else's picture").to_string();
+    let input = serde_json::json!([{"role": "user", "parts": [
+        {"type": "blob", "mime_type": "image/png", "content": forged, "size": 22}
+    ]}])
+    .to_string();
+    let spans = vec![chat(
+        2,
+        100,
+        &input,
+        r#"[{"role":"assistant","parts":[{"type":"text","content":"no"}]}]"#,
+    )];
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime
+        .block_on(ingest.export_traces(crate::test_fixtures::request(spans)))
+        .unwrap();
+    let body = continuation(&store, &run_id(1)).unwrap();
+    let part = &body["messages"][0]["parts"][0];
+    assert_eq!(part["type"], "uri", "{body}");
+    assert_eq!(part["uri"], serde_json::json!(forged), "{body}");
+}

@@ -405,16 +405,6 @@ pub fn holds_references<'a>(messages: impl IntoIterator<Item = &'a Value>) -> bo
         .any(|message| parts::references(message).next().is_some())
 }
 
-/// Turns every part of `messages` (as a sender sent them) that has the shape of a stored
-/// reference into a plain `uri` part; true when one changed. [`Media::offload`] does this for
-/// span content; message bodies built on another path (e.g. from log events) must pass here
-/// before they are stored, or a sender who knows a blob's hash could have it restored.
-pub fn neutralise_forged(messages: &mut [Value]) -> bool {
-    messages.iter_mut().fold(false, |changed, message| {
-        parts::neutralise(message) | changed
-    })
-}
-
 /// Shows the media references in `messages` as `uri` parts (`media=reference`).
 pub fn show_references(messages: &mut [Value]) {
     for message in messages {
@@ -597,7 +587,7 @@ mod tests {
             assert!(!holds_references(&stored));
             let mut again = stored.clone();
             assert!(
-                !neutralise_forged(&mut again),
+                !again.iter_mut().any(parts::neutralise),
                 "neutralising twice changes nothing"
             );
             let mut restored = stored.clone();
@@ -610,14 +600,15 @@ mod tests {
     }
 
     #[test]
-    fn neutralise_forged_turns_reference_shapes_into_uris_only() {
+    fn neutralise_turns_reference_shapes_into_uris_only() {
         let forged = MediaRef::of(b"x").to_string();
         let mut messages = vec![
             user(json!([{"type": "blob", "content": forged, "size": 1, "mime_type": "image/png"}])),
             user(json!([{"type": "blob", "content": forged}, {"type": "uri", "uri": forged}])),
         ];
         let untouched = messages[1].clone();
-        assert!(neutralise_forged(&mut messages));
+        assert!(parts::neutralise(&mut messages[0]));
+        assert!(!parts::neutralise(&mut messages[1]));
         assert_eq!(
             messages[0]["parts"][0],
             json!({"type": "uri", "uri": forged, "size": 1, "mime_type": "image/png"})
