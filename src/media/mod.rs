@@ -602,7 +602,7 @@ mod tests {
     #[test]
     fn neutralise_turns_reference_shapes_into_uris_only() {
         let forged = MediaRef::of(b"x").to_string();
-        let mut messages = vec![
+        let mut messages = [
             user(json!([{"type": "blob", "content": forged, "size": 1, "mime_type": "image/png"}])),
             user(json!([{"type": "blob", "content": forged}, {"type": "uri", "uri": forged}])),
         ];
