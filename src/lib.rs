@@ -18,6 +18,7 @@ pub mod ingest;
 pub mod interpreter;
 pub mod limits;
 pub mod media;
+pub mod outbox;
 pub mod receiver;
 pub mod service;
 pub mod service_error;

@@ -30,8 +30,8 @@ use super::error::ExportError;
 use super::retry::{grpc_is_retryable, http_is_retryable};
 use super::tls::{client_config, TlsConnector, ALPN_GRPC, ALPN_HTTP};
 use crate::config::{Compression, ExporterConfig, ExporterProtocol, SignalKind};
+use crate::outbox::OutboxEntry;
 use crate::receiver::rpc_status::RpcStatus;
-use crate::store::OutboxEntry;
 
 /// What the backend said about an accepted request.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]

@@ -329,6 +329,7 @@ impl Outbox {
 mod tests {
     use super::*;
     use crate::config::{Compression, ExporterProtocol, RetryConfig};
+    use crate::outbox::OutboxEntry;
     use crate::store::OutboxCursor;
     use std::time::Duration;
 
@@ -377,10 +378,16 @@ mod tests {
         assert_eq!((first, second), (1, 2));
         let mut batch = store.batch();
         batch
-            .put_outbox(first, SignalKind::Traces, 3, &[0; 141])
+            .put_outbox(&OutboxEntry {
+                seq: first,
+                ..OutboxEntry::new(SignalKind::Traces, 3, vec![0; 141])
+            })
             .unwrap();
         batch
-            .put_outbox(second, SignalKind::Logs, 1, &[0; 11])
+            .put_outbox(&OutboxEntry {
+                seq: second,
+                ..OutboxEntry::new(SignalKind::Logs, 1, vec![0; 11])
+            })
             .unwrap();
         store.commit(batch).unwrap();
         outbox.queues()[0].finish(first, 150);

@@ -17,7 +17,8 @@ use super::error::ExportError;
 use super::queue::{ExporterQueue, Outbox};
 use super::retry::Backoff;
 use crate::config::{RetryConfig, SignalKind};
-use crate::store::{OutboxCursor, OutboxEntry, Store};
+use crate::outbox::OutboxEntry;
+use crate::store::{OutboxCursor, Store};
 
 /// Entries read from the outbox at a time.
 const READ_ENTRIES: usize = 64;

@@ -3,12 +3,12 @@
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 
-use crate::config::SignalKind;
 use crate::domain::{ChainIds, ChainRef, IdSet, MessageHash, NodeId, Run};
 use crate::interpreter::{
     append, derive, with_log_content, Abandonment, FactKind, Interpreted, LogEvent, NewFact,
     RunMeta, SharedMessages, SpanFact, StoredFact,
 };
+use crate::outbox::OutboxEntry;
 use crate::store::keys::{self, cf};
 use crate::store::{conflict_warning, request_start, AliasClaims, Store, StoreError, WriteBatch};
 
@@ -28,7 +28,7 @@ pub enum Work {
         /// Legacy GenAI events from the request's log records.
         logs: Vec<LogEvent>,
         /// The request for the outbox, when some exporter forwards its signal.
-        outbox: Option<NewOutboxEntry>,
+        outbox: Option<OutboxEntry>,
     },
     /// Delete log records whose span never arrived (found by [`Store::orphan_logs`]); each is
     /// checked again, so a span that arrived since keeps its records.
@@ -47,25 +47,6 @@ pub enum Work {
         /// Only abandon if no new fact arrived since this time (the sweeper's check), else 0.
         silent_since_ns: u64,
     },
-}
-
-/// A request to append to the outbox.
-pub struct NewOutboxEntry {
-    /// Which signal.
-    pub signal: SignalKind,
-    /// Items in it (spans, log records, data points).
-    pub items: u64,
-    /// The request, protobuf-encoded.
-    pub payload: Vec<u8>,
-    /// Assigned by the writer when it reserves the space.
-    pub seq: u64,
-}
-
-impl NewOutboxEntry {
-    /// Bytes the entry counts for against queue caps (as [`crate::store::OutboxEntry::size`]).
-    pub fn size(&self) -> u64 {
-        self.payload.len() as u64 + 9
-    }
 }
 
 /// What a unit of work did.
@@ -256,7 +237,7 @@ pub fn apply_group(store: &Store, works: &[Work], now_ns: u64) -> Result<Vec<App
                     .map_err(in_run)?;
                 }
                 if let Some(entry) = outbox {
-                    batch.put_outbox(entry.seq, entry.signal, entry.items, &entry.payload)?;
+                    batch.put_outbox(entry)?;
                 }
                 results.push(Applied::Stored);
             }

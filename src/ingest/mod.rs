@@ -21,7 +21,8 @@ use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
 use opentelemetry_proto::tonic::metrics::v1::metric::Data;
 use prost::Message;
 
-pub use apply::{apply_group, run_id_of, Applied, NewOutboxEntry, Work};
+use crate::outbox::OutboxEntry;
+pub use apply::{apply_group, run_id_of, Applied, Work};
 use writer::Writer;
 
 use crate::config::SignalKind;
@@ -252,18 +253,10 @@ impl Ingest {
     }
 
     /// The outbox entry for a request of `signal`, when some exporter forwards it.
-    fn entry(
-        &self,
-        signal: SignalKind,
-        items: u64,
-        request: &impl Message,
-    ) -> Option<NewOutboxEntry> {
-        self.outbox.wants(signal).then(|| NewOutboxEntry {
-            signal,
-            items,
-            payload: request.encode_to_vec(),
-            seq: 0,
-        })
+    fn entry(&self, signal: SignalKind, items: u64, request: &impl Message) -> Option<OutboxEntry> {
+        self.outbox
+            .wants(signal)
+            .then(|| OutboxEntry::new(signal, items, request.encode_to_vec()))
     }
 
     /// Counters of what was received.
@@ -356,12 +349,7 @@ impl Ingest {
         }
 
         let interpreted_count = interpreted.len() as u64;
-        let outbox = payload.map(|payload| NewOutboxEntry {
-            signal: SignalKind::Traces,
-            items: total,
-            payload,
-            seq: 0,
-        });
+        let outbox = payload.map(|payload| OutboxEntry::new(SignalKind::Traces, total, payload));
         if !interpreted.is_empty() || outbox.is_some() {
             let submitted = self
                 .writer
@@ -447,12 +435,8 @@ impl Ingest {
         })
         .await
         .map_err(|e| self.task_failed(e))?;
-        let outbox = payload.map(|payload| NewOutboxEntry {
-            signal: SignalKind::Logs,
-            items: records as u64,
-            payload,
-            seq: 0,
-        });
+        let outbox =
+            payload.map(|payload| OutboxEntry::new(SignalKind::Logs, records as u64, payload));
         if !events.is_empty() || outbox.is_some() {
             // The events and the outbox entry commit in one batch.
             let submitted = self

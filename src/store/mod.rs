@@ -24,6 +24,6 @@ pub use history::RunNodes;
 pub use history_cache::{history_bytes, ResolvedHistory, DEFAULT_HISTORY_CACHE_BYTES};
 pub use keys::{RunFilter, RunKey};
 pub use model_requests::{request_start, ModelRequestRecord};
-pub use outbox::{OutboxCursor, OutboxEntry};
+pub use outbox::OutboxCursor;
 pub use readback::Unreadable;
 pub use rocks::{encode_json, json_depth, Store, WriteBatch, MAX_RECORD_DEPTH};

@@ -11,26 +11,7 @@ use super::error::StoreError;
 use super::keys::cf;
 use super::rocks::{Store, WriteBatch};
 use crate::config::SignalKind;
-
-/// One received request waiting to be forwarded.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct OutboxEntry {
-    /// Position in the outbox; increasing in arrival order.
-    pub seq: u64,
-    /// Which signal the request is.
-    pub signal: SignalKind,
-    /// Spans, log records or metric data points in it.
-    pub items: u64,
-    /// The export request, protobuf-encoded.
-    pub payload: Vec<u8>,
-}
-
-impl OutboxEntry {
-    /// Bytes this entry counts for against a queue cap.
-    pub fn size(&self) -> u64 {
-        self.payload.len() as u64 + HEADER as u64
-    }
-}
+use crate::outbox::{EntryError, Header, OutboxEntry};
 
 /// An exporter's position in the outbox.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -42,60 +23,25 @@ pub struct OutboxCursor {
     pub in_flight: u64,
 }
 
-const HEADER: usize = 9;
-
-fn signal_byte(signal: SignalKind) -> u8 {
-    match signal {
-        SignalKind::Traces => 1,
-        SignalKind::Logs => 2,
-        SignalKind::Metrics => 3,
-    }
+pub(super) fn decode_entry(key: &[u8], value: &[u8]) -> Result<OutboxEntry, StoreError> {
+    OutboxEntry::decode(key, value).map_err(corrupt)
 }
 
-pub(super) fn decode_entry(key: &[u8], value: &[u8]) -> Result<OutboxEntry, StoreError> {
-    let corrupt = |reason: &str| StoreError::Corrupt {
+fn decode_header(key: &[u8], value: &[u8]) -> Result<Header, StoreError> {
+    Header::decode(key, value).map_err(corrupt)
+}
+
+fn corrupt(e: EntryError) -> StoreError {
+    StoreError::Corrupt {
         cf: cf::OUTBOX,
-        reason: reason.into(),
-    };
-    let seq = key
-        .try_into()
-        .map(u64::from_be_bytes)
-        .map_err(|_| corrupt("key is not 8 bytes"))?;
-    if value.len() < HEADER {
-        return Err(corrupt("entry shorter than its header"));
+        reason: e.to_string(),
     }
-    let signal = match value[0] {
-        1 => SignalKind::Traces,
-        2 => SignalKind::Logs,
-        3 => SignalKind::Metrics,
-        _ => return Err(corrupt("unknown signal")),
-    };
-    let items = value[1..HEADER]
-        .try_into()
-        .map(u64::from_be_bytes)
-        .map_err(|_| corrupt("bad item count"))?;
-    Ok(OutboxEntry {
-        seq,
-        signal,
-        items,
-        payload: value[HEADER..].to_vec(),
-    })
 }
 
 impl WriteBatch<'_> {
     /// Appends an outbox entry.
-    pub fn put_outbox(
-        &mut self,
-        seq: u64,
-        signal: SignalKind,
-        items: u64,
-        payload: &[u8],
-    ) -> Result<(), StoreError> {
-        let mut value = Vec::with_capacity(HEADER + payload.len());
-        value.push(signal_byte(signal));
-        value.extend_from_slice(&items.to_be_bytes());
-        value.extend_from_slice(payload);
-        self.put_raw(cf::OUTBOX, &seq.to_be_bytes(), &value)
+    pub fn put_outbox(&mut self, entry: &OutboxEntry) -> Result<(), StoreError> {
+        self.put_raw(cf::OUTBOX, &entry.key(), &entry.encode())
     }
 }
 
@@ -150,7 +96,7 @@ impl Store {
         let handle = self.handle(cf::OUTBOX)?;
         for item in self.db.iterator_cf(handle, IteratorMode::Start) {
             let (key, value) = item?;
-            let entry = decode_entry(&key, &value[..HEADER.min(value.len())])?;
+            let entry = decode_header(&key, &value)?;
             visit(entry.seq, entry.signal, value.len() as u64);
         }
         Ok(())
@@ -170,7 +116,7 @@ impl Store {
             .iterator_cf(handle, IteratorMode::From(&start, Direction::Forward))
         {
             let (key, value) = item?;
-            let entry = decode_entry(&key, &value[..HEADER.min(value.len())])?;
+            let entry = decode_header(&key, &value)?;
             if entry.seq > after && !visit(entry.seq, entry.signal, entry.items, value.len() as u64)
             {
                 break;
@@ -245,7 +191,10 @@ mod tests {
         let mut batch = store.batch();
         for seq in 1..=5u64 {
             batch
-                .put_outbox(seq, SignalKind::Logs, seq, &[seq as u8; 3])
+                .put_outbox(&OutboxEntry {
+                    seq,
+                    ..OutboxEntry::new(SignalKind::Logs, seq, vec![seq as u8; 3])
+                })
                 .unwrap();
         }
         store.commit(batch).unwrap();
@@ -258,7 +207,8 @@ mod tests {
                 seq: 3,
                 signal: SignalKind::Logs,
                 items: 3,
-                payload: vec![3; 3]
+                payload: vec![3; 3],
+                span_runs: vec![],
             }
         );
         assert_eq!(store.outbox_after(0, 10, 1).unwrap().len(), 1);

@@ -1,0 +1,355 @@
+//! The forwarding outbox's entry: one received export request waiting for the exporters, with
+//! the run ids the writer resolved for its spans.
+//!
+//! Ingest builds an [`OutboxEntry`] for each accepted request, the writer fills in its `seq` and
+//! `span_runs` and appends it in the same write batch as the request's interpreted records, and
+//! the exporters read it back. This module owns the entry and its byte layout; the store keeps
+//! the bytes, and neither ingest nor the exporter depend on each other for it.
+//!
+//! Layout of a stored value (the key is `seq` as 8 big-endian bytes):
+//!
+//! ```text
+//! [signal: u8 (| 0x80 when a run block follows)] [items: u64 BE]
+//! [run block length: u32 BE] [run block]            -- only with the 0x80 flag
+//! [payload: the export request, protobuf-encoded]
+//! run block: [run ids: u32 BE] ([len: u16 BE] [utf-8 run id])*
+//!            [spans: u32 BE] ([trace id: 16 bytes] [span id: 8 bytes] [run index: u32 BE])*
+//! ```
+//!
+//! Entries written before the run block existed have no flag and read back with no span runs.
+
+use std::collections::HashMap;
+
+use crate::config::SignalKind;
+
+/// Bytes of the fixed header: the signal byte and the item count.
+pub const HEADER: usize = 9;
+
+/// Flag on the signal byte: a run block follows the header.
+const RUN_BLOCK: u8 = 0x80;
+
+/// A run id longer than this is not put in the run block (its spans are forwarded untagged).
+pub const MAX_RUN_ID_BYTES: usize = u16::MAX as usize;
+
+/// The run a span of the entry's request belongs to, as the writer resolved it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SpanRun {
+    /// The span's trace id (binary).
+    pub trace_id: [u8; 16],
+    /// The span's id (binary).
+    pub span_id: [u8; 8],
+    /// The id of the run the span belongs to.
+    pub run_id: String,
+}
+
+/// One received request waiting to be forwarded.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OutboxEntry {
+    /// Position in the outbox; increasing in arrival order (0 until the writer assigns it).
+    pub seq: u64,
+    /// Which signal the request is.
+    pub signal: SignalKind,
+    /// Spans, log records or metric data points in it.
+    pub items: u64,
+    /// The export request, protobuf-encoded, as received.
+    pub payload: Vec<u8>,
+    /// The run of each interpreted span of the request (traces only; empty otherwise).
+    pub span_runs: Vec<SpanRun>,
+}
+
+/// Why stored bytes are not an outbox entry.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum EntryError {
+    /// The key is not 8 bytes.
+    #[error("key is not 8 bytes")]
+    Key,
+    /// The value ends before its header or run block does.
+    #[error("entry shorter than its header")]
+    Short,
+    /// The signal byte names no signal.
+    #[error("unknown signal")]
+    Signal,
+    /// The run block does not parse.
+    #[error("bad run block: {0}")]
+    RunBlock(&'static str),
+}
+
+impl OutboxEntry {
+    /// A new entry of a received request (seq and span runs are filled in by the writer).
+    pub fn new(signal: SignalKind, items: u64, payload: Vec<u8>) -> OutboxEntry {
+        OutboxEntry {
+            seq: 0,
+            signal,
+            items,
+            payload,
+            span_runs: Vec::new(),
+        }
+    }
+
+    /// Bytes this entry counts for against a queue cap: the size of its stored value.
+    pub fn size(&self) -> u64 {
+        (HEADER + self.payload.len()) as u64 + self.run_block_len().map_or(0, |n| 4 + n as u64)
+    }
+
+    /// The stored key.
+    pub fn key(&self) -> [u8; 8] {
+        self.seq.to_be_bytes()
+    }
+
+    /// The stored value.
+    pub fn encode(&self) -> Vec<u8> {
+        let block = self.run_block();
+        let mut value = Vec::with_capacity(
+            HEADER + self.payload.len() + block.as_ref().map_or(0, |b| 4 + b.len()),
+        );
+        let flag = if block.is_some() { RUN_BLOCK } else { 0 };
+        value.push(signal_byte(self.signal) | flag);
+        value.extend_from_slice(&self.items.to_be_bytes());
+        if let Some(block) = block {
+            value.extend_from_slice(&(block.len() as u32).to_be_bytes());
+            value.extend_from_slice(&block);
+        }
+        value.extend_from_slice(&self.payload);
+        value
+    }
+
+    /// Reads an entry back from its stored key and value.
+    pub fn decode(key: &[u8], value: &[u8]) -> Result<OutboxEntry, EntryError> {
+        let header = Header::decode(key, value)?;
+        let mut at = HEADER;
+        let mut span_runs = Vec::new();
+        if header.has_runs {
+            let len = read_u32(value, at).ok_or(EntryError::Short)? as usize;
+            at += 4;
+            let block = value.get(at..at + len).ok_or(EntryError::Short)?;
+            span_runs = decode_run_block(block)?;
+            at += len;
+        }
+        Ok(OutboxEntry {
+            seq: header.seq,
+            signal: header.signal,
+            items: header.items,
+            payload: value[at..].to_vec(),
+            span_runs,
+        })
+    }
+
+    fn run_block_len(&self) -> Option<usize> {
+        self.run_block().map(|b| b.len())
+    }
+
+    /// The run block, none when there are no span runs.
+    fn run_block(&self) -> Option<Vec<u8>> {
+        if self.span_runs.is_empty() {
+            return None;
+        }
+        let mut index: HashMap<&str, u32> = HashMap::new();
+        let mut ids: Vec<&str> = Vec::new();
+        let mut spans: Vec<(&SpanRun, u32)> = Vec::with_capacity(self.span_runs.len());
+        for s in &self.span_runs {
+            if s.run_id.len() > MAX_RUN_ID_BYTES {
+                continue;
+            }
+            let i = *index.entry(s.run_id.as_str()).or_insert_with(|| {
+                ids.push(s.run_id.as_str());
+                (ids.len() - 1) as u32
+            });
+            spans.push((s, i));
+        }
+        if spans.is_empty() {
+            return None;
+        }
+        let mut block = Vec::new();
+        block.extend_from_slice(&(ids.len() as u32).to_be_bytes());
+        for id in &ids {
+            block.extend_from_slice(&(id.len() as u16).to_be_bytes());
+            block.extend_from_slice(id.as_bytes());
+        }
+        block.extend_from_slice(&(spans.len() as u32).to_be_bytes());
+        for (s, i) in spans {
+            block.extend_from_slice(&s.trace_id);
+            block.extend_from_slice(&s.span_id);
+            block.extend_from_slice(&i.to_be_bytes());
+        }
+        Some(block)
+    }
+}
+
+/// What the fixed header of a stored entry says (read without copying the payload).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Header {
+    /// Position in the outbox.
+    pub seq: u64,
+    /// Which signal.
+    pub signal: SignalKind,
+    /// Items in the request.
+    pub items: u64,
+    /// A run block follows the header.
+    pub has_runs: bool,
+}
+
+impl Header {
+    /// Reads the header of a stored entry; `value` may be cut after [`HEADER`] bytes.
+    pub fn decode(key: &[u8], value: &[u8]) -> Result<Header, EntryError> {
+        let seq = key
+            .try_into()
+            .map(u64::from_be_bytes)
+            .map_err(|_| EntryError::Key)?;
+        if value.len() < HEADER {
+            return Err(EntryError::Short);
+        }
+        let signal = match value[0] & !RUN_BLOCK {
+            1 => SignalKind::Traces,
+            2 => SignalKind::Logs,
+            3 => SignalKind::Metrics,
+            _ => return Err(EntryError::Signal),
+        };
+        let items = value[1..HEADER]
+            .try_into()
+            .map(u64::from_be_bytes)
+            .map_err(|_| EntryError::Short)?;
+        Ok(Header {
+            seq,
+            signal,
+            items,
+            has_runs: value[0] & RUN_BLOCK != 0,
+        })
+    }
+}
+
+fn signal_byte(signal: SignalKind) -> u8 {
+    match signal {
+        SignalKind::Traces => 1,
+        SignalKind::Logs => 2,
+        SignalKind::Metrics => 3,
+    }
+}
+
+fn read_u32(bytes: &[u8], at: usize) -> Option<u32> {
+    bytes
+        .get(at..at + 4)
+        .and_then(|b| b.try_into().ok())
+        .map(u32::from_be_bytes)
+}
+
+fn read_u16(bytes: &[u8], at: usize) -> Option<u16> {
+    bytes
+        .get(at..at + 2)
+        .and_then(|b| b.try_into().ok())
+        .map(u16::from_be_bytes)
+}
+
+fn decode_run_block(block: &[u8]) -> Result<Vec<SpanRun>, EntryError> {
+    let mut at = 0;
+    let n_ids = read_u32(block, at).ok_or(EntryError::RunBlock("no run id count"))? as usize;
+    at += 4;
+    // Each run id takes at least 2 bytes: a count larger than the block allows is corrupt, and
+    // checking it first keeps the allocation bounded by the block's size.
+    if n_ids > block.len() / 2 {
+        return Err(EntryError::RunBlock("run id count larger than the block"));
+    }
+    let mut ids = Vec::with_capacity(n_ids);
+    for _ in 0..n_ids {
+        let len = read_u16(block, at).ok_or(EntryError::RunBlock("run id cut"))? as usize;
+        at += 2;
+        let bytes = block
+            .get(at..at + len)
+            .ok_or(EntryError::RunBlock("run id cut"))?;
+        let id =
+            std::str::from_utf8(bytes).map_err(|_| EntryError::RunBlock("run id not utf-8"))?;
+        ids.push(id.to_owned());
+        at += len;
+    }
+    let n_spans = read_u32(block, at).ok_or(EntryError::RunBlock("no span count"))? as usize;
+    at += 4;
+    const SPAN: usize = 16 + 8 + 4;
+    if block.len() - at != n_spans.saturating_mul(SPAN) {
+        return Err(EntryError::RunBlock("span count does not match the block"));
+    }
+    let mut spans = Vec::with_capacity(n_spans);
+    for chunk in block[at..].chunks_exact(SPAN) {
+        let mut trace_id = [0u8; 16];
+        trace_id.copy_from_slice(&chunk[..16]);
+        let mut span_id = [0u8; 8];
+        span_id.copy_from_slice(&chunk[16..24]);
+        let i = read_u32(chunk, 24).ok_or(EntryError::RunBlock("span cut"))? as usize;
+        let run_id = ids
+            .get(i)
+            .ok_or(EntryError::RunBlock("span names no run id"))?
+            .clone();
+        spans.push(SpanRun {
+            trace_id,
+            span_id,
+            run_id,
+        });
+    }
+    Ok(spans)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn entry(span_runs: Vec<SpanRun>) -> OutboxEntry {
+        OutboxEntry {
+            seq: 7,
+            signal: SignalKind::Traces,
+            items: 3,
+            payload: vec![1, 2, 3, 4],
+            span_runs,
+        }
+    }
+
+    fn run(t: u8, s: u8, id: &str) -> SpanRun {
+        SpanRun {
+            trace_id: [t; 16],
+            span_id: [s; 8],
+            run_id: id.into(),
+        }
+    }
+
+    #[test]
+    fn entries_with_and_without_span_runs_round_trip_and_size_is_the_stored_length() {
+        for e in [
+            entry(vec![]),
+            entry(vec![run(1, 1, "a"), run(1, 2, "b"), run(1, 3, "a")]),
+        ] {
+            let value = e.encode();
+            assert_eq!(value.len() as u64, e.size());
+            assert_eq!(OutboxEntry::decode(&e.key(), &value).unwrap(), e);
+            let header = Header::decode(&e.key(), &value[..HEADER]).unwrap();
+            assert_eq!((header.seq, header.items), (7, 3));
+            assert_eq!(header.has_runs, !e.span_runs.is_empty());
+        }
+    }
+
+    #[test]
+    fn an_entry_written_before_run_blocks_reads_back_without_span_runs() {
+        let mut old = vec![1u8];
+        old.extend_from_slice(&5u64.to_be_bytes());
+        old.extend_from_slice(b"payload");
+        let e = OutboxEntry::decode(&9u64.to_be_bytes(), &old).unwrap();
+        assert_eq!(e.payload, b"payload");
+        assert!(e.span_runs.is_empty());
+        assert_eq!(e.size(), old.len() as u64);
+    }
+
+    #[test]
+    fn damaged_values_are_errors_not_panics() {
+        let good = entry(vec![run(1, 1, "a"), run(2, 2, "bb")]).encode();
+        for cut in 0..good.len() {
+            // Every prefix either decodes (cut inside the payload) or is an error.
+            let _ = OutboxEntry::decode(&7u64.to_be_bytes(), &good[..cut]);
+        }
+        let mut huge_count = good.clone();
+        huge_count[HEADER + 4..HEADER + 8].copy_from_slice(&u32::MAX.to_be_bytes());
+        assert!(OutboxEntry::decode(&7u64.to_be_bytes(), &huge_count).is_err());
+        assert_eq!(OutboxEntry::decode(&[1, 2], &good), Err(EntryError::Key));
+        let mut bad_signal = good.clone();
+        bad_signal[0] = 0x85;
+        assert_eq!(
+            OutboxEntry::decode(&7u64.to_be_bytes(), &bad_signal),
+            Err(EntryError::Signal)
+        );
+    }
+}
