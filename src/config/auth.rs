@@ -28,8 +28,7 @@ use serde::Deserialize;
 use serde_yaml_ng::Value;
 
 use super::error::ConfigProblem;
-use super::model::OtlpReceiverConfig;
-use super::raw::Text;
+use super::text::Text;
 
 /// The extension type that authenticates receivers with a bearer token.
 pub(crate) const BEARERTOKENAUTH: &str = "bearertokenauth";
@@ -134,6 +133,14 @@ pub(crate) struct BearerTokenAuth {
     tokens: Vec<String>,
 }
 
+impl BearerTokenAuth {
+    /// Gives a receiver protocol's authenticator this extension's scheme and tokens.
+    pub(crate) fn fill(&self, auth: &mut ReceiverAuthConfig) {
+        auth.scheme = self.scheme.clone();
+        auth.tokens = self.tokens.clone();
+    }
+}
+
 impl fmt::Debug for BearerTokenAuth {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("BearerTokenAuth")
@@ -207,7 +214,7 @@ pub(crate) fn validate_server_tls(
 }
 
 /// `auth` at `path`: checks the authenticator id. The extension's settings are filled in by
-/// [`resolve_authenticators`] once every extension is known (until then `tokens` is empty).
+/// [`super::authenticators::resolve_authenticators`] once every extension is known (until then `tokens` is empty).
 pub(crate) fn validate_receiver_auth(
     raw: RawReceiverAuth,
     path: &str,
@@ -343,57 +350,6 @@ fn normalize_host(text: &str) -> Option<String> {
                 .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'.' || b == b'_'));
     let port_ok = port.is_none_or(|p| !p.is_empty() && p.parse::<u16>().is_ok());
     (host_ok && port_ok).then_some(text)
-}
-
-/// Fills in each receiver protocol's authenticator from the `bearertokenauth` extensions
-/// (`available`: id and settings, `None` when the extension itself did not validate), which
-/// must be listed in `service.extensions` (`listed`). `false` when one could not be resolved.
-pub(crate) fn resolve_authenticators(
-    receiver_id: &str,
-    receiver: &mut OtlpReceiverConfig,
-    available: &[(&str, Option<&BearerTokenAuth>)],
-    listed: &[String],
-    problems: &mut Vec<ConfigProblem>,
-) -> bool {
-    let mut resolved = true;
-    let protocols = [
-        ("grpc", receiver.grpc.as_mut().and_then(|g| g.auth.as_mut())),
-        ("http", receiver.http.as_mut().and_then(|h| h.auth.as_mut())),
-    ];
-    for (protocol, auth) in protocols {
-        let Some(auth) = auth else { continue };
-        let key = format!("receivers.{receiver_id}.protocols.{protocol}.auth.authenticator");
-        let id = auth.authenticator.as_str();
-        match available.iter().find(|(candidate, _)| *candidate == id) {
-            None => {
-                problems.push(ConfigProblem::new(
-                    key,
-                    format!(
-                        "extension \"{id}\" is not configured: add it under extensions (e.g. \
-                         {id}: {{ token: ${{env:OTLP_TOKEN}} }}) and list it in \
-                         service.extensions"
-                    ),
-                ));
-                resolved = false;
-            }
-            Some((_, None)) => resolved = false,
-            Some((_, Some(_))) if !listed.iter().any(|l| l == id) => {
-                problems.push(ConfigProblem::new(
-                    key,
-                    format!(
-                        "extension \"{id}\" is configured but not listed in service.extensions; \
-                         add it there"
-                    ),
-                ));
-                resolved = false;
-            }
-            Some((_, Some(settings))) => {
-                auth.scheme = settings.scheme.clone();
-                auth.tokens = settings.tokens.clone();
-            }
-        }
-    }
-    resolved
 }
 
 // ---------------------------------------------------------------------------------------------

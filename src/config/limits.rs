@@ -5,7 +5,7 @@
 use serde::Deserialize;
 
 use super::media::parse_size;
-use super::raw::Text;
+use super::text::Text;
 use crate::limits::Limits;
 
 /// `processors.stepline.limits`: every field of [`Limits`], each optional (default when absent).

@@ -21,6 +21,7 @@
 //! Unknown keys and unknown component types stop the start.
 
 mod auth;
+mod authenticators;
 mod duration;
 pub(crate) mod endpoint;
 mod error;
@@ -32,6 +33,7 @@ mod media;
 mod model;
 mod raw;
 mod telemetry;
+mod text;
 mod validate;
 
 pub use auth::{ReceiverAuthConfig, ServerTlsConfig, TlsVersion, DEFAULT_AUTH_SCHEME};

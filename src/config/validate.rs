@@ -20,9 +20,10 @@ use serde::de::DeserializeOwned;
 use serde_yaml_ng::{Mapping, Value};
 
 use super::auth::{
-    resolve_authenticators, validate_allowed_hosts, validate_bearer_token_auth,
-    validate_receiver_auth, validate_server_tls, validate_token, BearerTokenAuth, BEARERTOKENAUTH,
+    validate_allowed_hosts, validate_bearer_token_auth, validate_receiver_auth,
+    validate_server_tls, validate_token, BearerTokenAuth, BEARERTOKENAUTH,
 };
+use super::authenticators::resolve_authenticators;
 use super::duration::parse_duration;
 use super::endpoint::parse_endpoint;
 use super::error::ConfigProblem;
