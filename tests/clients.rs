@@ -266,6 +266,7 @@ async fn typed_client_matches_the_api(
         ids,
         "runs a page of one at a time"
     );
+    assert_eq!(out["runs_limited"], json!([ids[0]]), "runs(limit=1)");
     assert_same_fields(&out["latest"], &runs[1], "latest_run");
     let events = stepline.get_list(&path("/events"), "events").await;
     assert!(events.len() >= 6, "{events:?}");
@@ -688,6 +689,46 @@ fn free_port() -> SocketAddr {
         .expect("a free port")
 }
 
+/// The bearer token the backend example's API is started with.
+const API_TOKEN: &str = "example-token";
+
+/// The client without a token, and with a wrong one, gets `Unauthorized` (401) with stepline's
+/// message; with the right one, the run.
+fn assert_unauthorized_without_the_token(api: &str, run_id: &str) {
+    let probe = Command::new(python())
+        .args([
+            "-c",
+            "import json, sys; from stepline_client import StepLine, Unauthorized\n\
+             def get(token):\n\
+             \x20   try:\n\
+             \x20       return StepLine(sys.argv[1], token).run(sys.argv[2]).status\n\
+             \x20   except Unauthorized as e:\n\
+             \x20       return [e.status, e.message]\n\
+             print(json.dumps({'none': get(''), 'wrong': get('nope'), 'right': get(sys.argv[3])}))",
+            api,
+            run_id,
+            API_TOKEN,
+        ])
+        .env("PYTHONPATH", python_path())
+        .env_remove("STEPLINE_TOKEN")
+        .output()
+        .expect("run python");
+    assert!(
+        probe.status.success(),
+        "{}",
+        String::from_utf8_lossy(&probe.stderr)
+    );
+    let out: Value = serde_json::from_slice(&probe.stdout).expect("the probe prints JSON");
+    for case in ["none", "wrong"] {
+        assert_eq!(out[case][0], 401, "{case}: {out}");
+        assert!(
+            out[case][1].as_str().is_some_and(|m| !m.is_empty()),
+            "{case}: {out}"
+        );
+    }
+    assert_eq!(out["right"], "completed", "{out}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn example_in_front_of_a_backend_forwards_and_keeps_the_run() {
     let (backend, backend_address) = start_backend().await;
@@ -704,7 +745,8 @@ async fn example_in_front_of_a_backend_forwards_and_keeps_the_run() {
             .env("STEPLINE_API_ENDPOINT", api.to_string())
             .env("STEPLINE_DATA_DIR", data.path().join("data"))
             .env("BACKEND_OTLP_ENDPOINT", format!("http://{backend_address}"))
-            .env_remove("STEPLINE_API_TOKEN")
+            // The example's API takes its token from the environment; the agent's client too.
+            .env("STEPLINE_API_TOKEN", API_TOKEN)
             .stdin(Stdio::null())
             .stdout(log.try_clone().expect("log handle"))
             .stderr(log)
@@ -734,11 +776,13 @@ async fn example_in_front_of_a_backend_forwards_and_keeps_the_run() {
         &[
             ("OTEL_EXPORTER_OTLP_ENDPOINT", &format!("http://{http}")),
             ("STEPLINE_URL", &format!("http://{api}")),
+            ("STEPLINE_TOKEN", API_TOKEN),
         ],
     )
     .await
     .json();
     assert_eq!(out["status"], "completed", "{out}");
+    assert_unauthorized_without_the_token(&format!("http://{api}"), str_field(&out, "run_id"));
     assert_eq!(out["model_request_count"], 2, "{out}");
     assert_eq!(out["tool_call_count"], 1, "{out}");
     let exported = out["spans_exported"].as_u64().unwrap_or(0);

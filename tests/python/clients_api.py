@@ -61,6 +61,7 @@ def main() -> int:
         "run": plain(client.run(run_id)),
         "runs": plain(client.runs(conversation_id=args.conversation_id)),
         "runs_paged": paged,
+        "runs_limited": [r.run_id for r in client.runs(limit=1, conversation_id=args.conversation_id)],
         "latest": plain(client.latest_run(args.conversation_id)),
         "events": plain(client.events(run_id)),
         "effects": plain(client.effects(run_id)),

@@ -102,19 +102,26 @@ class StepLine:
         cursor = answer.get("next_cursor")
         return RunPage(runs=runs, next_cursor=cursor if isinstance(cursor, str) and cursor else None)
 
-    def iter_runs(self, **filters: Any) -> Iterator[Run]:
-        """Every run matching ``filters``, oldest first, fetched a page at a time."""
+    def iter_runs(self, *, limit: int | None = None, **filters: Any) -> Iterator[Run]:
+        """Every run matching ``filters`` (at most ``limit``), oldest first, fetched a page at a time."""
+        if "cursor" in filters:
+            raise TypeError("iter_runs() pages by itself; use runs_page(cursor=...) for one page")
         cursor: str | None = None
-        while True:
-            page = self.runs_page(cursor=cursor, limit=_PAGE, **filters)
-            yield from page.runs
+        left = limit
+        while left is None or left > 0:
+            page = self.runs_page(cursor=cursor, limit=_PAGE if left is None else min(left, _PAGE), **filters)
+            for run in page.runs[:left]:
+                yield run
+            if left is not None:
+                left -= len(page.runs)
             if page.next_cursor is None or page.next_cursor == cursor:
                 return
             cursor = page.next_cursor
 
-    def runs(self, **filters: Any) -> list[Run]:
-        """Every run matching ``filters`` (see :meth:`runs_page`), ordered by ``started_at``."""
-        return list(self.iter_runs(**filters))
+    def runs(self, *, limit: int | None = None, **filters: Any) -> list[Run]:
+        """Every run matching ``filters`` (see :meth:`runs_page`; at most ``limit``), ordered by
+        ``started_at``."""
+        return list(self.iter_runs(limit=limit, **filters))
 
     def run(self, run_id: str) -> Run:
         """The run, by stepline's run id or a framework's run id (an alias)."""
