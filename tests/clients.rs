@@ -420,6 +420,12 @@ async fn openai_agents_session_reads_the_conversation_from_stepline() {
         .await;
     assert_eq!(runs.len(), 2, "{runs:?}");
     assert_eq!(out["session_run_id"], runs[1]["run_id"], "{runs:?}");
+    assert_eq!(out["first_run_id"], runs[0]["run_id"], "{runs:?}");
+    assert_eq!(
+        responses_items(&out["by_run_items"]),
+        turn1,
+        "a session opened with a run id reads that run"
+    );
 }
 
 /// A Strands message without the fields Strands keeps for itself (`tracking_id`, `metadata`).

@@ -10,7 +10,8 @@ Turn 2 (`Runner.run(agent, "And once more?", session=session)`): `get_items` rea
 
 Prints one JSON line: {"turn1_items" (the SDK's `to_input_list()` of turn 1), "first_input" and
 "second_input" (the input the mocked model received in each turn's first request), "session_items",
-"session_run_id", "limited" (get_items(limit=2)), "output", "export"}.
+"session_run_id", "limited" (get_items(limit=2)), "first_run_id", "by_run_items" (a session opened
+with turn 1's run id), "output", "export"}.
 """
 
 from __future__ import annotations
@@ -123,10 +124,13 @@ def main() -> int:
     first_requests = len(requests)
 
     second = asyncio.run(turn("And once more?"))
+    first_run_id = session.last_run_id  # the run turn 2's get_items read: turn 1's
     flushed = provider.force_flush(30_000) and flushed
     # After the flush, the session reads the second turn's run: both turns.
     session_items = session.items()
     limited = asyncio.run(session.get_items(limit=2))
+    # A run id instead of a conversation id: that run's history, whatever came after it.
+    by_run = StepLineSession(first_run_id, StepLine(args.api)).items() if first_run_id else None
     provider.shutdown()
 
     stats = exporter.stats()
@@ -140,6 +144,8 @@ def main() -> int:
                 "session_items": session_items,
                 "session_run_id": session.last_run_id,
                 "limited": limited,
+                "first_run_id": first_run_id,
+                "by_run_items": by_run,
                 "output": str(second.final_output),
                 "export": stats,
             }
