@@ -62,7 +62,7 @@ fn chromium_ready() -> bool {
             .arg("apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y chromium chromium-driver")
             .status();
         assert!(
-            status.is_ok_and(|s| s.success()) && present(),
+            status.as_ref().is_ok_and(|s| s.success()) && present(),
             "apt-get install chromium chromium-driver failed ({status:?})"
         );
         return true;
@@ -72,7 +72,10 @@ fn chromium_ready() -> bool {
          and cannot be installed without root; run `sudo apt-get install chromium chromium-driver` \
          (or `make deps` as root)"
     );
-    assert!(std::env::var_os("CI").is_none(), "{message} (CI must run them)");
+    assert!(
+        std::env::var_os("CI").is_none(),
+        "{message} (CI must run them)"
+    );
     eprintln!("{message}");
     false
 }
@@ -88,7 +91,13 @@ fn screenshot_dir(tmp: &Path) -> PathBuf {
 
 /// Runs ui_check.py with `args`; returns its `UI_CHECK` report or panics with its output.
 async fn ui_check(stepline_log: impl Fn() -> String, args: &[&str]) -> Value {
-    let run = run_script_with(python_tools(), "ui_check.py", args, Duration::from_secs(240)).await;
+    let run = run_script_with(
+        python_tools(),
+        "ui_check.py",
+        args,
+        Duration::from_secs(240),
+    )
+    .await;
     let line = run
         .stdout
         .lines()
@@ -133,7 +142,10 @@ async fn crashed_run(stepline: &Stepline) -> String {
             Duration::from_secs(30),
             || async {
                 let reply = stepline.get(path).await;
-                let run_id = reply.json.as_ref().and_then(|b| b["runs"][0]["run_id"].as_str());
+                let run_id = reply
+                    .json
+                    .as_ref()
+                    .and_then(|b| b["runs"][0]["run_id"].as_str());
                 let Some(run_id) = run_id.map(str::to_owned) else {
                     return Err(format!("GET {path} → {} {}", reply.status, reply.text));
                 };
@@ -152,7 +164,11 @@ async fn crashed_run(stepline: &Stepline) -> String {
     let reply = stepline
         .post(&format!("/v1/runs/{}/abandon", encode(&run_id)))
         .await;
-    assert_eq!(reply.status, 200, "abandon answered {}: {}", reply.status, reply.text);
+    assert_eq!(
+        reply.status, 200,
+        "abandon answered {}: {}",
+        reply.status, reply.text
+    );
     run_id
 }
 
@@ -187,16 +203,39 @@ async fn run_explorer_in_chromium() {
     let report = ui_check(
         || stepline.log_tail(),
         &[
-            "--ui", &ui, "--api", &api, "--otlp", &otlp, "--runs", &runs,
-            "--orchestrator", &orchestrator, "--delegate", &delegate, "--crashed", &crashed,
-            "--unresolved-call", "call_slow1", "--settled-call", "call_fast1",
-            "--screenshots", &shots_arg, "--chromium", CHROMIUM, "--chromedriver", CHROMEDRIVER,
+            "--ui",
+            &ui,
+            "--api",
+            &api,
+            "--otlp",
+            &otlp,
+            "--runs",
+            &runs,
+            "--orchestrator",
+            &orchestrator,
+            "--delegate",
+            &delegate,
+            "--crashed",
+            &crashed,
+            "--unresolved-call",
+            "call_slow1",
+            "--settled-call",
+            "call_fast1",
+            "--screenshots",
+            &shots_arg,
+            "--chromium",
+            CHROMIUM,
+            "--chromedriver",
+            CHROMEDRIVER,
         ],
     )
     .await;
     let checks = report["checks"].as_array().cloned().unwrap_or_default();
     eprintln!("ui checks: {}", Value::Array(checks.clone()));
-    assert!(checks.len() >= 7, "ui_check.py reported too few checks: {report}");
+    assert!(
+        checks.len() >= 7,
+        "ui_check.py reported too few checks: {report}"
+    );
     for name in ["ui-runs.png", "ui-run.png", "ui-continuation.png"] {
         let bytes = std::fs::read(shots.join(name)).unwrap_or_default();
         assert!(
@@ -212,7 +251,7 @@ struct TokenStepline {
     child: Child,
     api: String,
     otlp: String,
-    _tmp: tempfile::TempDir,
+    tmp: tempfile::TempDir,
 }
 
 impl TokenStepline {
@@ -253,7 +292,7 @@ impl TokenStepline {
             child,
             api: format!("http://{api}"),
             otlp: format!("http://{http}"),
-            _tmp: tmp,
+            tmp,
         };
         let deadline = Instant::now() + Duration::from_secs(60);
         let client = reqwest::Client::new();
@@ -262,14 +301,18 @@ impl TokenStepline {
             if health.is_ok_and(|r| r.status() == 200) {
                 break;
             }
-            assert!(Instant::now() < deadline, "stepline did not answer /healthz: {}", me.log());
+            assert!(
+                Instant::now() < deadline,
+                "stepline did not answer /healthz: {}",
+                me.log()
+            );
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
         me
     }
 
     fn log(&self) -> String {
-        std::fs::read_to_string(self._tmp.path().join("stepline.log")).unwrap_or_default()
+        std::fs::read_to_string(self.tmp.path().join("stepline.log")).unwrap_or_default()
     }
 }
 
@@ -307,9 +350,21 @@ async fn run_explorer_asks_for_the_api_token() {
     let report = ui_check(
         || stepline.log(),
         &[
-            "--only-token", "--token", "ui-s3cret", "--ui", &ui, "--api", &stepline.api,
-            "--otlp", &stepline.otlp, "--screenshots", &shots, "--chromium", CHROMIUM,
-            "--chromedriver", CHROMEDRIVER,
+            "--only-token",
+            "--token",
+            "ui-s3cret",
+            "--ui",
+            &ui,
+            "--api",
+            &stepline.api,
+            "--otlp",
+            &stepline.otlp,
+            "--screenshots",
+            &shots,
+            "--chromium",
+            CHROMIUM,
+            "--chromedriver",
+            CHROMEDRIVER,
         ],
     )
     .await;

@@ -39,6 +39,18 @@ export function runLink(runId, text) {
   return h("a", { href: `#/runs/${encodeURIComponent(runId)}`, class: "mono" }, text ?? runId);
 }
 
+/**
+ * A run id shortened for tables (`<trace id start>…<span id>`), with the whole id as a tooltip
+ * and for screen readers.
+ */
+export function shortRunLink(runId) {
+  if (typeof runId !== "string" || runId.length <= 28) return runLink(runId);
+  const link = runLink(runId, `${runId.slice(0, 6)}…${runId.slice(-17)}`);
+  link.title = runId;
+  link.setAttribute("aria-label", `run ${runId}`);
+  return link;
+}
+
 /** A status badge; `kind` is the wire status (running, completed, unknown_after_crash, ...). */
 export function badge(kind, text) {
   return h("span", { class: `badge badge-${kind}` }, text ?? kind.replaceAll("_", " "));

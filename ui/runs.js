@@ -2,7 +2,7 @@
 // live refresh that polls the first page every few seconds while the tab is visible.
 
 import { get, url } from "./api.js";
-import { badge, duration, errorBox, h, parseTime, replace, runLink, time } from "./dom.js";
+import { badge, duration, errorBox, h, parseTime, replace, shortRunLink, time } from "./dom.js";
 
 const POLL_MS = 2000;
 const STATUSES = ["running", "completed", "failed", "abandoned"];
@@ -92,7 +92,7 @@ function filterForm(filters) {
     TEXT_FILTERS.map(([key, label]) =>
       field(key, label, h("input", { id: `filter-${key}`, name: key, value: filters[key] ?? "", autocomplete: "off" })),
     ),
-    field("limit", "Per page", select("limit", LIMITS, "100")),
+    field("limit", "Per page", select("limit", LIMITS, "default (100)")),
     h("div", { class: "field buttons" }, h("button", { type: "submit" }, "Apply"), h("a", { href: "#/" }, "Clear")),
   );
   form.addEventListener("submit", (event) => {
@@ -147,11 +147,11 @@ function row(run) {
   return h(
     "tr",
     { dataset: { runId: run.run_id, status: run.status } },
-    h("th", { scope: "row" }, runLink(run.run_id)),
+    h("th", { scope: "row" }, shortRunLink(run.run_id)),
     h("td", {}, run.agent_name ?? "—"),
     h("td", {}, badge(run.status)),
     h("td", {}, conversation),
-    h("td", {}, run.parent_run_id ? runLink(run.parent_run_id) : "—"),
+    h("td", {}, run.parent_run_id ? shortRunLink(run.parent_run_id) : "—"),
     h("td", {}, time(run.started_at)),
     h("td", { class: "num" }, run.ended_at ? duration(ended - started) : h("span", { class: "muted" }, "open")),
     h("td", { class: "num" }, run.model_request_count ?? 0),

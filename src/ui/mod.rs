@@ -7,8 +7,7 @@
 //! the tab's `sessionStorage`). The router is merged into the API router, so the API's `Host`
 //! allow-list covers these routes too.
 
-use axum::extract::Path;
-use axum::http::{header, HeaderValue, StatusCode};
+use axum::http::{header, HeaderValue, StatusCode, Uri};
 use axum::response::{IntoResponse, Redirect, Response};
 use axum::routing::get;
 use axum::{Json, Router};
@@ -100,10 +99,13 @@ pub fn router<S: Clone + Send + Sync + 'static>() -> Router<S> {
         .route("/ui", get(|| async { Redirect::permanent("/ui/") }))
         .route("/ui/", get(|| async { serve("index.html") }))
         .route("/ui/formats.json", get(formats))
-        .route(
-            "/ui/{file}",
-            get(|Path(file): Path<String>| async move { serve(&file) }),
-        )
+        .route("/ui/{file}", get(asset_at))
+}
+
+/// `GET /ui/{file}`. The name is taken from the raw path (embedded names are plain ASCII), so a
+/// percent-escape that is not UTF-8 is a 404 like any other unknown name, not an extractor error.
+async fn asset_at(uri: Uri) -> Result<Response, UiError> {
+    serve(uri.path().strip_prefix("/ui/").unwrap_or_default())
 }
 
 /// The embedded file `name`, or the explorer's 404.

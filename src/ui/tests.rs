@@ -105,6 +105,7 @@ async fn redirects_refuses_unknown_files_and_foreign_hosts() {
         "/ui/..%2fCargo.toml",
         "/ui/%2e%2e",
         "/ui/a/b.js",
+        "/ui/%ff",
     ] {
         let (status, _, body) = get(&app, uri, &[LOCAL]).await;
         assert_eq!(status, 404, "{uri}: {body}");

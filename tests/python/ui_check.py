@@ -133,7 +133,14 @@ class Page:
                 "return [r.left + scrollX, r.top + scrollY, r.width, r.height];",
                 element_id,
             )
-            params["clip"] = {"x": box[0], "y": box[1], "width": box[2], "height": min(box[3], 1400), "scale": 1}
+            pad = 12
+            params["clip"] = {
+                "x": max(box[0] - pad, 0),
+                "y": max(box[1] - pad, 0),
+                "width": box[2] + 2 * pad,
+                "height": min(box[3], 1000) + 2 * pad,
+                "scale": 1,
+            }
         shot = self.driver.execute_cdp_cmd("Page.captureScreenshot", params)
         path = os.path.join(self.screenshots, name)
         with open(path, "wb") as out:
