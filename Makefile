@@ -34,26 +34,29 @@ run: deps
 test: deps venv venv-tools
 	STEPLINE_PYTHON=$(VENV_PYTHON) STEPLINE_PYTHON_PYDANTIC_AI_1=$(VENV_PYDANTIC_AI_1)/bin/python STEPLINE_PYTHON_TOOLS=$(VENV_TOOLS)/bin/python cargo test --release --lib --bins --tests
 
-## deps: system packages the build and tests need (libclang for the RocksDB bindings, Chromium and
-## its WebDriver for the run explorer's browser tests); a no-op when present
+## deps: system packages the build needs (libclang for the RocksDB bindings), and the ones the browser
+## tests need (chromium, chromium-driver: as root they are installed too, otherwise only named, and
+## tests/ui.rs skips); a no-op when present
 deps:
-	@missing=""; \
+	@missing=""; browser=""; \
 	if command -v dpkg >/dev/null 2>&1; then \
 	  dpkg -s libclang-dev >/dev/null 2>&1 || missing="$$missing libclang-dev"; \
 	  command -v c++ >/dev/null 2>&1 || missing="$$missing g++"; \
-	  dpkg -s chromium >/dev/null 2>&1 || missing="$$missing chromium"; \
-	  dpkg -s chromium-driver >/dev/null 2>&1 || missing="$$missing chromium-driver"; \
+	  dpkg -s chromium >/dev/null 2>&1 || browser="$$browser chromium"; \
+	  dpkg -s chromium-driver >/dev/null 2>&1 || browser="$$browser chromium-driver"; \
 	else \
 	  echo "deps: no dpkg here; make sure libclang and a C++ compiler are installed (RocksDB needs them), and Chromium with chromedriver for the browser tests"; \
 	fi; \
-	if [ -n "$$missing" ]; then \
+	if [ -n "$$missing$$browser" ]; then \
 	  if [ "$$(id -u)" -eq 0 ]; then \
-	    echo "deps: installing$$missing"; \
-	    apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y $$missing; \
-	  else \
-	    echo "deps: missing system packages:$$missing"; \
-	    echo "deps: install them with: sudo apt-get update && sudo apt-get install -y$$missing"; \
+	    echo "deps: installing$$missing$$browser"; \
+	    apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y $$missing $$browser; \
+	  elif [ -n "$$missing" ]; then \
+	    echo "deps: missing system packages:$$missing$$browser"; \
+	    echo "deps: install them with: sudo apt-get update && sudo apt-get install -y$$missing$$browser"; \
 	    exit 1; \
+	  else \
+	    echo "deps: the browser tests (tests/ui.rs) will skip: install$$browser with: sudo apt-get install -y$$browser"; \
 	  fi; \
 	fi
 
