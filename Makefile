@@ -17,37 +17,46 @@ VENV_STAMP := $(VENV)/.requirements.sha256
 # A second venv with Pydantic AI 1.x (the main one pins 2.x), for the 1.x end-to-end tests.
 VENV_PYDANTIC_AI_1 ?= $(VENV)-pydantic-ai-1
 REQUIREMENTS_PYDANTIC_AI_1 := tests/python/requirements-pydantic-ai-1.txt
+# A third venv with the test tools (Selenium for the run explorer's browser tests).
+VENV_TOOLS ?= $(VENV)-tools
+REQUIREMENTS_TOOLS := tests/python/requirements-tools.txt
 
 CONFIG ?= collector.yaml
 BENCH_ARGS ?=
 
-.PHONY: run test deps venv lint bench
+.PHONY: run test deps venv venv-tools lint bench
 
 ## run: stepline on the default config (OTLP 127.0.0.1:4317/4318, API 127.0.0.1:4320, data in ./data)
 run: deps
 	cargo run --release -- --config $(CONFIG)
 
 ## test: the whole suite, end-to-end tests included (real binary + real Pydantic AI clients)
-test: deps venv
-	STEPLINE_PYTHON=$(VENV_PYTHON) STEPLINE_PYTHON_PYDANTIC_AI_1=$(VENV_PYDANTIC_AI_1)/bin/python cargo test --release --lib --bins --tests
+test: deps venv venv-tools
+	STEPLINE_PYTHON=$(VENV_PYTHON) STEPLINE_PYTHON_PYDANTIC_AI_1=$(VENV_PYDANTIC_AI_1)/bin/python STEPLINE_PYTHON_TOOLS=$(VENV_TOOLS)/bin/python cargo test --release --lib --bins --tests
 
-## deps: system packages the build needs (libclang for the RocksDB bindings); a no-op when present
+## deps: system packages the build needs (libclang for the RocksDB bindings), and the ones the browser
+## tests need (chromium, chromium-driver: as root they are installed too, otherwise only named, and
+## tests/ui.rs skips); a no-op when present
 deps:
-	@missing=""; \
+	@missing=""; browser=""; \
 	if command -v dpkg >/dev/null 2>&1; then \
 	  dpkg -s libclang-dev >/dev/null 2>&1 || missing="$$missing libclang-dev"; \
 	  command -v c++ >/dev/null 2>&1 || missing="$$missing g++"; \
+	  dpkg -s chromium >/dev/null 2>&1 || browser="$$browser chromium"; \
+	  dpkg -s chromium-driver >/dev/null 2>&1 || browser="$$browser chromium-driver"; \
 	else \
-	  echo "deps: no dpkg here; make sure libclang and a C++ compiler are installed (RocksDB needs them)"; \
+	  echo "deps: no dpkg here; make sure libclang and a C++ compiler are installed (RocksDB needs them), and Chromium with chromedriver for the browser tests"; \
 	fi; \
-	if [ -n "$$missing" ]; then \
+	if [ -n "$$missing$$browser" ]; then \
 	  if [ "$$(id -u)" -eq 0 ]; then \
-	    echo "deps: installing$$missing"; \
-	    apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y $$missing; \
-	  else \
-	    echo "deps: missing system packages:$$missing"; \
-	    echo "deps: install them with: sudo apt-get update && sudo apt-get install -y$$missing"; \
+	    echo "deps: installing$$missing$$browser"; \
+	    apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y $$missing $$browser; \
+	  elif [ -n "$$missing" ]; then \
+	    echo "deps: missing system packages:$$missing$$browser"; \
+	    echo "deps: install them with: sudo apt-get update && sudo apt-get install -y$$missing$$browser"; \
 	    exit 1; \
+	  else \
+	    echo "deps: the browser tests (tests/ui.rs) will skip: install$$browser with: sudo apt-get install -y$$browser"; \
 	  fi; \
 	fi
 
@@ -67,6 +76,16 @@ venv:
 	$(SYSTEM_PYTHON) -m venv $(VENV_PYDANTIC_AI_1) \
 	  && $(VENV_PYDANTIC_AI_1)/bin/python -m pip install --quiet --disable-pip-version-check -r $(REQUIREMENTS_PYDANTIC_AI_1) \
 	  && echo "$$want" > $(VENV_PYDANTIC_AI_1)/.requirements.sha256
+
+## venv-tools: (re)create $(VENV_TOOLS) when tests/python/requirements-tools.txt changed
+venv-tools:
+	@want=$$(sha256sum $(REQUIREMENTS_TOOLS) | cut -d' ' -f1); \
+	have=$$(cat $(VENV_TOOLS)/.requirements.sha256 2>/dev/null || true); \
+	if [ -x "$(VENV_TOOLS)/bin/python" ] && [ "$$want" = "$$have" ]; then exit 0; fi; \
+	echo "venv-tools: installing $(REQUIREMENTS_TOOLS) into $(VENV_TOOLS)"; \
+	$(SYSTEM_PYTHON) -m venv $(VENV_TOOLS) \
+	  && $(VENV_TOOLS)/bin/python -m pip install --quiet --disable-pip-version-check -r $(REQUIREMENTS_TOOLS) \
+	  && echo "$$want" > $(VENV_TOOLS)/.requirements.sha256
 
 ## lint: formatting and clippy (warnings are errors)
 lint: deps

@@ -25,6 +25,7 @@ pub mod service_error;
 pub mod store;
 #[cfg(test)]
 mod test_fixtures;
+pub mod ui;
 
 /// The process's allocator for every binary, test and example linking stepline: interpreting
 /// spans and rendering continuations build and drop many small JSON values, where glibc's

@@ -63,6 +63,7 @@ pub fn router(state: ApiState) -> Router {
         .route("/healthz", get(healthz))
         .merge(metrics_route)
         .merge(v1)
+        .merge(crate::ui::router())
         .fallback(|| async { ApiError::NotFound("no such endpoint".into()) })
         .layer(middleware::from_fn_with_state(access, auth::check_host))
         .with_state(state)
