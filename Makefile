@@ -24,39 +24,53 @@ REQUIREMENTS_TOOLS := tests/python/requirements-tools.txt
 CONFIG ?= collector.yaml
 BENCH_ARGS ?=
 
-.PHONY: run test deps venv venv-tools lint bench
+.PHONY: run test deps test-deps venv venv-tools lint bench
 
 ## run: stepline on the default config (OTLP 127.0.0.1:4317/4318, API 127.0.0.1:4320, data in ./data)
 run: deps
 	cargo run --release -- --config $(CONFIG)
 
 ## test: the whole suite, end-to-end tests included (real binary + real Pydantic AI clients)
-test: deps venv venv-tools
+test: deps test-deps venv venv-tools
 	STEPLINE_PYTHON=$(VENV_PYTHON) STEPLINE_PYTHON_PYDANTIC_AI_1=$(VENV_PYDANTIC_AI_1)/bin/python STEPLINE_PYTHON_TOOLS=$(VENV_TOOLS)/bin/python cargo test --release --lib --bins --tests
 
 ## deps: system packages the build needs (libclang for the RocksDB bindings), and the ones the browser
 ## tests need (chromium, chromium-driver: as root they are installed too, otherwise only named, and
 ## tests/ui.rs skips); a no-op when present
 deps:
-	@missing=""; browser=""; \
+	@missing=""; \
 	if command -v dpkg >/dev/null 2>&1; then \
 	  dpkg -s libclang-dev >/dev/null 2>&1 || missing="$$missing libclang-dev"; \
 	  command -v c++ >/dev/null 2>&1 || missing="$$missing g++"; \
+	else \
+	  echo "deps: no dpkg here; make sure libclang and a C++ compiler are installed (RocksDB needs them)"; \
+	fi; \
+	if [ -n "$$missing" ]; then \
+	  if [ "$$(id -u)" -eq 0 ]; then \
+	    echo "deps: installing$$missing"; \
+	    apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y $$missing; \
+	  else \
+	    echo "deps: missing system packages:$$missing"; \
+	    echo "deps: install them with: sudo apt-get update && sudo apt-get install -y$$missing"; \
+	    exit 1; \
+	  fi; \
+	fi
+
+## test-deps: Chromium and chromedriver for the browser tests (tests/ui.rs); only `make test` needs them
+test-deps:
+	@browser=""; \
+	if command -v dpkg >/dev/null 2>&1; then \
 	  dpkg -s chromium >/dev/null 2>&1 || browser="$$browser chromium"; \
 	  dpkg -s chromium-driver >/dev/null 2>&1 || browser="$$browser chromium-driver"; \
 	else \
-	  echo "deps: no dpkg here; make sure libclang and a C++ compiler are installed (RocksDB needs them), and Chromium with chromedriver for the browser tests"; \
+	  echo "test-deps: no dpkg here; install Chromium with chromedriver for the browser tests"; \
 	fi; \
-	if [ -n "$$missing$$browser" ]; then \
+	if [ -n "$$browser" ]; then \
 	  if [ "$$(id -u)" -eq 0 ]; then \
-	    echo "deps: installing$$missing$$browser"; \
-	    apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y $$missing $$browser; \
-	  elif [ -n "$$missing" ]; then \
-	    echo "deps: missing system packages:$$missing$$browser"; \
-	    echo "deps: install them with: sudo apt-get update && sudo apt-get install -y$$missing$$browser"; \
-	    exit 1; \
+	    echo "test-deps: installing$$browser"; \
+	    apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y $$browser; \
 	  else \
-	    echo "deps: the browser tests (tests/ui.rs) will skip: install$$browser with: sudo apt-get install -y$$browser"; \
+	    echo "test-deps: the browser tests (tests/ui.rs) will skip: install$$browser with: sudo apt-get install -y$$browser"; \
 	  fi; \
 	fi
 
