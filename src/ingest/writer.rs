@@ -542,6 +542,68 @@ mod tests {
         assert!(store.check_readable().unwrap().is_empty());
     }
 
+    #[tokio::test]
+    async fn the_outbox_queue_counts_the_stored_entry_with_its_run_block_exactly() {
+        use crate::config::{Compression, ExporterConfig, ExporterProtocol, RetryConfig};
+        use prost::Message;
+        let dir = tempfile::tempdir().unwrap();
+        let store = Arc::new(Store::open(dir.path(), false).unwrap());
+        let exporters = [ExporterConfig {
+            id: "otlp/traces".into(),
+            protocol: ExporterProtocol::Grpc,
+            endpoint: "http://127.0.0.1:1".into(),
+            tls: None,
+            headers: Vec::new(),
+            compression: Compression::None,
+            timeout: std::time::Duration::from_secs(1),
+            retry: RetryConfig::default(),
+            queue_size_bytes: 1 << 20,
+            when_full: crate::config::WhenFull::Refuse,
+            num_consumers: 1,
+            enrich_run_id: true,
+            signals: vec![SignalKind::Traces],
+        }];
+        let outbox = Arc::new(Outbox::open(&store, &exporters).unwrap());
+        let writer = Writer::start(
+            store.clone(),
+            outbox.clone(),
+            4,
+            Arc::new(IngestCounters::default()),
+        );
+        let spans = crate::test_fixtures::strands_scenario();
+        let entry = |spans: &[Span]| {
+            let payload = crate::test_fixtures::request(spans.to_vec()).encode_to_vec();
+            OutboxEntry::new(SignalKind::Traces, spans.len() as u64, payload)
+        };
+        let Work::Received {
+            spans: interpreted, ..
+        } = work(&spans)
+        else {
+            unreachable!("work() builds a received request");
+        };
+        let stored = writer
+            .receive(interpreted, Vec::new(), Some(entry(&spans)))
+            .await
+            .unwrap();
+        // A request without interpreted spans: no run block.
+        let plain = writer
+            .receive(Vec::new(), Vec::new(), Some(entry(&spans[..1])))
+            .await
+            .unwrap();
+        let entries = store.outbox_after(0, 10, usize::MAX).unwrap();
+        assert_eq!(entries.len(), 2);
+        assert_eq!(entries[0].span_runs.len(), spans.len());
+        assert!(entries[1].span_runs.is_empty());
+        assert_eq!(stored.outbox_bytes, Some(entries[0].size()));
+        assert_eq!(plain.outbox_bytes, Some(entries[1].size()));
+        let total: u64 = entries.iter().map(OutboxEntry::size).sum();
+        assert_eq!(outbox.queues()[0].pending_bytes(), total);
+        // What a restart counts from the stored entries is the same.
+        drop(writer);
+        let reopened = Outbox::open(&store, &exporters).unwrap();
+        assert_eq!(reopened.queues()[0].pending_bytes(), total);
+    }
+
     #[test]
     fn liveness_turns_false_when_the_writer_thread_ends() {
         let dir = tempfile::tempdir().unwrap();

@@ -19,20 +19,24 @@ pub(super) type SpanRuns = HashMap<(String, String), String>;
 /// What links a fact to other runs: tool spans' runs and grouping spans known to this group.
 #[derive(Clone, Copy)]
 pub(super) struct Links<'a> {
+    /// The runs of this group's tool and model-request spans.
     pub(super) span_runs: &'a SpanRuns,
+    /// This group's grouping spans.
     pub(super) groups: &'a Groups,
 }
 
 /// Grouping spans known to this write group (the store knows the earlier ones).
 #[derive(Default)]
 pub(super) struct Groups {
-    parents: SpanRuns,
+    /// The span each grouping span of this group names as its run key, by `(trace, span)`.
+    parents: HashMap<(String, String), String>,
 }
 
 /// Deepest nesting of grouping spans followed when resolving a run.
 const MAX_GROUP_DEPTH: usize = 64;
 
 impl Groups {
+    /// Records grouping span `i` (stored, and known to the rest of this group).
     pub(super) fn record(
         &mut self,
         batch: &mut WriteBatch<'_>,
@@ -75,6 +79,8 @@ impl Groups {
             .map_or(run_id.clone(), |(_, s)| s.to_string()))
     }
 
+    /// `trace-<span>` for the span reached from `key` by following grouping spans up (at most
+    /// [`MAX_GROUP_DEPTH`] of them, so a cycle of groups ends).
     fn follow(&self, store: &Store, trace: &str, mut key: String) -> Result<String, StoreError> {
         let trace = &trace.to_string();
         for _ in 0..MAX_GROUP_DEPTH {
