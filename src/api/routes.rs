@@ -16,7 +16,7 @@ use super::error::ApiError;
 use super::extract::{Params, RunId};
 use crate::continuation::{Continuations, Format, MediaMode, Request as ContinuationRequest};
 use crate::domain::{EffectStatus, Run, SnapshotMeta, SnapshotState};
-use crate::ingest::{Applied, Ingest};
+use crate::ingest::{AbandonOutcome, Ingest};
 use crate::store::{RunFilter, Store};
 
 /// What the handlers share.
@@ -363,14 +363,13 @@ async fn abandon(
         .abandon(&run_id, "abandoned by request")
         .await?
     {
-        Applied::Abandoned(id) => Ok(Json(blocking(&state, move |s| find_run(s, &id)).await?)),
-        Applied::AlreadyOver(id, status) => Err(ApiError::Conflict(format!(
+        AbandonOutcome::Abandoned(id) => {
+            Ok(Json(blocking(&state, move |s| find_run(s, &id)).await?))
+        }
+        AbandonOutcome::AlreadyOver(id, status) => Err(ApiError::Conflict(format!(
             "run {id} is already {status}; only a running run can be abandoned"
         ))),
-        Applied::UnknownRun => Err(ApiError::NotFound(format!("run {run_id:?} not found"))),
-        Applied::StillActive | Applied::Stored | Applied::PrunedLogs(_) => {
-            Err(ApiError::Internal("unexpected writer answer".into()))
-        }
+        AbandonOutcome::UnknownRun => Err(ApiError::NotFound(format!("run {run_id:?} not found"))),
     }
 }
 

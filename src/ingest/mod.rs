@@ -22,7 +22,9 @@ use opentelemetry_proto::tonic::metrics::v1::metric::Data;
 use prost::Message;
 
 use crate::outbox::OutboxEntry;
-pub use apply::{apply_group, run_id_of, Applied, Work};
+pub use apply::{
+    apply_group, run_id_of, AbandonOutcome, Applied, PrunedLogs, Stored, SweepOutcome, Work,
+};
 use writer::Writer;
 
 use crate::config::SignalKind;
@@ -351,14 +353,7 @@ impl Ingest {
         let interpreted_count = interpreted.len() as u64;
         let outbox = payload.map(|payload| OutboxEntry::new(SignalKind::Traces, total, payload));
         if !interpreted.is_empty() || outbox.is_some() {
-            let submitted = self
-                .writer
-                .submit(Work::Received {
-                    spans: interpreted,
-                    logs: Vec::new(),
-                    outbox,
-                })
-                .await;
+            let submitted = self.writer.receive(interpreted, Vec::new(), outbox).await;
             if let Err(error) = submitted {
                 // Refused as a whole (retryable): counted like the Collector's refused spans.
                 self.counters
@@ -439,14 +434,7 @@ impl Ingest {
             payload.map(|payload| OutboxEntry::new(SignalKind::Logs, records as u64, payload));
         if !events.is_empty() || outbox.is_some() {
             // The events and the outbox entry commit in one batch.
-            let submitted = self
-                .writer
-                .submit(Work::Received {
-                    spans: Vec::new(),
-                    logs: events,
-                    outbox,
-                })
-                .await;
+            let submitted = self.writer.receive(Vec::new(), events, outbox).await;
             if let Err(error) = submitted {
                 self.counters
                     .refused_log_records
@@ -489,11 +477,7 @@ impl Ingest {
         if let Some(entry) = self.entry(SignalKind::Metrics, points as u64, &request) {
             let submitted = self
                 .writer
-                .submit(Work::Received {
-                    spans: Vec::new(),
-                    logs: Vec::new(),
-                    outbox: Some(entry),
-                })
+                .receive(Vec::new(), Vec::new(), Some(entry))
                 .await;
             if let Err(error) = submitted {
                 self.counters
@@ -509,14 +493,9 @@ impl Ingest {
     }
 
     /// Declares a run (by id or alias) dead now: unsettled tool calls become `unknown_after_crash`.
-    pub async fn abandon(&self, run: &str, reason: &str) -> Result<Applied, IngestError> {
+    pub async fn abandon(&self, run: &str, reason: &str) -> Result<AbandonOutcome, IngestError> {
         self.writer
-            .submit(Work::Abandon {
-                run: run.to_string(),
-                reason: reason.to_string(),
-                at_ns: now_ns(),
-                silent_since_ns: 0,
-            })
+            .abandon(run.to_string(), reason.to_string(), now_ns())
             .await
     }
 
@@ -550,21 +529,21 @@ impl Ingest {
             if !silent {
                 continue;
             }
-            let applied = self
+            let reason = format!(
+                "no telemetry for {}s (inactivity timeout)",
+                timeout.as_secs()
+            );
+            let outcome = self
                 .writer
-                .submit(Work::Abandon {
-                    run: id.clone(),
-                    reason: format!(
-                        "no telemetry for {}s (inactivity timeout)",
-                        timeout.as_secs()
-                    ),
-                    at_ns: now,
-                    silent_since_ns: cutoff,
-                })
+                .abandon_if_silent(id.clone(), reason, now, cutoff)
                 .await;
-            match applied {
-                Ok(Applied::Abandoned(_)) => abandoned += 1,
-                Ok(_) => {}
+            match outcome {
+                Ok(SweepOutcome::Decided(AbandonOutcome::Abandoned(_))) => abandoned += 1,
+                // Ended, gone or active again since it was listed: nothing to abandon.
+                Ok(SweepOutcome::Decided(
+                    AbandonOutcome::AlreadyOver(..) | AbandonOutcome::UnknownRun,
+                ))
+                | Ok(SweepOutcome::StillActive) => {}
                 Err(e) if e.is_permanent() => {
                     self.counters
                         .sweep_damaged_runs
@@ -591,10 +570,8 @@ impl Ingest {
         if records.is_empty() {
             return Ok(0);
         }
-        match self.writer.submit(Work::PruneLogs { records }).await? {
-            Applied::PrunedLogs(n) => Ok(n),
-            _ => Ok(0),
-        }
+        let PrunedLogs(pruned) = self.writer.prune_logs(records).await?;
+        Ok(pruned)
     }
 }
 
@@ -646,11 +623,7 @@ mod tests {
         let spans = [first, second].iter().filter_map(interpret_span).collect();
         ingest
             .writer
-            .submit(Work::Received {
-                spans,
-                logs: Vec::new(),
-                outbox: None,
-            })
+            .receive(spans, Vec::new(), None)
             .await
             .unwrap();
         let damaged = crate::test_fixtures::run_id(1);

@@ -15,10 +15,14 @@ use std::sync::Arc;
 
 use tokio::sync::{mpsc, oneshot};
 
-use super::apply::{apply_group, Applied, Work};
+use super::apply::{
+    apply_group, run_block_bound, AbandonOutcome, Applied, PrunedLogs, Stored, SweepOutcome, Work,
+};
 use super::{now_ns, IngestCounters, IngestError};
 use crate::config::SignalKind;
 use crate::exporter::Outbox;
+use crate::interpreter::{Interpreted, LogEvent};
+use crate::outbox::OutboxEntry;
 use crate::store::{Store, StoreError};
 
 /// Most work items merged into one commit.
@@ -29,7 +33,52 @@ const LOGGED_IDS: usize = 8;
 
 struct Job {
     work: Work,
-    reply: oneshot::Sender<Result<Applied, IngestError>>,
+    reply: Reply,
+}
+
+/// Where the answer to a job goes: one channel per kind of request, typed by its reply.
+enum Reply {
+    Stored(oneshot::Sender<Result<Stored, IngestError>>),
+    PrunedLogs(oneshot::Sender<Result<PrunedLogs, IngestError>>),
+    Abandon(oneshot::Sender<Result<AbandonOutcome, IngestError>>),
+    AbandonIfSilent(oneshot::Sender<Result<SweepOutcome, IngestError>>),
+}
+
+impl Reply {
+    /// Sends `answer` (the group's answer to this job) to the submitter, as its reply type.
+    /// `apply_group` answers each work with the reply of its kind; should that ever not hold,
+    /// the submitter gets an internal error rather than a wrong answer.
+    fn send(self, answer: Result<Applied, IngestError>) {
+        fn mismatch<T>(applied: Applied) -> Result<T, IngestError> {
+            tracing::error!(
+                ?applied,
+                "the writer answered a request with another kind's reply"
+            );
+            Err(IngestError::Internal(format!(
+                "the writer gave a reply of another kind: {applied:?}"
+            )))
+        }
+        // A submitter that stopped waiting (its client went away) needs no answer.
+        match (self, answer) {
+            (Reply::Stored(tx), Ok(Applied::Stored(stored))) => drop(tx.send(Ok(stored))),
+            (Reply::PrunedLogs(tx), Ok(Applied::PrunedLogs(n))) => drop(tx.send(Ok(n))),
+            (Reply::Abandon(tx), Ok(Applied::Abandon(SweepOutcome::Decided(outcome)))) => {
+                drop(tx.send(Ok(outcome)))
+            }
+            (Reply::AbandonIfSilent(tx), Ok(Applied::Abandon(outcome))) => {
+                drop(tx.send(Ok(outcome)))
+            }
+            (Reply::Stored(tx), answer) => drop(tx.send(answer.and_then(mismatch))),
+            (Reply::PrunedLogs(tx), answer) => drop(tx.send(answer.and_then(mismatch))),
+            (Reply::Abandon(tx), answer) => drop(tx.send(answer.and_then(mismatch))),
+            (Reply::AbandonIfSilent(tx), answer) => drop(tx.send(answer.and_then(mismatch))),
+        }
+    }
+
+    /// Refuses the job with `error`.
+    fn refuse(self, error: IngestError) {
+        self.send(Err(error));
+    }
 }
 
 /// Handle to the writer thread. Dropping it closes the queue and waits for the thread, so the
@@ -87,11 +136,79 @@ impl Writer {
         self.alive.load(Ordering::Acquire)
     }
 
-    /// Submits work and waits until it is durably committed.
-    pub async fn submit(&self, work: Work) -> Result<Applied, IngestError> {
-        let (reply, answer) = oneshot::channel();
-        let tx = self.tx.as_ref().ok_or(IngestError::ShuttingDown)?;
-        tx.try_send(Job { work, reply }).map_err(|e| match e {
+    /// Stores what was interpreted from one received export request (and its outbox entry)
+    /// and waits until it is durably committed.
+    pub async fn receive(
+        &self,
+        spans: Vec<Interpreted>,
+        logs: Vec<LogEvent>,
+        outbox: Option<OutboxEntry>,
+    ) -> Result<Stored, IngestError> {
+        let work = Work::Received {
+            spans,
+            logs,
+            outbox,
+        };
+        self.submit(work, Reply::Stored).await
+    }
+
+    /// Deletes the orphan log records `records` whose span still has not arrived.
+    pub async fn prune_logs(
+        &self,
+        records: Vec<(Vec<u8>, String, String)>,
+    ) -> Result<PrunedLogs, IngestError> {
+        self.submit(Work::PruneLogs { records }, Reply::PrunedLogs)
+            .await
+    }
+
+    /// Declares run `run` (an id or alias) dead at `at_ns`, whatever it did last.
+    pub async fn abandon(
+        &self,
+        run: String,
+        reason: String,
+        at_ns: u64,
+    ) -> Result<AbandonOutcome, IngestError> {
+        let work = Work::Abandon {
+            run,
+            reason,
+            at_ns,
+            silent_since_ns: 0,
+        };
+        self.submit(work, Reply::Abandon).await
+    }
+
+    /// Declares run `run` dead at `at_ns` if no fact of it arrived after `silent_since_ns` (not
+    /// 0): the inactivity sweep's decision.
+    pub async fn abandon_if_silent(
+        &self,
+        run: String,
+        reason: String,
+        at_ns: u64,
+        silent_since_ns: u64,
+    ) -> Result<SweepOutcome, IngestError> {
+        let work = Work::Abandon {
+            run,
+            reason,
+            at_ns,
+            silent_since_ns,
+        };
+        self.submit(work, Reply::AbandonIfSilent).await
+    }
+
+    /// Queues `work` and waits until it is durably committed; `reply` makes the channel its
+    /// answer comes back on.
+    async fn submit<T>(
+        &self,
+        work: Work,
+        reply: fn(oneshot::Sender<Result<T, IngestError>>) -> Reply,
+    ) -> Result<T, IngestError> {
+        let (tx, answer) = oneshot::channel();
+        let sender = self.tx.as_ref().ok_or(IngestError::ShuttingDown)?;
+        let job = Job {
+            work,
+            reply: reply(tx),
+        };
+        sender.try_send(job).map_err(|e| match e {
             mpsc::error::TrySendError::Full(_) => IngestError::Overloaded(self.capacity),
             mpsc::error::TrySendError::Closed(_) => IngestError::ShuttingDown,
         })?;
@@ -189,7 +306,8 @@ fn answer_failure(
 
 /// One job of a group, once its outbox space is reserved.
 struct Pending {
-    reply: oneshot::Sender<Result<Applied, IngestError>>,
+    reply: Reply,
+    /// The signal and bytes reserved in the exporters' queues for its outbox entry.
     reserved: Option<(SignalKind, u64)>,
 }
 
@@ -209,19 +327,23 @@ fn run(store: &Store, outbox: &Outbox, counters: &IngestCounters, mut rx: mpsc::
             let mut reserved = None;
             if let Work::Received {
                 outbox: Some(entry),
+                spans,
                 ..
             } = &mut work
             {
-                match outbox.reserve(store, entry.signal, entry.items, entry.size()) {
+                // The run block is written once the runs are resolved: its bound is reserved
+                // now, and what it did not take is given back after the commit.
+                let size = entry.size().saturating_add(run_block_bound(spans.len()));
+                match outbox.reserve(store, entry.signal, entry.items, size) {
                     Ok(seq) => {
                         entry.seq = seq;
-                        reserved = Some((entry.signal, entry.size()));
+                        reserved = Some((entry.signal, size));
                     }
                     Err(full) => {
-                        let _ = reply.send(Err(IngestError::OutboxFull {
+                        reply.refuse(IngestError::OutboxFull {
                             exporter: full.exporter,
                             capacity: full.capacity,
-                        }));
+                        });
                         continue;
                     }
                 }
@@ -239,12 +361,20 @@ fn run(store: &Store, outbox: &Outbox, counters: &IngestCounters, mut rx: mpsc::
         let mut committed = false;
         for (Pending { reply, reserved }, answer) in pending.into_iter().zip(answers) {
             if let Some((signal, size)) = reserved {
-                match answer {
-                    Ok(_) => committed = true,
+                match &answer {
+                    Ok(applied) => {
+                        committed = true;
+                        if let Applied::Stored(Stored {
+                            outbox_bytes: Some(bytes),
+                        }) = applied
+                        {
+                            outbox.release(signal, size.saturating_sub(*bytes));
+                        }
+                    }
                     Err(_) => outbox.release(signal, size),
                 }
             }
-            let _ = reply.send(answer);
+            reply.send(answer);
         }
         if committed {
             outbox.committed();
@@ -356,7 +486,10 @@ mod tests {
             }
             other => panic!("{other:?}"),
         }
-        assert_eq!(answers[1].as_ref().ok(), Some(&Applied::Stored));
+        assert_eq!(
+            answers[1].as_ref().ok(),
+            Some(&Applied::Stored(Stored { outbox_bytes: None }))
+        );
         assert!(
             store.run(&run_in(9)).unwrap().is_some(),
             "the innocent commits"
@@ -394,13 +527,81 @@ mod tests {
             }
             other => panic!("{other:?}"),
         }
-        assert_eq!(answers[1].as_ref().ok(), Some(&Applied::Stored));
+        assert_eq!(
+            answers[1].as_ref().ok(),
+            Some(&Applied::Stored(Stored { outbox_bytes: None }))
+        );
         assert!(counters.panics.load(Ordering::Relaxed) >= 1);
         // The same request applies once the fault is gone: nothing was left half-done.
         let again = apply_isolated(&store, &counters, &[work(&other_trace(5))]);
-        assert_eq!(again[0].as_ref().ok(), Some(&Applied::Stored));
+        assert_eq!(
+            again[0].as_ref().ok(),
+            Some(&Applied::Stored(Stored { outbox_bytes: None }))
+        );
         assert!(store.run(&run_in(5)).unwrap().is_some());
         assert!(store.check_readable().unwrap().is_empty());
+    }
+
+    #[tokio::test]
+    async fn the_outbox_queue_counts_the_stored_entry_with_its_run_block_exactly() {
+        use crate::config::{Compression, ExporterConfig, ExporterProtocol, RetryConfig};
+        use prost::Message;
+        let dir = tempfile::tempdir().unwrap();
+        let store = Arc::new(Store::open(dir.path(), false).unwrap());
+        let exporters = [ExporterConfig {
+            id: "otlp/traces".into(),
+            protocol: ExporterProtocol::Grpc,
+            endpoint: "http://127.0.0.1:1".into(),
+            tls: None,
+            headers: Vec::new(),
+            compression: Compression::None,
+            timeout: std::time::Duration::from_secs(1),
+            retry: RetryConfig::default(),
+            queue_size_bytes: 1 << 20,
+            when_full: crate::config::WhenFull::Refuse,
+            num_consumers: 1,
+            enrich_run_id: true,
+            signals: vec![SignalKind::Traces],
+        }];
+        let outbox = Arc::new(Outbox::open(&store, &exporters).unwrap());
+        let writer = Writer::start(
+            store.clone(),
+            outbox.clone(),
+            4,
+            Arc::new(IngestCounters::default()),
+        );
+        let spans = crate::test_fixtures::strands_scenario();
+        let entry = |spans: &[Span]| {
+            let payload = crate::test_fixtures::request(spans.to_vec()).encode_to_vec();
+            OutboxEntry::new(SignalKind::Traces, spans.len() as u64, payload)
+        };
+        let Work::Received {
+            spans: interpreted, ..
+        } = work(&spans)
+        else {
+            unreachable!("work() builds a received request");
+        };
+        let stored = writer
+            .receive(interpreted, Vec::new(), Some(entry(&spans)))
+            .await
+            .unwrap();
+        // A request without interpreted spans: no run block.
+        let plain = writer
+            .receive(Vec::new(), Vec::new(), Some(entry(&spans[..1])))
+            .await
+            .unwrap();
+        let entries = store.outbox_after(0, 10, usize::MAX).unwrap();
+        assert_eq!(entries.len(), 2);
+        assert_eq!(entries[0].span_runs.len(), spans.len());
+        assert!(entries[1].span_runs.is_empty());
+        assert_eq!(stored.outbox_bytes, Some(entries[0].size()));
+        assert_eq!(plain.outbox_bytes, Some(entries[1].size()));
+        let total: u64 = entries.iter().map(OutboxEntry::size).sum();
+        assert_eq!(outbox.queues()[0].pending_bytes(), total);
+        // What a restart counts from the stored entries is the same.
+        drop(writer);
+        let reopened = Outbox::open(&store, &exporters).unwrap();
+        assert_eq!(reopened.queues()[0].pending_bytes(), total);
     }
 
     #[test]

@@ -1,0 +1,122 @@
+//! The work set of a write group: the runs the group touches, each loaded once (its meta and
+//! record, its facts only when needed) and changed in memory until the group is written.
+
+use std::collections::{BTreeMap, HashMap};
+
+use crate::domain::{ChainRef, IdSet, MessageHash, NodeId, Run};
+use crate::interpreter::{FactKind, RunMeta, SpanFact, StoredFact};
+use crate::store::keys::cf;
+use crate::store::{Store, StoreError};
+
+/// The runs a write group touches, by run id.
+pub(super) type Runs = HashMap<String, RunWork>;
+
+/// One run of the work set.
+pub(super) struct RunWork {
+    /// Every fact of the run by span id, once loaded in full (for a full derivation).
+    pub(super) all: Option<BTreeMap<String, SpanFact>>,
+    /// Facts this group added or replaced, by span id.
+    pub(super) added: BTreeMap<String, SpanFact>,
+    /// Something happened that only a full derivation follows (a fact replaced, runs merged,
+    /// the run abandoned).
+    pub(super) full: bool,
+    /// Messages written for the run by this group.
+    pub(super) known_messages: IdSet<MessageHash>,
+    /// History nodes written for the run by this group.
+    pub(super) known_nodes: IdSet<NodeId>,
+    /// Input histories of the facts this group added, by span id.
+    pub(super) input_chains: HashMap<String, ChainRef>,
+    /// The run's meta (stored, as changed by this group).
+    pub(super) meta: RunMeta,
+    /// The run record stored before this group, if any.
+    pub(super) old: Option<Run>,
+    /// The group changed the run: it is written.
+    pub(super) dirty: bool,
+    /// When the group first touched the run (runs are written in this order, so the first of
+    /// two runs claiming one alias in a group keeps it).
+    pub(super) order: usize,
+}
+
+impl RunWork {
+    /// Whether the run has a fact other than a grouping span (a run record was written before,
+    /// or one of its facts is not a group); a run known only from grouping spans is not shown.
+    pub(super) fn shown(&self) -> bool {
+        let not_group = |f: &SpanFact| f.kind != FactKind::Group;
+        self.old.is_some()
+            || self.added.values().any(not_group)
+            || self.all.iter().flat_map(|a| a.values()).any(not_group)
+    }
+}
+
+/// The work entry of a run: its meta and record (its facts are read only when needed).
+pub(super) fn load<'a>(
+    store: &Store,
+    runs: &'a mut Runs,
+    run_id: &str,
+) -> Result<&'a mut RunWork, StoreError> {
+    if !runs.contains_key(run_id) {
+        let work = RunWork {
+            all: None,
+            added: BTreeMap::new(),
+            full: false,
+            known_messages: IdSet::default(),
+            known_nodes: IdSet::default(),
+            input_chains: HashMap::new(),
+            meta: store
+                .run_meta(run_id)
+                .map_err(|e| e.in_run(run_id, None))?
+                .unwrap_or_default(),
+            old: store
+                .run_record(run_id)
+                .map_err(|e| e.in_run(run_id, None))?,
+            dirty: false,
+            order: runs.len(),
+        };
+        runs.insert(run_id.to_string(), work);
+    }
+    runs.get_mut(run_id).ok_or(StoreError::Corrupt {
+        cf: cf::RUNS,
+        reason: "run vanished from the work set".into(),
+    })
+}
+
+/// The work entry of a run with every fact of the run (stored, and added by this group).
+pub(super) fn load_full<'a>(
+    store: &Store,
+    runs: &'a mut Runs,
+    run_id: &str,
+) -> Result<&'a mut RunWork, StoreError> {
+    let work = load(store, runs, run_id)?;
+    if work.all.is_none() {
+        let mut all: BTreeMap<String, SpanFact> = store
+            .facts(run_id)
+            .map_err(|e| e.in_run(run_id, None))?
+            .into_iter()
+            .map(|f| (f.span_id.clone(), f))
+            .collect();
+        for (span, fact) in &work.added {
+            all.insert(span.clone(), fact.clone());
+        }
+        work.all = Some(all);
+    }
+    Ok(work)
+}
+
+/// The fact of `span_id` already known for the run (added by this group or stored), in its
+/// stored form.
+pub(super) fn known_fact(
+    store: &Store,
+    work: &RunWork,
+    run_id: &str,
+    span_id: &str,
+) -> Result<Option<StoredFact>, StoreError> {
+    if let Some(f) = work.added.get(span_id) {
+        return Ok(Some(StoredFact::of(f)));
+    }
+    if let Some(all) = &work.all {
+        return Ok(all.get(span_id).map(StoredFact::of));
+    }
+    store
+        .stored_fact(run_id, span_id)
+        .map_err(|e| e.in_run(run_id, Some(span_id)))
+}
