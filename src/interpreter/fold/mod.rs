@@ -150,18 +150,17 @@ pub fn derive(run_id: &str, facts: &[SpanFact], meta: &RunMeta) -> DerivedRun {
         first_event: 0,
         strict: false,
     };
-    // A fold from nothing neither meets an unknown occurrence nor is strict.
-    let Some(mut stepped) = step::apply(&mut acc, step, |_| Some(0)) else {
-        unreachable!("a lenient fold step from an empty accumulator always applies")
-    };
+    // A lenient step with every occurrence known always applies; were it refused, the run
+    // would read as one without records rather than take the writer down.
+    let mut stepped =
+        step::apply(&mut acc, step, |_| Some(0)).unwrap_or_else(step::Stepped::nothing);
     let final_history = agent.and_then(|a| a.all_messages.as_deref().map(|all| (all, a.end_ns)));
     ledger::close(&mut acc, final_history, status.is_over());
     if let Some((all, end_ns)) = final_history {
         // The run's final history, when its span carries it.
         let mut walk = crate::interpreter::validity::WalkState::default();
         all.iter().for_each(|r| walk.push(&r.shape));
-        let mut nodes = snapshots::Nodes::new(true);
-        let history = nodes.history(all, None);
+        let history = stepped.nodes.history(all, None);
         stepped.snapshots.push(
             history,
             &walk,
@@ -169,14 +168,6 @@ pub fn derive(run_id: &str, facts: &[SpanFact], meta: &RunMeta) -> DerivedRun {
             acc.models,
             end_ns,
             acc.instructions.effective(),
-        );
-        let emitted: crate::domain::IdSet<NodeId> =
-            stepped.nodes.iter().map(|(id, _)| *id).collect();
-        stepped.nodes.extend(
-            nodes
-                .list
-                .into_iter()
-                .filter(|(id, _)| !emitted.contains(id)),
         );
     }
     // What appending to the run needs, while it is running.
@@ -210,7 +201,7 @@ pub fn derive(run_id: &str, facts: &[SpanFact], meta: &RunMeta) -> DerivedRun {
         effects,
         snapshots: records,
         new_messages: stepped.bodies,
-        nodes: stepped.nodes,
+        nodes: stepped.nodes.list,
         state,
     }
 }
@@ -270,7 +261,7 @@ pub fn append(
             input_prefixes: n.input_prefixes,
         })
         .collect();
-    models.sort_by(|a, b| state::key(a.fact).cmp(&state::key(b.fact)));
+    models.sort_by_key(|n| state::key(n.fact));
     let mut tools: Vec<&SpanFact> = new
         .iter()
         .map(|n| n.fact)
@@ -317,7 +308,7 @@ pub fn append(
         effects,
         snapshots: stepped.snapshots.records,
         new_messages: stepped.bodies,
-        nodes: stepped.nodes,
+        nodes: stepped.nodes.list,
         call_counts: stepped.counts.into_iter().collect(),
         state: acc.to_state()?,
     })

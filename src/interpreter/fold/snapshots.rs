@@ -257,7 +257,7 @@ pub(super) fn step<'f>(
         range.filter_map(|i| acc.known.get(&i).cloned()).collect()
     };
     if let (Some(full), Some(last)) = (acc.last_full.clone(), first_step.checked_sub(1)) {
-        if !models.first().is_some_and(|n| n.fact.input.is_some()) {
+        if models.first().is_none_or(|n| n.fact.input.is_none()) {
             let calls: Vec<EffectBuild> = before
                 .iter()
                 .filter_map(|i| acc.known.get(i).cloned())
@@ -320,7 +320,7 @@ pub(super) fn step<'f>(
         );
         acc.fixed = built.out.mark.clone();
         // Before the next request exists, answer the calls from the tool spans' results.
-        if !models.get(j + 1).is_some_and(|n| n.fact.input.is_some()) {
+        if models.get(j + 1).is_none_or(|n| n.fact.input.is_none()) {
             let calls = entries(acc, asked.get(j).cloned().unwrap_or(0..0));
             let form = acc.form.unwrap_or_default();
             built.reconstruct(&full, calls.iter(), form, step_index, instructions);

@@ -6,11 +6,11 @@ use std::collections::{BTreeSet, HashMap};
 use serde_json::Value;
 
 use super::ledger;
-use super::snapshots::{self, Named, SnapshotBuilder};
+use super::snapshots::{self, Named, Nodes, SnapshotBuilder};
 use super::state::{key, Acc};
 use super::timeline::{self, Edges};
 use super::NewFact;
-use crate::domain::{HistoryNode, NodeId, Run, StepEvent};
+use crate::domain::{Run, StepEvent};
 use crate::interpreter::fact::SpanFact;
 
 /// The facts of one step, and how to apply them.
@@ -40,9 +40,23 @@ pub(super) struct Stepped {
     /// Snapshot records from the accumulator's fixed point on.
     pub snapshots: SnapshotBuilder,
     /// History nodes the snapshots add.
-    pub nodes: Vec<(NodeId, HistoryNode)>,
+    pub nodes: Nodes,
     /// Bodies to store with the run's messages (reconstructed tool returns, instructions).
     pub bodies: Vec<Value>,
+}
+
+impl Stepped {
+    /// A step that added nothing.
+    pub fn nothing() -> Self {
+        Self {
+            events: Vec::new(),
+            changed: BTreeSet::new(),
+            counts: HashMap::new(),
+            snapshots: SnapshotBuilder::new(Default::default()),
+            nodes: Nodes::new(false),
+            bodies: Vec::new(),
+        }
+    }
 }
 
 /// Applies a step to `acc`; `occurrences(id)` says how many ledger entries with call id `id`
@@ -98,7 +112,7 @@ pub(super) fn apply(
         changed: ledger.changed,
         counts: ledger.counts,
         snapshots: built.out,
-        nodes: built.nodes.list,
+        nodes: built.nodes,
         bodies: built.bodies.list,
     })
 }
