@@ -2,20 +2,19 @@
 //!
 //! Each span's convention is detected ([`convention`]); the convention's module maps it onto a
 //! [`SpanFact`] of one run. A run's events, effects, snapshots and record are then [`derive`]d
-//! from the set of its facts, whatever the convention, so arrival order and duplicate delivery
-//! cannot change the outcome.
+//! from the set of its facts, whatever the convention, as one fold ([`fold`]) that [`append`]
+//! continues with new facts, so arrival order and duplicate delivery cannot change the outcome.
 
 pub(crate) mod attributes;
 pub mod budget;
 mod call_join;
 pub mod convention;
-mod derive;
 mod events;
 mod fact;
+mod fold;
 mod genai;
 #[cfg(test)]
 mod hardening_tests;
-mod incremental;
 mod logs;
 mod openai_items;
 mod openinference;
@@ -26,12 +25,12 @@ mod validity;
 
 use opentelemetry_proto::tonic::trace::v1::Span;
 
+pub use crate::records::run_state::{Abandonment, RunMeta, RunState};
 pub use budget::{NotInterpreted, OverLimit};
 pub use convention::Convention;
-pub use derive::{derive, Abandonment, DerivedRun, RunMeta};
 pub use events::block_to_part;
 pub use fact::{FactKind, Interpreted, RequestedCall, SpanFact, StoredFact};
-pub use incremental::{append, Append, NewFact, RunState};
+pub use fold::{append, derive, Append, DerivedRun, NewFact};
 pub use logs::{interpret_log, with_log_content, with_log_content_within, LogEvent};
 pub use prefix_memo::{PrefixMemo, SharedMessages};
 pub use tool_return::{ResultKey, ToolReturnForm, ToolReturnRole};

@@ -1,0 +1,4 @@
+//! Persisted types and their codecs; store, interpreter and continuation depend on this, not on
+//! each other.
+
+pub mod run_state;
