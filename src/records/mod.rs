@@ -2,3 +2,5 @@
 //! each other.
 
 pub mod run_state;
+pub mod tool_return_form;
+pub mod walk_state;

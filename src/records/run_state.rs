@@ -7,8 +7,9 @@
 
 use serde::{Deserialize, Serialize};
 
+use super::tool_return_form::ToolReturnForm;
+use super::walk_state::WalkState;
 use crate::domain::{ChainRef, MessageHash, SnapshotState, ToolEffect};
-use crate::interpreter::{ToolReturnForm, WalkState};
 
 /// What is known of a run besides its span facts.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
