@@ -20,6 +20,7 @@ pub mod limits;
 pub mod media;
 pub mod outbox;
 pub mod receiver;
+pub mod records;
 pub mod service;
 pub mod service_error;
 pub mod store;

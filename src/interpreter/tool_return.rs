@@ -8,42 +8,10 @@
 //! content-addressed, so a reconstructed answer in the run's own form is stored once, under the
 //! hash of the observed one, instead of twice.
 
-use serde::{Deserialize, Serialize};
 use serde_json::{json, Map, Value};
 
 use crate::domain::{MessageHash, MessageRef};
-
-/// Role and result key of a run's tool-return messages. The default, used until a run has shown
-/// a tool return, is the semantic conventions' form: role `tool`, key `response`.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ToolReturnForm {
-    /// Role of the message.
-    pub role: ToolReturnRole,
-    /// Key of a part that carries the result (or the error text of a failed call).
-    pub result_key: ResultKey,
-}
-
-/// Role of a tool-return message.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum ToolReturnRole {
-    /// `user` (Pydantic AI up to instrumentation v5).
-    User,
-    /// `tool` (semantic conventions, Pydantic AI v6).
-    #[default]
-    Tool,
-}
-
-/// Key of a `tool_call_response` part that carries the result.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum ResultKey {
-    /// `result` (Pydantic AI, older producers).
-    Result,
-    /// `response` (semantic conventions).
-    #[default]
-    Response,
-}
+pub use crate::records::fact::{ResultKey, ToolReturnForm, ToolReturnRole};
 
 impl ToolReturnRole {
     /// The role as messages spell it.

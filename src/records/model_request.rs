@@ -9,17 +9,12 @@
 //! and output tokens (varints) and input chain tip (length and bytes), then the count of output
 //! messages and each hash (length and bytes).
 
-use rocksdb::{Direction, IteratorMode, WriteOptions};
-
-use super::error::StoreError;
-use super::record_codec::{self, put_bytes, put_varint, Reader};
+use super::codec::{self, put_bytes, put_varint, Reader, RecordError};
+use super::fact::{FactKind, SpanFact, StoredFact};
+use crate::domain::{MessageHash, NodeId};
 
 /// What a damaged record is called in errors.
 const RECORD: &str = "model-request record";
-use super::keys::{cf, RunKey};
-use super::rocks::{Store, WriteBatch};
-use crate::domain::{MessageHash, NodeId};
-use crate::interpreter::{FactKind, StoredFact};
 
 const FORMAT: u8 = 1;
 const MODEL: u8 = 1;
@@ -27,9 +22,6 @@ const INPUT_TOKENS: u8 = 1 << 1;
 const OUTPUT_TOKENS: u8 = 1 << 2;
 const TIP: u8 = 1 << 3;
 const KNOWN_FLAGS: u8 = MODEL | INPUT_TOKENS | OUTPUT_TOKENS | TIP;
-
-/// Stored facts decoded per migration batch (see [`Store::migrate_model_requests`]).
-const MIGRATION_BATCH: usize = 10_000;
 
 /// What provenance reads of one model-request fact.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -69,21 +61,12 @@ impl ModelRequestRecord {
     }
 }
 
-/// `run key` `start_ns(be64)` `span id`: a model-request record.
-pub fn model_request_key(run: RunKey, start_ns: u64, span_id: &str) -> Vec<u8> {
-    let mut k = Vec::with_capacity(16 + span_id.len());
-    k.extend_from_slice(&run.0);
-    k.extend_from_slice(&start_ns.to_be_bytes());
-    k.extend_from_slice(span_id.as_bytes());
-    k
-}
-
-fn hash_of(bytes: &[u8]) -> Result<MessageHash, StoreError> {
+fn hash_of(bytes: &[u8]) -> Result<MessageHash, RecordError> {
     MessageHash::from_slice(bytes)
         .ok_or_else(|| corrupt(&format!("message hash of {} bytes", bytes.len())))
 }
 
-fn node_of(bytes: &[u8]) -> Result<NodeId, StoreError> {
+fn node_of(bytes: &[u8]) -> Result<NodeId, RecordError> {
     NodeId::from_slice(bytes).ok_or_else(|| corrupt(&format!("node id of {} bytes", bytes.len())))
 }
 
@@ -125,13 +108,13 @@ pub fn encode(record: &ModelRequestRecord) -> Vec<u8> {
     out
 }
 
-fn corrupt(reason: &str) -> StoreError {
-    record_codec::corrupt(cf::MODEL_REQUESTS, RECORD, reason)
+fn corrupt(reason: &str) -> RecordError {
+    codec::corrupt(RECORD, reason)
 }
 
 /// Decodes a model-request record.
-pub fn decode(bytes: &[u8]) -> Result<ModelRequestRecord, StoreError> {
-    let mut r = Reader::new(bytes, cf::MODEL_REQUESTS, RECORD);
+pub fn decode(bytes: &[u8]) -> Result<ModelRequestRecord, RecordError> {
+    let mut r = Reader::new(bytes, RECORD);
     let flags = r.header(FORMAT, KNOWN_FLAGS)?;
     let span_id = r.text()?;
     let start_ns = r.varint()?;
@@ -178,109 +161,10 @@ pub fn decode(bytes: &[u8]) -> Result<ModelRequestRecord, StoreError> {
     })
 }
 
-/// The run id of a `facts` key (`run_id \0 span_id`).
-fn fact_run_id(key: &[u8]) -> Result<&str, StoreError> {
-    let end = key
-        .iter()
-        .position(|b| *b == 0)
-        .ok_or(StoreError::Corrupt {
-            cf: cf::FACTS,
-            reason: "fact key without a run id".into(),
-        })?;
-    std::str::from_utf8(&key[..end]).map_err(|_| StoreError::Corrupt {
-        cf: cf::FACTS,
-        reason: "fact key's run id is not UTF-8".into(),
-    })
-}
-
-impl WriteBatch<'_> {
-    /// Keeps a run's model-request record in step with one of its facts being written:
-    /// `previous_start` is the start of the fact of the same span the run had (stored or written
-    /// earlier in this batch) when that one was a model request, `stored` the fact written now.
-    /// Drops the previous record when its key changes (another start, or no longer a model
-    /// request), and puts the current one.
-    pub fn note_fact(
-        &mut self,
-        run_id: &str,
-        previous_start: Option<u64>,
-        stored: &StoredFact,
-    ) -> Result<(), StoreError> {
-        let current = ModelRequestRecord::of(stored);
-        let stale =
-            previous_start.filter(|start| current.as_ref().is_none_or(|c| c.start_ns != *start));
-        if current.is_none() && stale.is_none() {
-            return Ok(());
-        }
-        let run = self.run_key(run_id)?;
-        if let Some(start) = stale {
-            let key = model_request_key(run, start, &stored.fact.span_id);
-            self.delete(cf::MODEL_REQUESTS, &key)?;
-        }
-        if let Some(c) = current {
-            let key = model_request_key(run, c.start_ns, &c.span_id);
-            self.put_raw(cf::MODEL_REQUESTS, &key, &encode(&c))?;
-        }
-        Ok(())
-    }
-}
-
-/// The start of a fact when it is a model request (the `previous_start` of
-/// [`WriteBatch::note_fact`]).
-pub fn request_start(fact: &crate::interpreter::SpanFact) -> Option<u64> {
+/// The start of a fact when it is a model request (the `previous_start` of the store's
+/// `WriteBatch::note_fact`).
+pub fn request_start(fact: &SpanFact) -> Option<u64> {
     (fact.kind == FactKind::ModelRequest).then_some(fact.start_ns)
-}
-
-impl Store {
-    /// A run's model-request records, in start order (ties by span id).
-    pub fn model_requests(&self, run_id: &str) -> Result<Vec<ModelRequestRecord>, StoreError> {
-        let Some(run) = self.run_key(run_id)? else {
-            return Ok(Vec::new());
-        };
-        let handle = self.handle(cf::MODEL_REQUESTS)?;
-        let mut out = Vec::new();
-        for item in self
-            .db
-            .iterator_cf(handle, IteratorMode::From(&run.0, Direction::Forward))
-        {
-            let (key, value) = item?;
-            if !key.starts_with(&run.0) {
-                break;
-            }
-            out.push(decode(&value)?);
-        }
-        Ok(out)
-    }
-
-    /// Writes the model-request record of every stored model-request fact (a schema-3 store
-    /// has facts but no records), in durable batches; `finish` is put in the last one (the
-    /// schema version, so a store is marked migrated only once every record is written).
-    /// Rerunning after an interruption writes the same records again.
-    pub(super) fn migrate_model_requests(&self, finish: (&[u8], &[u8])) -> Result<(), StoreError> {
-        let mut options = WriteOptions::default();
-        options.set_sync(true);
-        let facts = self.handle(cf::FACTS)?;
-        let mut batch = self.batch();
-        let mut in_batch = 0usize;
-        for item in self.db.iterator_cf(facts, IteratorMode::Start) {
-            let (key, value) = item?;
-            let stored: StoredFact = super::rocks::decode(cf::FACTS, &value)?;
-            if stored.fact.kind != FactKind::ModelRequest {
-                continue;
-            }
-            batch.note_fact(fact_run_id(&key)?, None, &stored)?;
-            in_batch += 1;
-            if in_batch == MIGRATION_BATCH {
-                let full = std::mem::replace(&mut batch, self.batch());
-                self.db.write_opt(full.batch, &options)?;
-                self.settle_run_keys(full.run_keys);
-                in_batch = 0;
-            }
-        }
-        batch.put_default(finish.0, finish.1);
-        self.db.write_opt(batch.batch, &options)?;
-        self.settle_run_keys(batch.run_keys);
-        Ok(())
-    }
 }
 
 #[cfg(test)]
@@ -362,27 +246,5 @@ mod tests {
                 let _ = decode(&damaged);
             }
         }
-    }
-
-    #[test]
-    fn keys_order_by_start_then_span_id() {
-        let run = RunKey::of(3);
-        let mut keys = [
-            model_request_key(run, 20, "aa"),
-            model_request_key(run, 10, "bb"),
-            model_request_key(run, 10, "ab"),
-            model_request_key(run, 256, "00"),
-        ];
-        keys.sort();
-        assert_eq!(
-            keys,
-            [
-                model_request_key(run, 10, "ab"),
-                model_request_key(run, 10, "bb"),
-                model_request_key(run, 20, "aa"),
-                model_request_key(run, 256, "00"),
-            ]
-        );
-        assert!(model_request_key(run, u64::MAX, "ff") < RunKey::of(4).0.to_vec());
     }
 }
