@@ -1121,7 +1121,7 @@ fn try_append(
 /// Writes records at `0..len` and deletes those left over from a longer earlier derivation.
 fn rewrite_seq<T: serde::Serialize>(
     batch: &mut WriteBatch<'_>,
-    cf_name: &'static str,
+    cf_name: crate::store::Cf,
     run_id: &str,
     items: &[T],
     old_len: u32,
@@ -2289,7 +2289,7 @@ mod tests {
         assert!(!error.is_retryable(), "{error}");
         let (run, reason) = error.damaged_run().expect("names the damaged run");
         assert_eq!(run, outer_id());
-        assert!(reason.contains(cf::RUN_META), "{reason}");
+        assert!(reason.contains(cf::RUN_META.name()), "{reason}");
         assert!(error.to_string().contains(&outer_id()), "{error}");
     }
 

@@ -1,0 +1,105 @@
+//! The store side of a run's model-request records (the records and their codec are in
+//! [`crate::records::model_request`]): written in step with the facts, read in start order,
+//! and written from the facts of a schema-3 store when it is opened.
+
+use super::core::{decode as decode_json, Store, WriteBatch};
+use super::error::StoreError;
+use super::keys::{cf, model_request_key, Cf};
+use crate::records::model_request;
+use crate::records::{FactKind, StoredFact};
+
+pub use crate::records::model_request::{encode, ModelRequestRecord};
+
+/// Stored facts decoded per migration batch (see [`Store::migrate_model_requests`]).
+const MIGRATION_BATCH: usize = 10_000;
+
+/// Decodes a model-request record.
+pub fn decode(bytes: &[u8]) -> Result<ModelRequestRecord, StoreError> {
+    model_request::decode(bytes).map_err(|e| StoreError::corrupt(cf::MODEL_REQUESTS, e))
+}
+
+/// The run id of a `facts` key (`run_id \0 span_id`).
+fn fact_run_id(key: &[u8]) -> Result<&str, StoreError> {
+    let end = key
+        .iter()
+        .position(|b| *b == 0)
+        .ok_or(StoreError::Corrupt {
+            cf: cf::FACTS,
+            reason: "fact key without a run id".into(),
+        })?;
+    std::str::from_utf8(&key[..end]).map_err(|_| StoreError::Corrupt {
+        cf: cf::FACTS,
+        reason: "fact key's run id is not UTF-8".into(),
+    })
+}
+
+impl WriteBatch<'_> {
+    /// Keeps a run's model-request record in step with one of its facts being written:
+    /// `previous_start` is the start of the fact of the same span the run had (stored or written
+    /// earlier in this batch) when that one was a model request, `stored` the fact written now.
+    /// Drops the previous record when its key changes (another start, or no longer a model
+    /// request), and puts the current one.
+    pub fn note_fact(
+        &mut self,
+        run_id: &str,
+        previous_start: Option<u64>,
+        stored: &StoredFact,
+    ) -> Result<(), StoreError> {
+        let current = ModelRequestRecord::of(stored);
+        let stale =
+            previous_start.filter(|start| current.as_ref().is_none_or(|c| c.start_ns != *start));
+        if current.is_none() && stale.is_none() {
+            return Ok(());
+        }
+        let run = self.run_key(run_id)?;
+        if let Some(start) = stale {
+            let key = model_request_key(run, start, &stored.fact.span_id);
+            self.delete(cf::MODEL_REQUESTS, &key)?;
+        }
+        if let Some(c) = current {
+            let key = model_request_key(run, c.start_ns, &c.span_id);
+            self.put_raw(cf::MODEL_REQUESTS, &key, &encode(&c))?;
+        }
+        Ok(())
+    }
+}
+
+impl Store {
+    /// A run's model-request records, in start order (ties by span id).
+    pub fn model_requests(&self, run_id: &str) -> Result<Vec<ModelRequestRecord>, StoreError> {
+        let Some(run) = self.run_key(run_id)? else {
+            return Ok(Vec::new());
+        };
+        let mut out = Vec::new();
+        self.scan(cf::MODEL_REQUESTS, &run.0, &run.0, |_, value| {
+            out.push(decode(value)?);
+            Ok(true)
+        })?;
+        Ok(out)
+    }
+
+    /// Writes the model-request record of every stored model-request fact (a schema-3 store
+    /// has facts but no records), in durable batches; `finish` is put in the last one (the
+    /// schema version, so a store is marked migrated only once every record is written).
+    /// Rerunning after an interruption writes the same records again.
+    pub(super) fn migrate_model_requests(&self, finish: (&[u8], &[u8])) -> Result<(), StoreError> {
+        let mut batch = self.batch();
+        let mut in_batch = 0usize;
+        self.scan(cf::FACTS, b"", b"", |key, value| {
+            let stored: StoredFact = decode_json(cf::FACTS, value)?;
+            if stored.fact.kind != FactKind::ModelRequest {
+                return Ok(true);
+            }
+            batch.note_fact(fact_run_id(key)?, None, &stored)?;
+            in_batch += 1;
+            if in_batch == MIGRATION_BATCH {
+                let full = std::mem::replace(&mut batch, self.batch());
+                self.write_batch(full, true)?;
+                in_batch = 0;
+            }
+            Ok(true)
+        })?;
+        batch.put_raw(Cf::Meta, finish.0, finish.1)?;
+        self.write_batch(batch, true)
+    }
+}
