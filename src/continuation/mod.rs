@@ -20,7 +20,7 @@ mod respond;
 mod strands;
 
 pub use context::{
-    ContextCache, Effects, ModelRequest, Provenance, RunContext, CONTEXT_CACHE_BYTES,
+    ContextCache, Effects, Provenance, RunContext, CONTEXT_CACHE_BYTES,
 };
 pub use history::{load, ContinuationError, History, Selector};
 pub use out::Out;
