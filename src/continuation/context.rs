@@ -554,8 +554,7 @@ mod tests {
 
     #[test]
     fn a_ledger_read_again_decodes_only_entries_whose_bytes_changed() {
-        let dir = tempfile::tempdir().unwrap();
-        let store = Store::open(dir.path(), false).unwrap();
+        let store = Store::in_memory();
         apply(&store, &crate::test_fixtures::delegate_scenario());
         let run = run_id(1);
         let (first, unresolved) = Effects::read(&store, &run, None).unwrap();
@@ -613,8 +612,7 @@ mod tests {
 
     #[test]
     fn provenance_from_the_records_is_the_one_from_the_facts() {
-        let dir = tempfile::tempdir().unwrap();
-        let store = Store::open(dir.path(), false).unwrap();
+        let store = Store::in_memory();
         run_with_rewrites(&store);
         let run = run_id(1);
         let from_records = Provenance::read(&store, &run).unwrap();
