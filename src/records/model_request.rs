@@ -1,9 +1,10 @@
 //! A run's model requests in short: what a continuation's provenance reads of each model-request
 //! fact (span, times, model, tokens, input history tip, output message hashes), kept at ingest
 //! next to the fact so provenance is a prefix scan of small records instead of a read of every
-//! fact of the run.
+//! fact of the run. The same record is what a continuation shows of the model request that
+//! produced a message (`continuation::Provenance::models`).
 //!
-//! Keys: `run key` `start_ns(be64)` `span id` (text), so a run's requests come in start order,
+//! Keys (the store's `model_requests` column family, `store::keys::model_request_key`): `run key` `start_ns(be64)` `span id` (text), so a run's requests come in start order,
 //! ties by span id. Layout of a record: a format byte (1), a flag byte, the span id (varint
 //! length and UTF-8), start and end (varints), then the optional model (length and UTF-8), input
 //! and output tokens (varints) and input chain tip (length and bytes), then the count of output

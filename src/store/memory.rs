@@ -54,8 +54,8 @@ impl MemoryKv {
         self.cfs.write().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Up to [`SCAN_CHUNK`] pairs of `cf` after `after` (from `lower` inclusive when there is
-    /// none yet), ascending or descending.
+    /// Up to [`SCAN_CHUNK`] pairs of `cf` between `lower` and `upper`, copied out, from the
+    /// lowest up or (`back`) from the highest down.
     fn chunk(
         &self,
         cf: Cf,
