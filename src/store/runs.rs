@@ -92,8 +92,6 @@ impl Store {
     }
 
     /// A run's step events, chronological.
-
-    /// A run's step events, chronological.
     pub fn events(&self, run_id: &str) -> Result<Vec<StepEvent>, StoreError> {
         self.scan_json(cf::EVENTS, &keys::run_prefix(run_id))
     }
@@ -136,8 +134,6 @@ impl Store {
         })?;
         Ok((outcomes, unresolved))
     }
-
-    /// A run's snapshots, in order.
 
     /// Ids of runs whose status is `running`.
     pub fn running_run_ids(&self) -> Result<Vec<String>, StoreError> {
