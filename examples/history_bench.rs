@@ -351,7 +351,8 @@ struct Steps<'a> {
 
 /// Column families that hold histories: message bodies, history chains, snapshot records and
 /// the run keys that name them.
-const HISTORY_CFS: [stepline::store::Cf; 4] = [cf::MESSAGES, cf::HISTORY, cf::SNAPSHOTS, cf::RUN_KEYS];
+const HISTORY_CFS: [stepline::store::Cf; 4] =
+    [cf::MESSAGES, cf::HISTORY, cf::SNAPSHOTS, cf::RUN_KEYS];
 
 /// Prints storage, ingest and continuation figures for the run as it stands.
 async fn report(

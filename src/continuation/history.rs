@@ -5,9 +5,9 @@ use std::sync::Arc;
 use serde_json::Value;
 
 use super::context::{ContextCache, Effects, Provenance};
-use crate::records::ModelRequestRecord;
 use crate::domain::{MessageHash, Run, SnapshotRecord, SnapshotState, ToolEffect};
 use crate::media::MediaError;
+use crate::records::ModelRequestRecord;
 use crate::service_error::{ServiceError, ServiceErrorCode};
 use crate::store::{Store, StoreError};
 
