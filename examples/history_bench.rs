@@ -351,7 +351,8 @@ struct Steps<'a> {
 
 /// Column families that hold histories: message bodies, history chains, snapshot records and
 /// the run keys that name them.
-const HISTORY_CFS: [&str; 4] = [cf::MESSAGES, cf::HISTORY, cf::SNAPSHOTS, cf::RUN_KEYS];
+const HISTORY_CFS: [stepline::store::Cf; 4] =
+    [cf::MESSAGES, cf::HISTORY, cf::SNAPSHOTS, cf::RUN_KEYS];
 
 /// Prints storage, ingest and continuation figures for the run as it stands.
 async fn report(
@@ -378,18 +379,18 @@ async fn report(
     let mut sst_history = 0u64;
     let (mut logical_facts, mut sst_facts) = (0u64, 0u64);
     let mut per_cf = Vec::new();
-    for name in cf::ALL {
+    for &name in cf::ALL {
         let b = store.logical_bytes(name)?;
         let sst = store.cf_live_bytes(name);
         logical_total += b;
-        if HISTORY_CFS.contains(name) {
+        if HISTORY_CFS.contains(&name) {
             logical_history += b;
             sst_history += sst;
         }
-        if *name == cf::FACTS {
+        if name == cf::FACTS {
             (logical_facts, sst_facts) = (b, sst);
         }
-        per_cf.push((*name, b, sst));
+        per_cf.push((name.name(), b, sst));
     }
     println!(
         "run: {} steps, {} messages ({} distinct), {} bytes of distinct messages",

@@ -259,7 +259,7 @@ async fn a_damaged_run_is_refused_permanently_and_blocks_nothing() {
     assert!(
         warnings(listed)
             .iter()
-            .any(|w| w.starts_with(DAMAGED_WARNING) && w.contains(cf::RUN_META)),
+            .any(|w| w.starts_with(DAMAGED_WARNING) && w.contains(cf::RUN_META.name())),
         "{listed}"
     );
     let run = stepline

@@ -25,28 +25,12 @@ use crate::store::{ModelRequestRecord, RunNodes, Store, StoreError};
 /// Default byte budget of [`ContextCache`]: the context share of the default cache budget.
 pub const CONTEXT_CACHE_BYTES: usize = 38 << 20;
 
-/// What a continuation shows of the model request that produced a message.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ModelRequest {
-    /// Span id (hex).
-    pub span_id: String,
-    /// Start, nanoseconds since the epoch.
-    pub start_ns: u64,
-    /// End, nanoseconds since the epoch.
-    pub end_ns: u64,
-    /// Model name.
-    pub model: Option<String>,
-    /// Input tokens.
-    pub input_tokens: Option<u64>,
-    /// Output tokens.
-    pub output_tokens: Option<u64>,
-}
-
 /// Which model request sent and produced each message of a run.
 #[derive(Debug, Default, PartialEq)]
 pub struct Provenance {
-    /// The run's model requests, in start order.
-    pub models: Vec<ModelRequest>,
+    /// The run's model requests, in start order (what a continuation shows of the request that
+    /// produced a message).
+    pub models: Vec<ModelRequestRecord>,
     /// Start of the first model request whose input holds each message.
     pub sent_at: IdMap<MessageHash, u64>,
     /// Index in `models` of the first model request whose output holds each message.
@@ -90,17 +74,10 @@ impl Provenance {
         let mut produced_by = IdMap::default();
         let mut models = Vec::with_capacity(requests.len());
         for (i, r) in requests.into_iter().enumerate() {
-            for hash in r.output {
-                produced_by.entry(hash).or_insert(i);
+            for hash in &r.output {
+                produced_by.entry(*hash).or_insert(i);
             }
-            models.push(ModelRequest {
-                span_id: r.span_id,
-                start_ns: r.start_ns,
-                end_ns: r.end_ns,
-                model: r.model,
-                input_tokens: r.input_tokens,
-                output_tokens: r.output_tokens,
-            });
+            models.push(r);
         }
         Ok(Provenance {
             models,
@@ -115,8 +92,9 @@ impl Provenance {
         self.models
             .iter()
             .map(|m| {
-                size_of::<ModelRequest>()
+                size_of::<ModelRequestRecord>()
                     + m.span_id.capacity()
+                    + m.output.capacity() * size_of::<MessageHash>()
                     + m.model.as_ref().map_or(0, String::capacity)
             })
             .sum::<usize>()
@@ -576,8 +554,7 @@ mod tests {
 
     #[test]
     fn a_ledger_read_again_decodes_only_entries_whose_bytes_changed() {
-        let dir = tempfile::tempdir().unwrap();
-        let store = Store::open(dir.path(), false).unwrap();
+        let store = Store::in_memory();
         apply(&store, &crate::test_fixtures::delegate_scenario());
         let run = run_id(1);
         let (first, unresolved) = Effects::read(&store, &run, None).unwrap();
@@ -635,8 +612,7 @@ mod tests {
 
     #[test]
     fn provenance_from_the_records_is_the_one_from_the_facts() {
-        let dir = tempfile::tempdir().unwrap();
-        let store = Store::open(dir.path(), false).unwrap();
+        let store = Store::in_memory();
         run_with_rewrites(&store);
         let run = run_id(1);
         let from_records = Provenance::read(&store, &run).unwrap();
@@ -685,7 +661,7 @@ mod tests {
                 cf::ALL.iter().copied(),
             )
             .unwrap();
-            let records = db.cf_handle(cf::MODEL_REQUESTS).unwrap();
+            let records = db.cf_handle(cf::MODEL_REQUESTS.name()).unwrap();
             db.delete_range_cf(&records, &[0u8; 8][..], &[0xffu8; 9][..])
                 .unwrap();
             db.put(b"schema_version", b"3").unwrap();

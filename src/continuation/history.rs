@@ -4,9 +4,10 @@ use std::sync::Arc;
 
 use serde_json::Value;
 
-use super::context::{ContextCache, Effects, ModelRequest, Provenance};
+use super::context::{ContextCache, Effects, Provenance};
 use crate::domain::{MessageHash, Run, SnapshotRecord, SnapshotState, ToolEffect};
 use crate::media::MediaError;
+use crate::records::ModelRequestRecord;
 use crate::service_error::{ServiceError, ServiceErrorCode};
 use crate::store::{Store, StoreError};
 
@@ -86,7 +87,7 @@ pub struct History {
 
 impl History {
     /// The model request whose output contains the message, if any.
-    pub fn producer_of(&self, hash: &MessageHash) -> Option<&ModelRequest> {
+    pub fn producer_of(&self, hash: &MessageHash) -> Option<&ModelRequestRecord> {
         let p = &self.provenance;
         p.produced_by.get(hash).and_then(|&i| p.models.get(i))
     }
@@ -97,7 +98,7 @@ impl History {
     }
 
     /// The run's model requests, in start order (empty without provenance).
-    pub fn models(&self) -> &[ModelRequest] {
+    pub fn models(&self) -> &[ModelRequestRecord] {
         &self.provenance.models
     }
 }

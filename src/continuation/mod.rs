@@ -19,9 +19,7 @@ mod repair;
 mod respond;
 mod strands;
 
-pub use context::{
-    ContextCache, Effects, ModelRequest, Provenance, RunContext, CONTEXT_CACHE_BYTES,
-};
+pub use context::{ContextCache, Effects, Provenance, RunContext, CONTEXT_CACHE_BYTES};
 pub use history::{load, ContinuationError, History, Selector};
 pub use out::Out;
 pub use rendered::{MediaMode, RenderedCache, Request, RENDERED_CACHE_BYTES};

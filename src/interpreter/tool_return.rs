@@ -11,8 +11,27 @@
 use serde_json::{json, Map, Value};
 
 use crate::domain::{MessageHash, MessageRef};
+pub use crate::records::fact::{ResultKey, ToolReturnForm, ToolReturnRole};
 
-pub use crate::records::tool_return_form::{ResultKey, ToolReturnForm, ToolReturnRole};
+impl ToolReturnRole {
+    /// The role as messages spell it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::User => "user",
+            Self::Tool => "tool",
+        }
+    }
+}
+
+impl ResultKey {
+    /// The key as parts spell it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Result => "result",
+            Self::Response => "response",
+        }
+    }
+}
 
 /// One answered call of a reconstructed tool-return message.
 pub struct Answer<'a> {

@@ -7,7 +7,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::tool_return_form::ToolReturnForm;
+use super::fact::ToolReturnForm;
 use super::walk_state::WalkState;
 use crate::domain::{ChainRef, MessageHash, SnapshotState, ToolEffect};
 

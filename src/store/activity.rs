@@ -5,8 +5,6 @@
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
-use super::rocks::{lock_cache, Store};
-
 /// Most runs remembered at once; past it the oldest are forgotten, down to three quarters of
 /// it (so a busy store sorts the times once per quarter of the bound, not on every commit).
 const RECENT_RUNS: usize = 10_000;
@@ -15,10 +13,10 @@ const RECENT_RUNS: usize = 10_000;
 #[derive(Default)]
 pub(super) struct RecentWrites(HashMap<String, Instant>);
 
-impl Store {
+impl RecentWrites {
     /// Records that the runs were committed just now.
-    pub(super) fn note_written<'a>(&self, run_ids: impl IntoIterator<Item = &'a str>) {
-        let mut recent = lock_cache(&self.recent);
+    pub(super) fn note<'a>(&mut self, run_ids: impl IntoIterator<Item = &'a str>) {
+        let recent = self;
         let now = Instant::now();
         for run_id in run_ids {
             recent.0.insert(run_id.to_string(), now);
@@ -33,8 +31,8 @@ impl Store {
 
     /// Takes the runs written since they were last taken whose last commit is at least `quiet`
     /// old; a run written again later is given again.
-    pub fn take_quiet_runs(&self, quiet: Duration) -> Vec<String> {
-        let mut recent = lock_cache(&self.recent);
+    pub(super) fn take_quiet(&mut self, quiet: Duration) -> Vec<String> {
+        let recent = self;
         let now = Instant::now();
         let due: Vec<String> = recent
             .0
@@ -55,30 +53,25 @@ mod tests {
 
     #[test]
     fn runs_are_given_once_quiet_and_again_after_a_new_write() {
-        let dir = tempfile::tempdir().unwrap();
-        let store = Store::open(dir.path(), false).unwrap();
-        store.note_written(["a", "b"]);
-        assert!(store.take_quiet_runs(Duration::from_secs(60)).is_empty());
-        let mut due = store.take_quiet_runs(Duration::ZERO);
+        let mut store = RecentWrites::default();
+        store.note(["a", "b"]);
+        assert!(store.take_quiet(Duration::from_secs(60)).is_empty());
+        let mut due = store.take_quiet(Duration::ZERO);
         due.sort();
         assert_eq!(due, ["a", "b"]);
-        assert!(
-            store.take_quiet_runs(Duration::ZERO).is_empty(),
-            "taken once"
-        );
-        store.note_written(["a"]);
-        assert_eq!(store.take_quiet_runs(Duration::ZERO), ["a"]);
+        assert!(store.take_quiet(Duration::ZERO).is_empty(), "taken once");
+        store.note(["a"]);
+        assert_eq!(store.take_quiet(Duration::ZERO), ["a"]);
     }
 
     #[test]
     fn the_oldest_runs_are_forgotten_past_the_bound() {
-        let dir = tempfile::tempdir().unwrap();
-        let store = Store::open(dir.path(), false).unwrap();
-        store.note_written(["first"]);
+        let mut store = RecentWrites::default();
+        store.note(["first"]);
         std::thread::sleep(Duration::from_millis(2));
         let many: Vec<String> = (0..RECENT_RUNS).map(|n| format!("run-{n}")).collect();
-        store.note_written(many.iter().map(String::as_str));
-        let due = store.take_quiet_runs(Duration::ZERO);
+        store.note(many.iter().map(String::as_str));
+        let due = store.take_quiet(Duration::ZERO);
         assert!(
             due.len() >= RECENT_RUNS * 3 / 4 && due.len() <= RECENT_RUNS,
             "{}",

@@ -9,9 +9,9 @@
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::Ordering;
 
+use super::core::{Store, WriteBatch};
 use super::error::StoreError;
 use super::keys::cf;
-use super::rocks::{Store, WriteBatch};
 
 /// The aliases one write batch claimed, and the runs it deleted, so claims made in the same
 /// batch are decided in order and an alias of a deleted run can be taken.
@@ -89,17 +89,15 @@ pub fn conflict_warning(alias: &str, owner: &str) -> String {
 impl Store {
     /// The run an alias maps to (as stored; see [`Store::resolve_run`] for lookups).
     pub fn alias_owner(&self, alias: &str) -> Result<Option<String>, StoreError> {
-        let handle = self.handle(cf::ALIASES)?;
         Ok(self
-            .db
-            .get_pinned_cf(handle, alias.as_bytes())?
+            .kv
+            .get(cf::ALIASES, alias.as_bytes())?
             .map(|v| String::from_utf8_lossy(&v).into_owned()))
     }
 
     /// True when a run record is stored under `run_id` (readable or not).
     pub fn has_run(&self, run_id: &str) -> Result<bool, StoreError> {
-        let handle = self.handle(cf::RUNS)?;
-        Ok(self.db.get_pinned_cf(handle, run_id.as_bytes())?.is_some())
+        self.kv.contains(cf::RUNS, run_id.as_bytes())
     }
 
     /// Claims of an alias another run owns refused since the store was opened.

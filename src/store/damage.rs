@@ -8,11 +8,10 @@
 //! stays listable and one damaged run never hides the others. The inactivity sweep passes
 //! marked runs by.
 
-use rocksdb::WriteOptions;
-
+use super::core::Store;
 use super::error::StoreError;
 use super::keys::cf;
-use super::rocks::Store;
+use super::kv::KvBatch;
 use crate::domain::{format_timestamp, Run, RunStatus};
 
 /// How the warning that marks a damaged run starts (followed by the reason).
@@ -72,20 +71,21 @@ pub(super) fn placeholder(run_id: &str, started_ns: u64, reason: &str) -> Run {
 impl Store {
     /// Why the run was marked damaged, if it was.
     pub fn damage(&self, run_id: &str) -> Result<Option<String>, StoreError> {
-        let handle = self.handle(cf::DAMAGED)?;
         Ok(self
-            .db
-            .get_pinned_cf(handle, run_id.as_bytes())?
+            .kv
+            .get(cf::DAMAGED, run_id.as_bytes())?
             .map(|bytes| String::from_utf8_lossy(&bytes).into_owned()))
     }
 
     /// Marks the run damaged, durably (the reason is cut to 1 KiB). Called by the writer.
     pub fn mark_damaged(&self, run_id: &str, reason: &str) -> Result<(), StoreError> {
-        let handle = self.handle(cf::DAMAGED)?;
-        let mut options = WriteOptions::default();
-        options.set_sync(self.sync);
-        self.db
-            .put_cf_opt(handle, run_id.as_bytes(), bounded(reason), &options)?;
+        let mut batch = KvBatch::default();
+        batch.put(
+            cf::DAMAGED,
+            run_id.as_bytes(),
+            bounded(reason).as_bytes().to_vec(),
+        );
+        self.kv.write(batch, self.sync)?;
         Ok(())
     }
 
@@ -109,13 +109,11 @@ mod tests {
 
     #[test]
     fn a_damaged_run_stays_readable_with_its_reason() {
-        let dir = tempfile::tempdir().unwrap();
-        let store = Store::open(dir.path(), false).unwrap();
+        let store = Store::in_memory();
         // A run whose record is garbage: listed as a placeholder naming the damage.
-        store
-            .db
-            .put_cf(store.handle(cf::RUNS).unwrap(), b"aa-bb", b"{not json")
-            .unwrap();
+        let mut batch = store.batch();
+        batch.put_raw(cf::RUNS, b"aa-bb", b"{not json").unwrap();
+        store.commit(batch).unwrap();
         let run = store.run("aa-bb").unwrap().unwrap();
         assert_eq!(run.trace_id, "aa");
         assert!(run.warnings[0].starts_with(DAMAGED_WARNING), "{run:?}");

@@ -5,6 +5,8 @@
 //! unknown format, a missing message) is *permanent*: the same request fails the same way
 //! however often it is retried, so the ingest service answers it with a permanent error.
 
+use super::column::Cf;
+use crate::records::RecordError;
 use crate::service_error::{ServiceError, ServiceErrorCode};
 
 /// What can go wrong in the store.
@@ -17,7 +19,7 @@ pub enum StoreError {
     #[error("corrupt record in {cf}: {reason}")]
     Corrupt {
         /// Column family.
-        cf: &'static str,
+        cf: Cf,
         /// What is wrong.
         reason: String,
     },
@@ -25,13 +27,13 @@ pub enum StoreError {
     #[error("record for {cf} cannot be stored: {reason}")]
     Encode {
         /// Column family.
-        cf: &'static str,
+        cf: Cf,
         /// What is wrong.
         reason: String,
     },
-    /// A write named a column family the database does not have (a bug, never input).
+    /// The database lacks one of the column families (it was opened without creating them).
     #[error("no column family {0} in the database")]
-    UnknownColumnFamily(&'static str),
+    MissingColumnFamily(Cf),
     /// The database was written by a newer stepline.
     #[error("the database at {path} has schema version {found}, newer than this stepline understands ({supported}); upgrade stepline or use another storage directory")]
     NewerSchema {
@@ -73,6 +75,22 @@ pub enum StoreError {
 }
 
 impl StoreError {
+    /// A record of `cf` that could not be decoded.
+    pub fn corrupt(cf: Cf, error: RecordError) -> Self {
+        Self::Corrupt {
+            cf,
+            reason: error.to_string(),
+        }
+    }
+
+    /// A JSON record of `cf` that could not be decoded (the reason is serde's, as it always was).
+    pub fn corrupt_json(cf: Cf, error: RecordError) -> Self {
+        Self::Corrupt {
+            cf,
+            reason: error.reason,
+        }
+    }
+
     /// True when retrying the same operation may succeed (RocksDB failures); false for records
     /// that cannot be encoded or decoded, which fail the same way every time.
     pub fn is_retryable(&self) -> bool {
@@ -81,7 +99,7 @@ impl StoreError {
             Self::InRun { source, .. } => source.is_retryable(),
             Self::Corrupt { .. }
             | Self::Encode { .. }
-            | Self::UnknownColumnFamily(_)
+            | Self::MissingColumnFamily(_)
             | Self::NewerSchema { .. }
             | Self::OlderSchema { .. }
             | Self::MissingMessage { .. } => false,

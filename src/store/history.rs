@@ -2,49 +2,12 @@
 //! absent for a first message) + message hash (16 bytes). A run's nodes are one prefix scan, so any of its
 //! histories is resolved from its tip with one scan and no per-node lookups.
 
-use std::collections::HashMap;
-
+use super::core::{lock_cache, Store, WriteBatch};
 use super::error::StoreError;
 use super::keys::{self, cf};
-use super::rocks::{Store, WriteBatch};
-use crate::cache_budget::{LruOrder, ENTRY_OVERHEAD};
 use crate::domain::{
     ChainIds, ChainRef, HistoryNode, IdMap, MessageHash, NodeId, MESSAGE_HASH_BYTES, NODE_ID_BYTES,
 };
-
-/// Default byte budget of [`ChainCache`]: the chain share of the default cache budget.
-pub const CHAIN_CACHE_BYTES: usize = 25 << 20;
-
-/// Estimated bytes per message of a cached chain: its hash and node id.
-const CHAIN_BYTES_PER_MESSAGE: usize = MESSAGE_HASH_BYTES + NODE_ID_BYTES;
-
-/// The node ids of the last input history stored for each recently active run, so the next
-/// request's input (mostly the same history plus a few messages) hashes only its new messages.
-/// Bounded by a byte budget (by default [`CHAIN_CACHE_BYTES`]), least recently used run first
-/// out (found without a scan). Only a shortcut: node ids are a pure function of the messages,
-/// so a missing or stale entry is recomputed.
-pub struct ChainCache {
-    runs: HashMap<String, (u64, ChainIds)>,
-    order: LruOrder<String>,
-    held: usize,
-    budget: usize,
-}
-
-impl Default for ChainCache {
-    fn default() -> Self {
-        Self {
-            runs: HashMap::new(),
-            order: LruOrder::default(),
-            held: 0,
-            budget: CHAIN_CACHE_BYTES,
-        }
-    }
-}
-
-/// The estimated bytes of a cached chain.
-fn chain_bytes(chain: &ChainIds) -> usize {
-    ENTRY_OVERHEAD + chain.node_ids().len() * CHAIN_BYTES_PER_MESSAGE
-}
 
 /// The nodes of one run, by id.
 #[derive(Debug, Default)]
@@ -78,58 +41,22 @@ impl WriteBatch<'_> {
 impl Store {
     /// The cached node ids of the run's last stored input history (empty when none).
     pub fn take_chain(&self, run_id: &str) -> ChainIds {
-        let Ok(mut cache) = self.chains.lock() else {
-            return ChainIds::default();
-        };
-        match cache.runs.remove(run_id) {
-            Some((tick, chain)) => {
-                cache.order.remove(tick);
-                cache.held = cache.held.saturating_sub(chain_bytes(&chain));
-                chain
-            }
-            None => ChainIds::default(),
-        }
+        lock_cache(&self.chains).take(run_id)
     }
 
     /// Keeps the node ids of the run's last stored input history for the next request.
     pub fn keep_chain(&self, run_id: &str, chain: ChainIds) {
-        let Ok(mut cache) = self.chains.lock() else {
-            return;
-        };
-        let bytes = chain_bytes(&chain);
-        if let Some((tick, old)) = cache.runs.remove(run_id) {
-            cache.order.remove(tick);
-            cache.held = cache.held.saturating_sub(chain_bytes(&old));
-        }
-        if bytes > cache.budget {
-            return;
-        }
-        let tick = cache.order.push(run_id.to_string());
-        cache.held += bytes;
-        cache.runs.insert(run_id.to_string(), (tick, chain));
-        while cache.held > cache.budget {
-            let Some(oldest) = cache.order.pop_oldest() else {
-                break;
-            };
-            if let Some((_, evicted)) = cache.runs.remove(&oldest) {
-                cache.held = cache.held.saturating_sub(chain_bytes(&evicted));
-            }
-        }
+        lock_cache(&self.chains).keep(run_id, chain)
     }
 
     /// Sets the chain cache's byte budget (takes effect from the next chain kept).
     pub fn set_chain_cache_budget(&self, bytes: usize) {
-        if let Ok(mut cache) = self.chains.lock() {
-            cache.budget = bytes;
-        }
+        lock_cache(&self.chains).set_budget(bytes)
     }
 
     /// The chain cache's estimated bytes in use and its budget (for metrics).
     pub fn chain_cache_bytes(&self) -> (usize, usize) {
-        self.chains
-            .lock()
-            .map(|c| (c.held, c.budget))
-            .unwrap_or((0, 0))
+        lock_cache(&self.chains).bytes()
     }
 
     /// True when the run has the node (and therefore every node before it).
@@ -137,11 +64,7 @@ impl Store {
         let Some(run) = self.run_key(run_id)? else {
             return Ok(false);
         };
-        let handle = self.handle(cf::HISTORY)?;
-        Ok(self
-            .db
-            .get_pinned_cf(handle, keys::node_key(run, id))?
-            .is_some())
+        self.kv.contains(cf::HISTORY, &keys::node_key(run, id))
     }
 
     /// Every history node of a run.
@@ -151,19 +74,12 @@ impl Store {
             return Ok(RunNodes(nodes));
         };
         let prefix = run.0;
-        let handle = self.handle(cf::HISTORY)?;
-        let mut iter = self.db.raw_iterator_cf(handle);
-        iter.seek(prefix);
-        while let (Some(key), Some(value)) = (iter.key(), iter.value()) {
-            if !key.starts_with(&prefix) {
-                break;
-            }
+        self.scan(cf::HISTORY, &prefix, &prefix, |key, value| {
             let id = NodeId::from_slice(&key[prefix.len()..])
                 .ok_or_else(|| corrupt("node key of the wrong length"))?;
             nodes.insert(id, decode_node(value)?);
-            iter.next();
-        }
-        iter.status()?;
+            Ok(true)
+        })?;
         Ok(RunNodes(nodes))
     }
 
@@ -172,8 +88,7 @@ impl Store {
         let Some(run) = self.run_key(run_id)? else {
             return Ok(None);
         };
-        let handle = self.handle(cf::HISTORY)?;
-        match self.db.get_pinned_cf(handle, keys::node_key(run, id))? {
+        match self.kv.get(cf::HISTORY, &keys::node_key(run, id))? {
             Some(value) => Ok(Some(decode_node(&value)?)),
             None => Ok(None),
         }
@@ -228,54 +143,5 @@ impl RunNodes {
         }
         out.reverse();
         Ok(out)
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn chain(len: usize, seed: usize) -> ChainIds {
-        let hashes: Vec<MessageHash> = (0..len)
-            .map(|n| MessageHash::of(&serde_json::json!({"run": seed, "n": n})))
-            .collect();
-        let mut chain = ChainIds::default();
-        chain.ids(hashes.iter());
-        chain
-    }
-
-    #[test]
-    fn the_chain_cache_forgets_the_least_recently_kept_runs_first() {
-        let dir = tempfile::tempdir().unwrap();
-        let store = Store::open(dir.path(), false).unwrap();
-        // Runs of a tenth of the budget each: the eleventh pushes out the first kept.
-        let len = 100;
-        store.set_chain_cache_budget(10 * chain_bytes(&chain(len, 0)));
-        for run in 0..10 {
-            store.keep_chain(&format!("run-{run}"), chain(len, run));
-        }
-        // Run 0 used again: run 1 is now the least recently kept.
-        let zero = store.take_chain("run-0");
-        assert_eq!(zero.node_ids().len(), len);
-        store.keep_chain("run-0", zero);
-        store.keep_chain("run-10", chain(len, 10));
-        assert!(store.take_chain("run-1").node_ids().is_empty(), "evicted");
-        for run in [0, 2, 9, 10] {
-            assert_eq!(
-                store.take_chain(&format!("run-{run}")).node_ids().len(),
-                len,
-                "run-{run}"
-            );
-        }
-        let cache = store.chains.lock().unwrap();
-        assert_eq!(cache.runs.len(), cache.order.len());
-        assert_eq!(
-            cache.held,
-            cache
-                .runs
-                .values()
-                .map(|(_, c)| chain_bytes(c))
-                .sum::<usize>()
-        );
     }
 }

@@ -3,79 +3,55 @@
 //! that grow with a run's history (messages, history nodes, snapshots) key a run by its short
 //! [`RunKey`] instead of its id, with binary hashes after it.
 
+pub use super::column::Cf;
 use crate::domain::{MessageHash, NodeId, Run, MESSAGE_HASH_BYTES, NODE_ID_BYTES};
 
-/// Column families and what they hold.
+/// The column families by their former constant names (see [`Cf`] for what each holds).
 pub mod cf {
-    /// run_id → run record.
-    pub const RUNS: &str = "runs";
-    /// run_id \0 seq(be32) → step event.
-    pub const EVENTS: &str = "events";
-    /// run key seq(be32) → snapshot record (metadata and history chain tip, binary: see
-    /// `store::snapshot_codec`).
-    pub const SNAPSHOTS: &str = "snapshots";
-    /// run_id \0 index(be32) → tool effect.
-    pub const EFFECTS: &str = "effects";
-    /// run_id \0 span_id → span fact.
-    pub const FACTS: &str = "facts";
-    /// run_id → run meta (lineage, abandonment, last activity).
-    pub const RUN_META: &str = "run_meta";
-    /// run key message hash (binary) → message body, canonical JSON (each distinct message once
-    /// per run).
-    pub const MESSAGES: &str = "messages";
-    /// run key node id (binary) → history chain node (see `store::history`).
-    pub const HISTORY: &str = "history";
-    /// run_id → the run's [`super::RunKey`] (be64).
-    pub const RUN_KEYS: &str = "run_keys";
-    /// run_id → the run's working state for incremental derivation.
-    pub const RUN_STATE: &str = "run_state";
-    /// alias → run_id.
-    pub const ALIASES: &str = "aliases";
-    /// Secondary run indexes (see [`super::index_keys`]).
-    pub const RUN_INDEX: &str = "run_index";
-    /// trace_id span_id of a tool or model-request span → run_id (to link delegate runs to their
-    /// parent, and log records to the run of their span).
-    pub const SPAN_RUNS: &str = "span_runs";
-    /// trace_id span_id \0 child run_id → () : the delegate runs of a tool span, recorded whether
-    /// or not the tool span has arrived (and kept, so a link follows a re-keyed tool).
-    pub const PENDING_PARENTS: &str = "pending_parents";
-    /// seq(be64) → outbox entry: signal(u8) items(be64) OTLP protobuf request.
-    pub const OUTBOX: &str = "outbox";
-    /// exporter id → done seq(be64) in-flight seq(be64).
-    pub const OUTBOX_CURSORS: &str = "outbox_cursors";
-    /// trace_id span_id of a grouping span (Strands' event-loop cycle) → its parent span id, so
-    /// children keyed by the group resolve to the run above it.
-    pub const GROUP_SPANS: &str = "group_spans";
-    /// trace_id span_id \0 order key → a legacy GenAI event received as an OTLP log record.
-    pub const SPAN_LOGS: &str = "span_logs";
-    /// run key start_ns(be64) span_id → model-request record (binary: see
-    /// `store::model_requests`).
-    pub const MODEL_REQUESTS: &str = "model_requests";
-    /// run_id → why the run's records could not be read (UTF-8 text; see `store::damage`).
-    pub const DAMAGED: &str = "damaged";
-    /// All column families besides `default` (which holds the schema version).
-    pub const ALL: &[&str] = &[
-        RUNS,
-        EVENTS,
-        SNAPSHOTS,
-        EFFECTS,
-        FACTS,
-        RUN_META,
-        MESSAGES,
-        ALIASES,
-        RUN_INDEX,
-        SPAN_RUNS,
-        PENDING_PARENTS,
-        OUTBOX,
-        OUTBOX_CURSORS,
-        GROUP_SPANS,
-        SPAN_LOGS,
-        HISTORY,
-        RUN_STATE,
-        RUN_KEYS,
-        MODEL_REQUESTS,
-        DAMAGED,
-    ];
+    use super::Cf;
+
+    /// [`Cf::Runs`].
+    pub const RUNS: Cf = Cf::Runs;
+    /// [`Cf::Events`].
+    pub const EVENTS: Cf = Cf::Events;
+    /// [`Cf::Snapshots`].
+    pub const SNAPSHOTS: Cf = Cf::Snapshots;
+    /// [`Cf::Effects`].
+    pub const EFFECTS: Cf = Cf::Effects;
+    /// [`Cf::Facts`].
+    pub const FACTS: Cf = Cf::Facts;
+    /// [`Cf::RunMeta`].
+    pub const RUN_META: Cf = Cf::RunMeta;
+    /// [`Cf::Messages`].
+    pub const MESSAGES: Cf = Cf::Messages;
+    /// [`Cf::History`].
+    pub const HISTORY: Cf = Cf::History;
+    /// [`Cf::RunKeys`].
+    pub const RUN_KEYS: Cf = Cf::RunKeys;
+    /// [`Cf::RunState`].
+    pub const RUN_STATE: Cf = Cf::RunState;
+    /// [`Cf::Aliases`].
+    pub const ALIASES: Cf = Cf::Aliases;
+    /// [`Cf::RunIndex`].
+    pub const RUN_INDEX: Cf = Cf::RunIndex;
+    /// [`Cf::SpanRuns`].
+    pub const SPAN_RUNS: Cf = Cf::SpanRuns;
+    /// [`Cf::PendingParents`].
+    pub const PENDING_PARENTS: Cf = Cf::PendingParents;
+    /// [`Cf::Outbox`].
+    pub const OUTBOX: Cf = Cf::Outbox;
+    /// [`Cf::OutboxCursors`].
+    pub const OUTBOX_CURSORS: Cf = Cf::OutboxCursors;
+    /// [`Cf::GroupSpans`].
+    pub const GROUP_SPANS: Cf = Cf::GroupSpans;
+    /// [`Cf::SpanLogs`].
+    pub const SPAN_LOGS: Cf = Cf::SpanLogs;
+    /// [`Cf::ModelRequests`].
+    pub const MODEL_REQUESTS: Cf = Cf::ModelRequests;
+    /// [`Cf::Damaged`].
+    pub const DAMAGED: Cf = Cf::Damaged;
+    /// All column families besides `default` ([`Cf::Meta`]).
+    pub const ALL: &[Cf] = &Cf::NAMED;
 }
 
 /// A run's short key in the column families that grow with its history: a number the store gives
@@ -116,6 +92,15 @@ pub fn node_key(run: RunKey, id: &NodeId) -> Vec<u8> {
 pub fn snapshot_key(run: RunKey, seq: u32) -> Vec<u8> {
     let mut k = run.0.to_vec();
     k.extend_from_slice(&seq.to_be_bytes());
+    k
+}
+
+/// `run key` `start_ns(be64)` `span id`: a model-request record.
+pub fn model_request_key(run: RunKey, start_ns: u64, span_id: &str) -> Vec<u8> {
+    let mut k = Vec::with_capacity(16 + span_id.len());
+    k.extend_from_slice(&run.0);
+    k.extend_from_slice(&start_ns.to_be_bytes());
+    k.extend_from_slice(span_id.as_bytes());
     k
 }
 
@@ -228,4 +213,31 @@ pub fn index_keys(run: &Run) -> Vec<Vec<u8>> {
             k
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_order_by_start_then_span_id() {
+        let run = RunKey::of(3);
+        let mut keys = [
+            model_request_key(run, 20, "aa"),
+            model_request_key(run, 10, "bb"),
+            model_request_key(run, 10, "ab"),
+            model_request_key(run, 256, "00"),
+        ];
+        keys.sort();
+        assert_eq!(
+            keys,
+            [
+                model_request_key(run, 10, "ab"),
+                model_request_key(run, 10, "bb"),
+                model_request_key(run, 20, "aa"),
+                model_request_key(run, 256, "00"),
+            ]
+        );
+        assert!(model_request_key(run, u64::MAX, "ff") < RunKey::of(4).0.to_vec());
+    }
 }

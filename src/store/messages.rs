@@ -3,9 +3,9 @@
 
 use serde_json::Value;
 
+use super::core::{decode, Store, WriteBatch};
 use super::error::StoreError;
 use super::keys::{self, cf, RunKey};
-use super::rocks::{decode, Store, WriteBatch};
 use crate::domain::{IdMap, MessageHash};
 
 /// From this many messages a history's bodies are read with one scan of the run's messages
@@ -32,11 +32,8 @@ impl Store {
         let Some(run) = self.run_key(run_id)? else {
             return Ok(false);
         };
-        let handle = self.handle(cf::MESSAGES)?;
-        Ok(self
-            .db
-            .get_pinned_cf(handle, keys::message_key(run, hash))?
-            .is_some())
+        self.kv
+            .contains(cf::MESSAGES, &keys::message_key(run, hash))
     }
 
     /// Message bodies of a run, in the order of `hashes`. A missing one is an error, never a
@@ -70,12 +67,11 @@ impl Store {
         run: RunKey,
         hashes: &[MessageHash],
     ) -> Result<Vec<Option<Value>>, StoreError> {
-        let handle = self.handle(cf::MESSAGES)?;
         let keys: Vec<Vec<u8>> = hashes.iter().map(|h| keys::message_key(run, h)).collect();
-        self.db
-            .batched_multi_get_cf(handle, &keys, false)
+        self.kv
+            .multi_get(cf::MESSAGES, &keys)?
             .into_iter()
-            .map(|result| match result? {
+            .map(|result| match result {
                 Some(bytes) => decode(cf::MESSAGES, &bytes).map(Some),
                 None => Ok(None),
             })
@@ -97,22 +93,17 @@ impl Store {
         // decoded message lies near the next one in memory, which rendering reads in that
         // order), on two threads when there are many.
         let mut found: Vec<(Vec<usize>, Vec<u8>)> = Vec::with_capacity(wanted.len());
-        let handle = self.handle(cf::MESSAGES)?;
-        let mut iter = self.db.raw_iterator_cf(handle);
-        iter.seek(run.0);
-        while let (Some(key), Some(value)) = (iter.key(), iter.value()) {
-            if !key.starts_with(&run.0) || wanted.is_empty() {
-                break;
+        self.scan(cf::MESSAGES, &run.0, &run.0, |key, value| {
+            if wanted.is_empty() {
+                return Ok(false);
             }
             if let Some(at) =
                 MessageHash::from_slice(&key[run.0.len()..]).and_then(|hash| wanted.remove(&hash))
             {
                 found.push((at, value.to_vec()));
             }
-            iter.next();
-        }
-        iter.status()?;
-        drop(iter);
+            Ok(true)
+        })?;
         let mut ordered: Vec<Option<&[u8]>> = vec![None; hashes.len()];
         for (at, bytes) in &found {
             for &i in at {
@@ -169,8 +160,7 @@ mod tests {
 
     #[test]
     fn histories_read_in_order_whether_looked_up_scanned_or_decoded_on_two_threads() {
-        let dir = tempfile::tempdir().unwrap();
-        let store = Store::open(dir.path(), false).unwrap();
+        let store = Store::in_memory();
         let bodies: Vec<Value> = (0..PARALLEL_FROM + 100).map(message).collect();
         let mut batch = store.batch();
         for body in &bodies {

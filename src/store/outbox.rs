@@ -5,11 +5,10 @@
 //! entry it finished, and the one it is sending), committed atomically with the deletion of
 //! the entries every exporter has finished.
 
-use rocksdb::{Direction, IteratorMode, WriteOptions};
-
+use super::core::{Store, WriteBatch};
 use super::error::StoreError;
 use super::keys::cf;
-use super::rocks::{Store, WriteBatch};
+use super::kv::KvBatch;
 use crate::config::SignalKind;
 use crate::outbox::{EntryError, Header, OutboxEntry};
 
@@ -48,14 +47,13 @@ impl WriteBatch<'_> {
 impl Store {
     /// The highest seq in the outbox, if any.
     pub fn outbox_last_seq(&self) -> Result<Option<u64>, StoreError> {
-        let handle = self.handle(cf::OUTBOX)?;
-        match self.db.iterator_cf(handle, IteratorMode::End).next() {
-            Some(item) => {
-                let (key, value) = item?;
-                Ok(Some(decode_entry(&key, &value)?.seq))
-            }
-            None => Ok(None),
-        }
+        let mut last = None;
+        self.kv
+            .scan_back(cf::OUTBOX, b"", None, &mut |key, value| {
+                last = Some(decode_entry(key, value)?.seq);
+                Ok(false)
+            })?;
+        Ok(last)
     }
 
     /// Up to `max_entries` entries after `after`, stopping once `max_bytes` are read (at least
@@ -66,25 +64,18 @@ impl Store {
         max_entries: usize,
         max_bytes: usize,
     ) -> Result<Vec<OutboxEntry>, StoreError> {
-        let handle = self.handle(cf::OUTBOX)?;
         let start = after.saturating_add(1).to_be_bytes();
         let mut out = Vec::new();
         let mut bytes = 0;
-        for item in self
-            .db
-            .iterator_cf(handle, IteratorMode::From(&start, Direction::Forward))
-        {
-            let (key, value) = item?;
-            let entry = decode_entry(&key, &value)?;
+        self.scan(cf::OUTBOX, b"", &start, |key, value| {
+            let entry = decode_entry(key, value)?;
             if entry.seq <= after {
-                continue;
+                return Ok(true);
             }
             bytes += value.len();
             out.push(entry);
-            if out.len() >= max_entries || bytes >= max_bytes {
-                break;
-            }
-        }
+            Ok(out.len() < max_entries && bytes < max_bytes)
+        })?;
         Ok(out)
     }
 
@@ -93,13 +84,11 @@ impl Store {
         &self,
         mut visit: impl FnMut(u64, SignalKind, u64),
     ) -> Result<(), StoreError> {
-        let handle = self.handle(cf::OUTBOX)?;
-        for item in self.db.iterator_cf(handle, IteratorMode::Start) {
-            let (key, value) = item?;
-            let entry = decode_header(&key, &value)?;
+        self.scan(cf::OUTBOX, b"", b"", |key, value| {
+            let entry = decode_header(key, value)?;
             visit(entry.seq, entry.signal, value.len() as u64);
-        }
-        Ok(())
+            Ok(true)
+        })
     }
 
     /// Visits `(seq, signal, items, size)` of the entries after `after`, in order, while
@@ -109,36 +98,28 @@ impl Store {
         after: u64,
         mut visit: impl FnMut(u64, SignalKind, u64, u64) -> bool,
     ) -> Result<(), StoreError> {
-        let handle = self.handle(cf::OUTBOX)?;
         let start = after.saturating_add(1).to_be_bytes();
-        for item in self
-            .db
-            .iterator_cf(handle, IteratorMode::From(&start, Direction::Forward))
-        {
-            let (key, value) = item?;
-            let entry = decode_header(&key, &value)?;
-            if entry.seq > after && !visit(entry.seq, entry.signal, entry.items, value.len() as u64)
-            {
-                break;
-            }
-        }
-        Ok(())
+        self.scan(cf::OUTBOX, b"", &start, |key, value| {
+            let entry = decode_header(key, value)?;
+            Ok(entry.seq <= after
+                || visit(entry.seq, entry.signal, entry.items, value.len() as u64))
+        })
     }
 
     /// The stored cursor of `exporter`, if it ever wrote one.
     pub fn outbox_cursor(&self, exporter: &str) -> Result<Option<OutboxCursor>, StoreError> {
-        let handle = self.handle(cf::OUTBOX_CURSORS)?;
-        match self.db.get_pinned_cf(handle, exporter.as_bytes())? {
+        match self.kv.get(cf::OUTBOX_CURSORS, exporter.as_bytes())? {
             None => Ok(None),
-            Some(bytes) if bytes.len() == 16 => {
-                let done = u64::from_be_bytes(bytes[..8].try_into().unwrap_or_default());
-                let in_flight = u64::from_be_bytes(bytes[8..].try_into().unwrap_or_default());
-                Ok(Some(OutboxCursor { done, in_flight }))
-            }
-            Some(_) => Err(StoreError::Corrupt {
-                cf: cf::OUTBOX_CURSORS,
-                reason: format!("cursor of {exporter} is not 16 bytes"),
-            }),
+            Some(bytes) => match (bytes.get(..8), bytes.get(8..)) {
+                (Some(done), Some(in_flight)) if bytes.len() == 16 => Ok(Some(OutboxCursor {
+                    done: u64::from_be_bytes(done.try_into().unwrap_or_default()),
+                    in_flight: u64::from_be_bytes(in_flight.try_into().unwrap_or_default()),
+                })),
+                _ => Err(StoreError::Corrupt {
+                    cf: cf::OUTBOX_CURSORS,
+                    reason: format!("cursor of {exporter} is not 16 bytes"),
+                }),
+            },
         }
     }
 
@@ -150,33 +131,34 @@ impl Store {
         cursor: OutboxCursor,
         delete_through: Option<u64>,
     ) -> Result<(), StoreError> {
-        let mut batch = rocksdb::WriteBatch::default();
-        let mut value = [0u8; 16];
-        value[..8].copy_from_slice(&cursor.done.to_be_bytes());
-        value[8..].copy_from_slice(&cursor.in_flight.to_be_bytes());
-        batch.put_cf(self.handle(cf::OUTBOX_CURSORS)?, exporter.as_bytes(), value);
+        let mut batch = KvBatch::default();
+        let mut value = Vec::with_capacity(16);
+        value.extend_from_slice(&cursor.done.to_be_bytes());
+        value.extend_from_slice(&cursor.in_flight.to_be_bytes());
+        batch.put(cf::OUTBOX_CURSORS, exporter.as_bytes(), value);
         if let Some(through) = delete_through {
-            batch.delete_range_cf(
-                self.handle(cf::OUTBOX)?,
-                0u64.to_be_bytes(),
-                through.saturating_add(1).to_be_bytes(),
-            );
+            delete_through_in(&mut batch, through);
         }
-        self.db.write_opt(batch, &WriteOptions::default())?;
+        self.kv.write(batch, false)?;
         Ok(())
     }
 
     /// Deletes every entry up to `through` (e.g. when no exporter needs them any more).
     pub fn outbox_delete_through(&self, through: u64) -> Result<(), StoreError> {
-        let mut batch = rocksdb::WriteBatch::default();
-        batch.delete_range_cf(
-            self.handle(cf::OUTBOX)?,
-            0u64.to_be_bytes(),
-            through.saturating_add(1).to_be_bytes(),
-        );
-        self.db.write_opt(batch, &WriteOptions::default())?;
+        let mut batch = KvBatch::default();
+        delete_through_in(&mut batch, through);
+        self.kv.write(batch, false)?;
         Ok(())
     }
+}
+
+/// Deletes the entries up to `through` in `batch`.
+fn delete_through_in(batch: &mut KvBatch, through: u64) {
+    batch.delete_range(
+        cf::OUTBOX,
+        &0u64.to_be_bytes(),
+        &through.saturating_add(1).to_be_bytes(),
+    );
 }
 
 #[cfg(test)]
@@ -185,8 +167,7 @@ mod tests {
 
     #[test]
     fn entries_cursors_and_deletion_round_trip() {
-        let dir = tempfile::tempdir().unwrap();
-        let store = Store::open(dir.path(), false).unwrap();
+        let store = Store::in_memory();
         assert_eq!(store.outbox_last_seq().unwrap(), None);
         let mut batch = store.batch();
         for seq in 1..=5u64 {

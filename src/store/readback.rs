@@ -6,18 +6,19 @@
 
 use serde::de::DeserializeOwned;
 
+use super::core::Store;
 use super::error::StoreError;
-use super::keys::cf;
-use super::rocks::Store;
-use super::{history, model_requests, outbox, snapshot_codec};
+use super::keys::Cf;
+use super::{history, outbox};
 use crate::domain::{Run, StepEvent, ToolEffect, MESSAGE_HASH_BYTES, NODE_ID_BYTES};
-use crate::interpreter::{LogEvent, RunMeta, RunState, StoredFact};
+use crate::records::{model_request, snapshot};
+use crate::records::{LogEvent, RunMeta, RunState, StoredFact};
 
 /// A stored record that does not read back.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Unreadable {
     /// Its column family (`default` for the store's own keys).
-    pub cf: &'static str,
+    pub cf: Cf,
     /// Its key.
     pub key: Vec<u8>,
     /// Why it does not decode.
@@ -52,43 +53,43 @@ fn sized(value: &[u8], len: usize) -> Result<(), String> {
     }
 }
 
-fn stored(result: Result<impl Sized, StoreError>) -> Result<(), String> {
+fn stored<T, E: std::fmt::Display>(result: Result<T, E>) -> Result<(), String> {
     result.map(drop).map_err(|e| e.to_string())
 }
 
-/// Decodes one record of column family `name` the way its readers do.
-fn check(name: &'static str, key: &[u8], value: &[u8]) -> Result<(), String> {
-    match name {
-        cf::RUNS => json::<Run>(value),
-        cf::EVENTS => json::<StepEvent>(value),
-        cf::EFFECTS => json::<ToolEffect>(value),
-        cf::FACTS => json::<StoredFact>(value),
-        cf::RUN_META => json::<RunMeta>(value),
-        cf::SPAN_LOGS => json::<LogEvent>(value),
-        cf::MESSAGES => {
+/// Decodes one record of column family `cf` the way its readers do.
+fn check(cf: Cf, key: &[u8], value: &[u8]) -> Result<(), String> {
+    match cf {
+        Cf::Meta => check_meta(key, value),
+        Cf::Runs => json::<Run>(value),
+        Cf::Events => json::<StepEvent>(value),
+        Cf::Effects => json::<ToolEffect>(value),
+        Cf::Facts => json::<StoredFact>(value),
+        Cf::RunMeta => json::<RunMeta>(value),
+        Cf::SpanLogs => json::<LogEvent>(value),
+        Cf::Messages => {
             sized(key, 8 + MESSAGE_HASH_BYTES)?;
             json::<serde_json::Value>(value)
         }
         // `run_id` → the working state; `run_id \0 call id` → a be32 count.
-        cf::RUN_STATE if key.contains(&0) => sized(value, 4),
-        cf::RUN_STATE => json::<RunState>(value),
-        cf::SNAPSHOTS => stored(snapshot_codec::decode(value)),
-        cf::MODEL_REQUESTS => stored(model_requests::decode(value)),
-        cf::HISTORY => {
+        Cf::RunState if key.contains(&0) => sized(value, 4),
+        Cf::RunState => json::<RunState>(value),
+        Cf::Snapshots => stored(snapshot::decode(value)),
+        Cf::ModelRequests => stored(model_request::decode(value)),
+        Cf::History => {
             sized(key, 8 + NODE_ID_BYTES)?;
             stored(history::decode_node(value))
         }
-        cf::OUTBOX => stored(outbox::decode_entry(key, value)),
-        cf::OUTBOX_CURSORS => sized(value, 16),
-        cf::RUN_KEYS => sized(value, 8),
-        cf::ALIASES | cf::SPAN_RUNS | cf::GROUP_SPANS | cf::DAMAGED => text(value),
-        cf::RUN_INDEX | cf::PENDING_PARENTS => empty(value),
-        _ => Err(format!("no reader for column family {name}")),
+        Cf::Outbox => stored(outbox::decode_entry(key, value)),
+        Cf::OutboxCursors => sized(value, 16),
+        Cf::RunKeys => sized(value, 8),
+        Cf::Aliases | Cf::SpanRuns | Cf::GroupSpans | Cf::Damaged => text(value),
+        Cf::RunIndex | Cf::PendingParents => empty(value),
     }
 }
 
-/// The store's own keys in `default`.
-fn check_default(key: &[u8], value: &[u8]) -> Result<(), String> {
+/// The store's own keys in [`Cf::Meta`] (`default`).
+fn check_meta(key: &[u8], value: &[u8]) -> Result<(), String> {
     match key {
         b"schema_version" => std::str::from_utf8(value)
             .ok()
@@ -105,27 +106,17 @@ impl Store {
     /// when the store is sound). A full scan, for tests and checks.
     pub fn check_readable(&self) -> Result<Vec<Unreadable>, StoreError> {
         let mut bad = Vec::new();
-        for &name in cf::ALL {
-            self.scan(name, b"", b"", |k, v| {
-                if let Err(reason) = check(name, k, v) {
+        for cf in Cf::EVERY {
+            self.scan(cf, b"", b"", |k, v| {
+                if let Err(reason) = check(cf, k, v) {
                     bad.push(Unreadable {
-                        cf: name,
+                        cf,
                         key: k.to_vec(),
                         reason,
                     });
                 }
                 Ok(true)
             })?;
-        }
-        for item in self.db.iterator(rocksdb::IteratorMode::Start) {
-            let (k, v) = item?;
-            if let Err(reason) = check_default(&k, &v) {
-                bad.push(Unreadable {
-                    cf: "default",
-                    key: k.to_vec(),
-                    reason,
-                });
-            }
         }
         Ok(bad)
     }
@@ -134,11 +125,11 @@ impl Store {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::store::keys::cf;
 
     #[test]
     fn a_garbage_record_is_reported_and_a_sound_store_is_not() {
-        let dir = tempfile::tempdir().unwrap();
-        let store = Store::open(dir.path(), false).unwrap();
+        let store = Store::in_memory();
         assert_eq!(store.check_readable().unwrap(), Vec::new());
         let mut batch = store.batch();
         batch

@@ -7,43 +7,20 @@
 //! join the cache only once the batch is committed, so a failed commit leaves no mapping behind
 //! (its numbers are skipped, never reused).
 
-use std::collections::{HashMap, HashSet};
 use std::sync::atomic::Ordering;
 
+use super::core::{lock_cache, Store, WriteBatch};
 use super::error::StoreError;
-use super::keys::{cf, RunKey};
-use super::rocks::{lock_cache, Store, WriteBatch};
+use super::keys::{cf, Cf, RunKey};
+use super::run_key_cache::decode;
 
-/// Where the next free run key is kept (`default` column family, be64).
+/// Where the next free run key is kept ([`Cf::Meta`], be64).
 pub(super) const NEXT_RUN_KEY: &[u8] = b"next_run_key";
-
-/// Most committed mappings cached in memory (about 100 bytes each); the cache is emptied when
-/// it is full, and misses read `run_keys`.
-const CACHED_RUN_KEYS: usize = 100_000;
-
-/// Committed run-id → run-key mappings recently used.
-#[derive(Default)]
-pub(super) struct RunKeyCache(HashMap<String, RunKey>);
-
-/// The run keys a batch gave or took away, applied to the cache when it is committed.
-#[derive(Default)]
-pub(super) struct BatchRunKeys {
-    assigned: HashMap<String, RunKey>,
-    removed: HashSet<String>,
-}
-
-fn decode(bytes: &[u8]) -> Result<RunKey, StoreError> {
-    let key: [u8; 8] = bytes.try_into().map_err(|_| StoreError::Corrupt {
-        cf: cf::RUN_KEYS,
-        reason: format!("run key of {} bytes", bytes.len()),
-    })?;
-    Ok(RunKey(key))
-}
 
 impl Store {
     /// The next free run key recorded on disk (0 for a new store).
     pub(super) fn stored_next_run_key(&self) -> Result<u64, StoreError> {
-        match self.db.get(NEXT_RUN_KEY)? {
+        match self.kv.get(Cf::Meta, NEXT_RUN_KEY)? {
             Some(bytes) => Ok(decode(&bytes)?.number()),
             None => Ok(0),
         }
@@ -51,32 +28,15 @@ impl Store {
 
     /// The committed key of a run, none when nothing of its history is stored.
     pub fn run_key(&self, run_id: &str) -> Result<Option<RunKey>, StoreError> {
-        if let Some(key) = lock_cache(&self.run_keys).0.get(run_id).copied() {
+        if let Some(key) = lock_cache(&self.run_keys).get(run_id) {
             return Ok(Some(key));
         }
-        let handle = self.handle(cf::RUN_KEYS)?;
-        let Some(bytes) = self.db.get_pinned_cf(handle, run_id.as_bytes())? else {
+        let Some(bytes) = self.kv.get(cf::RUN_KEYS, run_id.as_bytes())? else {
             return Ok(None);
         };
         let key = decode(&bytes)?;
-        let mut cache = lock_cache(&self.run_keys);
-        if cache.0.len() >= CACHED_RUN_KEYS {
-            cache.0.clear();
-        }
-        cache.0.insert(run_id.to_string(), key);
+        lock_cache(&self.run_keys).insert(run_id, key);
         Ok(Some(key))
-    }
-
-    /// Applies a committed batch's run keys to the cache.
-    pub(super) fn settle_run_keys(&self, changes: BatchRunKeys) {
-        let mut cache = lock_cache(&self.run_keys);
-        for run_id in changes.removed {
-            cache.0.remove(&run_id);
-        }
-        if cache.0.len() + changes.assigned.len() > CACHED_RUN_KEYS {
-            cache.0.clear();
-        }
-        cache.0.extend(changes.assigned);
     }
 }
 
@@ -95,7 +55,7 @@ impl WriteBatch<'_> {
         let number = self.store.next_run_key.fetch_add(1, Ordering::SeqCst);
         let key = RunKey::of(number);
         self.put_raw(cf::RUN_KEYS, run_id.as_bytes(), &key.0)?;
-        self.put_default(NEXT_RUN_KEY, &RunKey::of(number + 1).0);
+        self.put_raw(Cf::Meta, NEXT_RUN_KEY, &RunKey::of(number + 1).0)?;
         self.run_keys.assigned.insert(run_id.to_string(), key);
         Ok(key)
     }
@@ -112,7 +72,7 @@ impl WriteBatch<'_> {
             // A range, not the keys found on disk: it also covers what this batch put before.
             let end = RunKey::of(key.number().saturating_add(1));
             for name in [cf::MESSAGES, cf::HISTORY, cf::SNAPSHOTS, cf::MODEL_REQUESTS] {
-                self.delete_range(name, &key.0, &end.0)?;
+                self.delete_range(name, &key.0, &end.0);
             }
         }
         self.delete(cf::RUN_KEYS, run_id.as_bytes())?;
@@ -181,8 +141,7 @@ mod tests {
 
     #[test]
     fn deleting_a_run_history_also_drops_what_the_same_batch_wrote() {
-        let dir = tempfile::tempdir().unwrap();
-        let store = Store::open(dir.path(), false).unwrap();
+        let store = Store::in_memory();
         let body = json!({"role": "user", "parts": [{"type": "text", "content": "x"}]});
         let hash = MessageHash::of(&body);
         let mut batch = store.batch();

@@ -221,7 +221,7 @@ fn try_append(
 /// Writes records at `0..len` and deletes those left over from a longer earlier derivation.
 fn rewrite_seq<T: serde::Serialize>(
     batch: &mut WriteBatch<'_>,
-    cf_name: &'static str,
+    cf_name: crate::store::Cf,
     run_id: &str,
     items: &[T],
     old_len: u32,

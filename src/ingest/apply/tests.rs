@@ -1137,7 +1137,7 @@ fn a_run_whose_records_cannot_be_read_fails_permanently_naming_it() {
     assert!(!error.is_retryable(), "{error}");
     let (run, reason) = error.damaged_run().expect("names the damaged run");
     assert_eq!(run, outer_id());
-    assert!(reason.contains(cf::RUN_META), "{reason}");
+    assert!(reason.contains(cf::RUN_META.name()), "{reason}");
     assert!(error.to_string().contains(&outer_id()), "{error}");
 }
 

@@ -9,16 +9,14 @@
 
 use chrono::DateTime;
 
-use super::error::StoreError;
-use super::record_codec::{self, put_bytes, put_varint, Reader};
-
-/// What a damaged record is called in errors.
-const RECORD: &str = "snapshot record";
-use super::keys::cf;
+use super::codec::{self, put_bytes, put_varint, Reader, RecordError};
 use crate::domain::{
     format_timestamp, ChainRef, MessageHash, NodeId, SnapshotMeta, SnapshotRecord, SnapshotSource,
     SnapshotState,
 };
+
+/// What a damaged record is called in errors.
+const RECORD: &str = "snapshot record";
 
 const FORMAT: u8 = 1;
 const INTERRUPTED: u8 = 1;
@@ -88,13 +86,13 @@ pub fn encode(record: &SnapshotRecord) -> Vec<u8> {
     out
 }
 
-fn corrupt(reason: &str) -> StoreError {
-    record_codec::corrupt(cf::SNAPSHOTS, RECORD, reason)
+fn corrupt(reason: &str) -> RecordError {
+    codec::corrupt(RECORD, reason)
 }
 
 /// Decodes a snapshot record.
-pub fn decode(bytes: &[u8]) -> Result<SnapshotRecord, StoreError> {
-    let mut r = Reader::new(bytes, cf::SNAPSHOTS, RECORD);
+pub fn decode(bytes: &[u8]) -> Result<SnapshotRecord, RecordError> {
+    let mut r = Reader::new(bytes, RECORD);
     let flags = r.header(FORMAT, KNOWN_FLAGS)?;
     let seq = r.u32()?;
     let step_index = r.u32()?;

@@ -1,0 +1,191 @@
+//! Reads of a run's span facts and the ingest-side records around them: run meta and working
+//! state, tool-call counts, span → run links, grouping spans, log events, delegate links.
+
+use serde::de::DeserializeOwned;
+use serde_json::Value;
+
+use super::core::{decode, Store};
+use super::error::StoreError;
+use super::keys::{self, cf, Cf};
+use crate::domain::{ChainRef, IdMap, MessageHash, MessageRef, MessageShape};
+use crate::records::{LogEvent, RunMeta, RunState, SpanFact, StoredFact};
+
+impl Store {
+    /// A run's records in a per-run column family, decoded as `T` (for readers that need only
+    /// some of a record's fields: serde skips the others without building them).
+    pub fn run_records<T: DeserializeOwned>(
+        &self,
+        cf: Cf,
+        run_id: &str,
+    ) -> Result<Vec<T>, StoreError> {
+        self.scan_json(cf, &keys::run_prefix(run_id))
+    }
+
+    /// A run's span facts as stored (histories by reference), in span id order.
+    pub fn stored_facts(&self, run_id: &str) -> Result<Vec<StoredFact>, StoreError> {
+        self.scan_json(cf::FACTS, &keys::run_prefix(run_id))
+    }
+
+    /// One stored fact of a run.
+    pub fn stored_fact(
+        &self,
+        run_id: &str,
+        span_id: &str,
+    ) -> Result<Option<StoredFact>, StoreError> {
+        self.get_json(cf::FACTS, &keys::run_child(run_id, span_id))
+    }
+
+    /// A run's span facts with their histories resolved, in span id order (reads every fact,
+    /// history node and message of the run).
+    pub fn facts(&self, run_id: &str) -> Result<Vec<SpanFact>, StoreError> {
+        let stored = self.stored_facts(run_id)?;
+        if stored
+            .iter()
+            .all(|s| s.input_chain.is_none() && s.all_messages_chain.is_none())
+        {
+            return Ok(stored.into_iter().map(|s| s.fact).collect());
+        }
+        let nodes = self.run_nodes(run_id)?;
+        let mut shapes: IdMap<MessageHash, MessageShape> = IdMap::default();
+        if let Some(run) = self.run_key(run_id)? {
+            self.scan(cf::MESSAGES, &run.0, &run.0, |k, v| {
+                let hash = MessageHash::from_slice(&k[run.0.len()..]).ok_or_else(|| {
+                    StoreError::Corrupt {
+                        cf: cf::MESSAGES,
+                        reason: format!("message key of {} bytes", k.len()),
+                    }
+                })?;
+                let body: Value = decode(cf::MESSAGES, v)?;
+                shapes.insert(hash, MessageShape::of(&body));
+                Ok(true)
+            })?;
+        }
+        let refs = |chain: &ChainRef| -> Result<Vec<MessageRef>, StoreError> {
+            nodes
+                .resolve(chain)?
+                .into_iter()
+                .map(|hash| match shapes.get(&hash) {
+                    Some(shape) => Ok(MessageRef {
+                        shape: shape.clone(),
+                        hash,
+                    }),
+                    None => Err(StoreError::MissingMessage {
+                        run_id: run_id.to_string(),
+                        hash: hash.to_string(),
+                    }),
+                })
+                .collect()
+        };
+        stored
+            .into_iter()
+            .map(|s| {
+                let mut fact = s.fact;
+                if let Some(chain) = &s.input_chain {
+                    fact.input = Some(std::sync::Arc::new(refs(chain)?));
+                }
+                if let Some(chain) = &s.all_messages_chain {
+                    fact.all_messages = Some(refs(chain)?);
+                }
+                Ok(fact)
+            })
+            .collect()
+    }
+
+    /// A run's meta.
+    pub fn run_meta(&self, run_id: &str) -> Result<Option<RunMeta>, StoreError> {
+        self.get_json(cf::RUN_META, run_id.as_bytes())
+    }
+
+    /// The working state a run's last derivation left for appending to it.
+    pub fn run_state(&self, run_id: &str) -> Result<Option<RunState>, StoreError> {
+        self.get_json(cf::RUN_STATE, run_id.as_bytes())
+    }
+
+    /// How many ledger entries of the run have tool-call id `id`.
+    pub fn call_count(&self, run_id: &str, id: &str) -> Result<u32, StoreError> {
+        match self.kv.get(cf::RUN_STATE, &keys::run_child(run_id, id))? {
+            None => Ok(0),
+            Some(bytes) => <[u8; 4]>::try_from(&bytes[..])
+                .map(u32::from_be_bytes)
+                .map_err(|_| StoreError::Corrupt {
+                    cf: cf::RUN_STATE,
+                    reason: format!("call count of {id:?} is {} bytes", bytes.len()),
+                }),
+        }
+    }
+
+    /// The run a tool span belongs to.
+    pub fn span_run(&self, trace_id: &str, span_id: &str) -> Result<Option<String>, StoreError> {
+        self.get_text(cf::SPAN_RUNS, &keys::span_key(trace_id, span_id))
+    }
+
+    /// The parent span of a grouping span, if `trace_id span_id` is one.
+    pub fn group_parent(
+        &self,
+        trace_id: &str,
+        span_id: &str,
+    ) -> Result<Option<String>, StoreError> {
+        self.get_text(cf::GROUP_SPANS, &keys::span_key(trace_id, span_id))
+    }
+
+    /// The legacy GenAI events received as log records for one span, in their order.
+    pub fn span_logs(&self, trace_id: &str, span_id: &str) -> Result<Vec<LogEvent>, StoreError> {
+        let mut prefix = keys::span_key(trace_id, span_id);
+        prefix.push(0);
+        self.scan_json(cf::SPAN_LOGS, &prefix)
+    }
+
+    /// Stored log records timed at or before `cutoff_ns` whose span has not arrived as a model
+    /// request or tool call: `(key, trace id, span id)`, from at most `scan_limit` records read.
+    /// Records that cannot be decoded count as orphans.
+    pub fn orphan_logs(
+        &self,
+        cutoff_ns: u64,
+        scan_limit: usize,
+    ) -> Result<Vec<(Vec<u8>, String, String)>, StoreError> {
+        let mut out = Vec::new();
+        let mut read = 0usize;
+        self.scan(cf::SPAN_LOGS, b"", b"", |k, v| {
+            read += 1;
+            match serde_json::from_slice::<LogEvent>(v) {
+                Ok(e) if e.time_ns > cutoff_ns => {}
+                Ok(e) => {
+                    if self.span_run(&e.trace_id, &e.span_id)?.is_none() {
+                        out.push((k.to_vec(), e.trace_id, e.span_id));
+                    }
+                }
+                Err(_) => out.push((k.to_vec(), String::new(), String::new())),
+            }
+            Ok(read < scan_limit)
+        })?;
+        Ok(out)
+    }
+
+    /// All keys of column family `name` that start with `prefix`.
+    pub fn keys_with_prefix(&self, cf: Cf, prefix: &[u8]) -> Result<Vec<Vec<u8>>, StoreError> {
+        let mut out = Vec::new();
+        self.scan(cf, prefix, prefix, |k, _| {
+            out.push(k.to_vec());
+            Ok(true)
+        })?;
+        Ok(out)
+    }
+
+    /// Delegate runs of the tool span `trace_id span_id`: (key, child run id).
+    pub fn pending_children(
+        &self,
+        trace_id: &str,
+        span_id: &str,
+    ) -> Result<Vec<(Vec<u8>, String)>, StoreError> {
+        let mut prefix = keys::span_key(trace_id, span_id);
+        prefix.push(0);
+        let mut out = Vec::new();
+        self.scan(cf::PENDING_PARENTS, &prefix, &prefix, |k, _| {
+            if let Ok(child) = std::str::from_utf8(&k[prefix.len()..]) {
+                out.push((k.to_vec(), child.to_string()));
+            }
+            Ok(true)
+        })?;
+        Ok(out)
+    }
+}

@@ -1,0 +1,135 @@
+//! Opening a store: on RocksDB in a directory ([`Store::open`]) or in memory
+//! ([`Store::in_memory`]), with the schema check, and the migration of a schema-3 database.
+
+use std::path::Path;
+use std::sync::atomic::Ordering;
+
+use super::column::Cf;
+use super::core::Store;
+use super::error::StoreError;
+use super::kv::{KvBatch, KvStore};
+use super::memory::MemoryKv;
+use super::rocks::RocksKv;
+use crate::records::{MIGRATED_SCHEMA, SCHEMA_VERSION};
+
+/// Where the schema version is kept ([`Cf::Meta`], decimal text).
+pub(super) const SCHEMA_KEY: &[u8] = b"schema_version";
+
+impl Store {
+    /// Opens (creating if needed) the database in `dir`. `sync` makes every commit fsync the WAL.
+    pub fn open(dir: &Path, sync: bool) -> Result<Store, StoreError> {
+        let kv = RocksKv::open(dir)?;
+        Self::over(Box::new(kv), sync, &dir.display().to_string())
+    }
+
+    /// A new, empty store in memory (nothing survives it; commits are not fsynced).
+    pub fn in_memory() -> Store {
+        let kv = MemoryKv::new();
+        kv.insert(
+            Cf::Meta,
+            SCHEMA_KEY,
+            SCHEMA_VERSION.to_string().into_bytes(),
+        );
+        Store::assemble(Box::new(kv), false)
+    }
+
+    /// A store over `kv`: checks (or writes) the schema version, reads the next free run key,
+    /// and migrates an older schema. `place` names the storage in errors.
+    pub fn over(kv: Box<dyn KvStore>, sync: bool, place: &str) -> Result<Store, StoreError> {
+        let store = Store::assemble(kv, sync);
+        let migrate = check_schema(store.kv.as_ref(), place)?;
+        store
+            .next_run_key
+            .store(store.stored_next_run_key()?, Ordering::SeqCst);
+        if migrate {
+            store.migrate_model_requests((SCHEMA_KEY, SCHEMA_VERSION.to_string().as_bytes()))?;
+        }
+        Ok(store)
+    }
+}
+
+/// Checks the schema version in `kv` (writing it in a new store); true when the store is to be
+/// migrated.
+fn check_schema(kv: &dyn KvStore, place: &str) -> Result<bool, StoreError> {
+    match kv.get(Cf::Meta, SCHEMA_KEY)? {
+        Some(bytes) => {
+            let found = std::str::from_utf8(&bytes)
+                .ok()
+                .and_then(|s| s.parse::<u32>().ok())
+                .ok_or_else(|| StoreError::Corrupt {
+                    cf: Cf::Meta,
+                    reason: "schema version is not a number".into(),
+                })?;
+            if found < MIGRATED_SCHEMA {
+                return Err(StoreError::OlderSchema {
+                    path: place.to_string(),
+                    found,
+                    supported: SCHEMA_VERSION,
+                });
+            }
+            if found > SCHEMA_VERSION {
+                return Err(StoreError::NewerSchema {
+                    path: place.to_string(),
+                    found,
+                    supported: SCHEMA_VERSION,
+                });
+            }
+            Ok(found < SCHEMA_VERSION)
+        }
+        None => {
+            let mut batch = KvBatch::default();
+            batch.put(
+                Cf::Meta,
+                SCHEMA_KEY,
+                SCHEMA_VERSION.to_string().into_bytes(),
+            );
+            kv.write(batch, true)?;
+            Ok(false)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Sets the schema version of the database in `dir`.
+    fn set_schema(dir: &Path, version: &str) {
+        let kv = RocksKv::open(dir).unwrap();
+        let mut batch = KvBatch::default();
+        batch.put(Cf::Meta, SCHEMA_KEY, version.as_bytes().to_vec());
+        kv.write(batch, true).unwrap();
+    }
+
+    #[test]
+    fn a_newer_schema_is_refused_with_a_clear_message() {
+        let dir = tempfile::tempdir().unwrap();
+        drop(Store::open(dir.path(), true).unwrap());
+        set_schema(dir.path(), "99");
+        let err = Store::open(dir.path(), true).err().unwrap();
+        let text = err.to_string();
+        assert!(text.contains("schema version 99"), "{text}");
+        assert!(text.contains("upgrade stepline"), "{text}");
+        // A layout older than 3 is refused too (not migrated: history storage changed in 2 and
+        // 3; 3 is migrated, see `continuation::context`).
+        for version in ["1", "2"] {
+            let old = tempfile::tempdir().unwrap();
+            drop(Store::open(old.path(), true).unwrap());
+            set_schema(old.path(), version);
+            let text = Store::open(old.path(), true).err().unwrap().to_string();
+            assert!(
+                text.contains(&format!("schema version {version}")),
+                "{text}"
+            );
+            assert!(text.contains("older"), "{text}");
+        }
+        // The current version reopens fine; an in-memory store has it too.
+        let dir2 = tempfile::tempdir().unwrap();
+        drop(Store::open(dir2.path(), true).unwrap());
+        Store::open(dir2.path(), true).unwrap();
+        assert_eq!(
+            Store::in_memory().kv().get(Cf::Meta, SCHEMA_KEY).unwrap(),
+            Some(SCHEMA_VERSION.to_string().into_bytes())
+        );
+    }
+}

@@ -1,0 +1,159 @@
+//! Reads of runs and what they hold: a run's record (damaged runs readable with their reason),
+//! the run list by index, a run's step events and tool-effect ledger.
+
+use std::time::Duration;
+
+use super::core::{decode, lock_cache, Store};
+use super::damage;
+use super::error::StoreError;
+use super::keys::{self, cf, RunFilter};
+use crate::domain::{EffectOutcome, Run, StepEvent, ToolEffect};
+
+impl Store {
+    /// A run by its id, for readers: a run marked damaged (see [`super::damage`]) carries a
+    /// `damaged: <reason>` warning, and a run whose record cannot be decoded is given as a
+    /// placeholder that says so, so one damaged run never hides the others.
+    pub fn run(&self, run_id: &str) -> Result<Option<Run>, StoreError> {
+        self.readable_run(run_id, 0)
+    }
+
+    /// [`Store::run`], with the start (from an index position) for a placeholder.
+    fn readable_run(&self, run_id: &str, started_ns: u64) -> Result<Option<Run>, StoreError> {
+        let damage = self.damage(run_id)?;
+        match self.run_record(run_id) {
+            Ok(Some(mut run)) => {
+                if let Some(reason) = damage {
+                    run.warnings.push(damage::warning(&reason));
+                }
+                Ok(Some(run))
+            }
+            Ok(None) => Ok(None),
+            Err(e) if !e.is_retryable() => Ok(Some(damage::placeholder(
+                run_id,
+                started_ns,
+                &damage.unwrap_or_else(|| e.to_string()),
+            ))),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// A run's stored record as written (the writer's read: no damage warnings, and a record
+    /// that cannot be decoded is an error).
+    pub fn run_record(&self, run_id: &str) -> Result<Option<Run>, StoreError> {
+        self.get_json(cf::RUNS, run_id.as_bytes())
+    }
+
+    /// Resolves a run id or an alias (e.g. `gen_ai.agent.call.id`) to a run id.
+    pub fn resolve_run(&self, id_or_alias: &str) -> Result<Option<String>, StoreError> {
+        if self.kv.contains(cf::RUNS, id_or_alias.as_bytes())? {
+            return Ok(Some(id_or_alias.to_string()));
+        }
+        self.get_text(cf::ALIASES, id_or_alias.as_bytes())
+    }
+
+    /// Runs passing `filter`, in start order, after `cursor` (a value from a previous page),
+    /// at most `limit`; with the cursor of the next page when there is one.
+    pub fn list_runs(
+        &self,
+        filter: &RunFilter,
+        cursor: Option<&[u8]>,
+        limit: usize,
+    ) -> Result<(Vec<Run>, Option<Vec<u8>>), StoreError> {
+        let (tag, value) = filter.index();
+        let prefix = keys::index_prefix(tag, value);
+        let mut start = prefix.clone();
+        if let Some(c) = cursor {
+            start.extend_from_slice(c);
+            start.push(0); // strictly after the cursor position
+        }
+        let mut runs = Vec::new();
+        let mut next = None;
+        self.scan(cf::RUN_INDEX, &prefix, &start, |key, _| {
+            let position = &key[prefix.len()..];
+            let Some(run_id) = position.get(8..).and_then(|b| std::str::from_utf8(b).ok()) else {
+                return Ok(true);
+            };
+            let started_ns = position
+                .get(..8)
+                .and_then(|b| <[u8; 8]>::try_from(b).ok())
+                .map_or(0, u64::from_be_bytes);
+            if let Some(run) = self.readable_run(run_id, started_ns)? {
+                if filter.matches(&run) {
+                    if runs.len() == limit {
+                        next = Some(keys::index_position(&runs[runs.len() - 1]));
+                        return Ok(false);
+                    }
+                    runs.push(run);
+                }
+            }
+            Ok(true)
+        })?;
+        Ok((runs, next))
+    }
+
+    /// A run's step events, chronological.
+    pub fn events(&self, run_id: &str) -> Result<Vec<StepEvent>, StoreError> {
+        self.scan_json(cf::EVENTS, &keys::run_prefix(run_id))
+    }
+
+    /// A run's tool-effect ledger.
+    pub fn effects(&self, run_id: &str) -> Result<Vec<ToolEffect>, StoreError> {
+        self.scan_json(cf::EFFECTS, &keys::run_prefix(run_id))
+    }
+
+    /// A run's tool-effect ledger as a continuation reads it: how each entry ended, in request
+    /// order, and the whole entries of the unresolved calls (the others' arguments, results and
+    /// times are skipped, not built).
+    pub fn effect_outcomes(
+        &self,
+        run_id: &str,
+    ) -> Result<(Vec<EffectOutcome>, Vec<ToolEffect>), StoreError> {
+        self.effect_outcomes_with(run_id, |_| None)
+    }
+
+    /// [`Store::effect_outcomes`], first asking `known` about each entry's stored bytes (called
+    /// once per entry, in request order): an outcome it gives is taken instead of decoding the
+    /// entry, so a caller that read the ledger before decodes only what changed since.
+    pub fn effect_outcomes_with(
+        &self,
+        run_id: &str,
+        mut known: impl FnMut(&[u8]) -> Option<EffectOutcome>,
+    ) -> Result<(Vec<EffectOutcome>, Vec<ToolEffect>), StoreError> {
+        let prefix = keys::run_prefix(run_id);
+        let (mut outcomes, mut unresolved) = (Vec::new(), Vec::new());
+        self.scan(cf::EFFECTS, &prefix, &prefix, |_, v| {
+            let outcome: EffectOutcome = match known(v) {
+                Some(outcome) => outcome,
+                None => decode(cf::EFFECTS, v)?,
+            };
+            if outcome.status.is_unresolved() {
+                unresolved.push(decode(cf::EFFECTS, v)?);
+            }
+            outcomes.push(outcome);
+            Ok(true)
+        })?;
+        Ok((outcomes, unresolved))
+    }
+
+    /// Ids of runs whose status is `running`.
+    pub fn running_run_ids(&self) -> Result<Vec<String>, StoreError> {
+        let prefix = keys::index_prefix(b's', "running");
+        let mut out = Vec::new();
+        self.scan(cf::RUN_INDEX, &prefix, &prefix, |k, _| {
+            if let Some(id) = k
+                .get(prefix.len() + 8..)
+                .and_then(|b| std::str::from_utf8(b).ok())
+            {
+                out.push(id.to_string());
+            }
+            Ok(true)
+        })?;
+        Ok(out)
+    }
+
+    /// Takes the runs written since they were last taken whose last commit is at least `quiet`
+    /// old; a run written again later is given again (see [`super::activity`]).
+    pub fn take_quiet_runs(&self, quiet: Duration) -> Vec<String> {
+        lock_cache(&self.recent).take_quiet(quiet)
+    }
+}
