@@ -18,6 +18,7 @@ pub mod ingest;
 pub mod interpreter;
 pub mod limits;
 pub mod media;
+pub mod otlp;
 pub mod outbox;
 pub mod receiver;
 pub mod records;

@@ -1,5 +1,6 @@
 //! One attempt to send an outbox entry: OTLP/gRPC with tonic's generated clients, or OTLP/HTTP
-//! (protobuf or JSON) with reqwest. No retries here; see [`super::task`].
+//! (protobuf or JSON) with reqwest. No retries here (the exporter task retries). The received
+//! bytes go out as they are unless they must change: JSON, or `enrich_run_id` with span runs.
 
 use std::io::Write;
 use std::time::Duration;
@@ -7,20 +8,10 @@ use std::time::Duration;
 use http::header::{CONTENT_ENCODING, CONTENT_TYPE, RETRY_AFTER};
 use http::{HeaderMap, HeaderName, HeaderValue};
 use opentelemetry_proto::tonic::collector::logs::v1::logs_service_client::LogsServiceClient;
-use opentelemetry_proto::tonic::collector::logs::v1::{
-    ExportLogsServiceRequest, ExportLogsServiceResponse,
-};
 use opentelemetry_proto::tonic::collector::metrics::v1::metrics_service_client::MetricsServiceClient;
-use opentelemetry_proto::tonic::collector::metrics::v1::{
-    ExportMetricsServiceRequest, ExportMetricsServiceResponse,
-};
 use opentelemetry_proto::tonic::collector::trace::v1::trace_service_client::TraceServiceClient;
-use opentelemetry_proto::tonic::collector::trace::v1::{
-    ExportTraceServiceRequest, ExportTraceServiceResponse,
-};
+use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
 use prost::Message;
-use serde::de::DeserializeOwned;
-use serde::Serialize;
 use tonic::codec::CompressionEncoding;
 use tonic::metadata::{MetadataKey, MetadataMap, MetadataValue};
 use tonic::transport::{Channel, Endpoint};
@@ -30,17 +21,11 @@ use super::error::ExportError;
 use super::retry::{grpc_is_retryable, http_is_retryable};
 use super::tls::{client_config, TlsConnector, ALPN_GRPC, ALPN_HTTP};
 use crate::config::{Compression, ExporterConfig, ExporterProtocol, SignalKind};
+use crate::otlp::{
+    Logs, Metrics, PartialSuccess, RpcStatus, Signal, Traces, JSON_CONTENT_TYPE,
+    PROTOBUF_CONTENT_TYPE,
+};
 use crate::outbox::OutboxEntry;
-use crate::receiver::rpc_status::RpcStatus;
-
-/// What the backend said about an accepted request.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Delivered {
-    /// Items the backend rejected (`partial_success`).
-    pub rejected: i64,
-    /// The backend's `partial_success.error_message`.
-    pub message: String,
-}
 
 /// A connection to one backend.
 pub struct Client {
@@ -62,63 +47,6 @@ enum Transport {
         headers: HeaderMap,
         compression: Compression,
     },
-}
-
-/// The per-signal messages, so the HTTP path is written once.
-trait Wire {
-    type Request: Message + Default + Serialize;
-    type Response: Message + Default + DeserializeOwned;
-    const PATH: &'static str;
-    fn partial(response: Self::Response) -> Delivered;
-}
-
-struct TracesWire;
-struct LogsWire;
-struct MetricsWire;
-
-impl Wire for TracesWire {
-    type Request = ExportTraceServiceRequest;
-    type Response = ExportTraceServiceResponse;
-    const PATH: &'static str = "/v1/traces";
-    fn partial(response: Self::Response) -> Delivered {
-        response
-            .partial_success
-            .map(|p| Delivered {
-                rejected: p.rejected_spans,
-                message: p.error_message,
-            })
-            .unwrap_or_default()
-    }
-}
-
-impl Wire for LogsWire {
-    type Request = ExportLogsServiceRequest;
-    type Response = ExportLogsServiceResponse;
-    const PATH: &'static str = "/v1/logs";
-    fn partial(response: Self::Response) -> Delivered {
-        response
-            .partial_success
-            .map(|p| Delivered {
-                rejected: p.rejected_log_records,
-                message: p.error_message,
-            })
-            .unwrap_or_default()
-    }
-}
-
-impl Wire for MetricsWire {
-    type Request = ExportMetricsServiceRequest;
-    type Response = ExportMetricsServiceResponse;
-    const PATH: &'static str = "/v1/metrics";
-    fn partial(response: Self::Response) -> Delivered {
-        response
-            .partial_success
-            .map(|p| Delivered {
-                rejected: p.rejected_data_points,
-                message: p.error_message,
-            })
-            .unwrap_or_default()
-    }
 }
 
 fn decode<M: Message + Default>(payload: &[u8]) -> Result<M, ExportError> {
@@ -197,8 +125,12 @@ impl Client {
         })
     }
 
-    /// One attempt to send `entry`.
-    pub async fn send(&self, entry: &OutboxEntry) -> Result<Delivered, ExportError> {
+    /// One attempt to send `entry`; what the backend said in `partial_success` when it took it.
+    pub async fn send(&self, entry: &OutboxEntry) -> Result<PartialSuccess, ExportError> {
+        let enriched = match entry.signal {
+            SignalKind::Traces => self.enriched(entry)?,
+            SignalKind::Logs | SignalKind::Metrics => None,
+        };
         match &self.transport {
             Transport::Grpc {
                 channel,
@@ -211,10 +143,10 @@ impl Client {
                 let metrics_request = |message| grpc_request(message, metadata, *timeout);
                 let result = match entry.signal {
                     SignalKind::Traces => {
-                        let mut message: ExportTraceServiceRequest = decode(&entry.payload)?;
-                        if self.enrich_run_id {
-                            add_run_ids(&mut message);
-                        }
+                        let message = match enriched {
+                            Some(message) => message,
+                            None => decode(&entry.payload)?,
+                        };
                         let mut client = TraceServiceClient::new(channel.clone());
                         if let Some(encoding) = compression {
                             client = client.send_compressed(*encoding);
@@ -222,7 +154,7 @@ impl Client {
                         client
                             .export(request(message))
                             .await
-                            .map(|r| TracesWire::partial(r.into_inner()))
+                            .map(|r| Traces::partial_success(r.into_inner()))
                     }
                     SignalKind::Logs => {
                         let mut client = LogsServiceClient::new(channel.clone());
@@ -232,7 +164,7 @@ impl Client {
                         client
                             .export(logs_request(decode(&entry.payload)?))
                             .await
-                            .map(|r| LogsWire::partial(r.into_inner()))
+                            .map(|r| Logs::partial_success(r.into_inner()))
                     }
                     SignalKind::Metrics => {
                         let mut client = MetricsServiceClient::new(channel.clone());
@@ -242,7 +174,7 @@ impl Client {
                         client
                             .export(metrics_request(decode(&entry.payload)?))
                             .await
-                            .map(|r| MetricsWire::partial(r.into_inner()))
+                            .map(|r| Metrics::partial_success(r.into_inner()))
                     }
                 };
                 result.map_err(grpc_error)
@@ -262,16 +194,26 @@ impl Client {
                     compression: *compression,
                 };
                 match entry.signal {
-                    SignalKind::Traces => {
-                        let enrich: Option<fn(&mut ExportTraceServiceRequest)> =
-                            self.enrich_run_id.then_some(add_run_ids);
-                        target.send::<TracesWire>(&entry.payload, enrich).await
-                    }
-                    SignalKind::Logs => target.send::<LogsWire>(&entry.payload, None).await,
-                    SignalKind::Metrics => target.send::<MetricsWire>(&entry.payload, None).await,
+                    SignalKind::Traces => target.send::<Traces>(&entry.payload, enriched).await,
+                    SignalKind::Logs => target.send::<Logs>(&entry.payload, None).await,
+                    SignalKind::Metrics => target.send::<Metrics>(&entry.payload, None).await,
                 }
             }
         }
+    }
+
+    /// The trace request of `entry` with `stepline.run_id` on the spans of its span runs, when
+    /// this exporter enriches and the writer resolved any; `None` leaves the received bytes.
+    fn enriched(
+        &self,
+        entry: &OutboxEntry,
+    ) -> Result<Option<ExportTraceServiceRequest>, ExportError> {
+        if !self.enrich_run_id || entry.span_runs.is_empty() {
+            return Ok(None);
+        }
+        let mut request: ExportTraceServiceRequest = decode(&entry.payload)?;
+        add_run_ids(&mut request, &entry.span_runs);
+        Ok(Some(request))
     }
 }
 
@@ -315,34 +257,28 @@ struct HttpTarget<'a> {
 }
 
 impl HttpTarget<'_> {
-    async fn send<W: Wire>(
+    /// Posts `payload` (or `changed`, the request as it must go out instead) to the signal's path.
+    async fn send<S: Signal>(
         &self,
         payload: &[u8],
-        modify: Option<fn(&mut W::Request)>,
-    ) -> Result<Delivered, ExportError> {
+        changed: Option<S::Request>,
+    ) -> Result<PartialSuccess, ExportError> {
         // The stored protobuf goes out as it is unless it must change (JSON, enrichment).
-        let body = if self.json || modify.is_some() {
-            let mut decoded: W::Request = decode(payload)?;
-            if let Some(modify) = modify {
-                modify(&mut decoded);
-            }
-            if self.json {
-                serde_json::to_vec(&decoded).map_err(|e| ExportError::Payload(e.to_string()))?
-            } else {
-                decoded.encode_to_vec()
-            }
-        } else {
-            payload.to_vec()
+        let body = match changed {
+            Some(request) if self.json => to_json(&request)?,
+            Some(request) => request.encode_to_vec(),
+            None if self.json => to_json(&decode::<S::Request>(payload)?)?,
+            None => payload.to_vec(),
         };
         let (body, encoding) = compress(body, self.compression)?;
         let content_type = if self.json {
-            "application/json"
+            JSON_CONTENT_TYPE
         } else {
-            "application/x-protobuf"
+            PROTOBUF_CONTENT_TYPE
         };
         let mut request = self
             .client
-            .post(format!("{}{}", self.base, W::PATH))
+            .post(format!("{}{}", self.base, S::HTTP_PATH))
             .headers(self.headers.clone())
             .header(CONTENT_TYPE, content_type)
             .body(body);
@@ -363,18 +299,18 @@ impl HttpTarget<'_> {
             .headers()
             .get(CONTENT_TYPE)
             .and_then(|v| v.to_str().ok())
-            .is_some_and(|v| v.starts_with("application/json"));
+            .is_some_and(|v| v.starts_with(JSON_CONTENT_TYPE));
         let bytes = response
             .bytes()
             .await
             .map_err(|e| ExportError::Transport(error_chain(&e)))?;
         if status.is_success() {
             let parsed = if json_answer {
-                serde_json::from_slice::<W::Response>(&bytes).ok()
+                serde_json::from_slice::<S::Response>(&bytes).ok()
             } else {
-                W::Response::decode(bytes.as_ref()).ok()
+                S::Response::decode(bytes.as_ref()).ok()
             };
-            return Ok(parsed.map(W::partial).unwrap_or_default());
+            return Ok(parsed.map(S::partial_success).unwrap_or_default());
         }
         let message = if json_answer {
             serde_json::from_slice::<serde_json::Value>(&bytes)
@@ -394,6 +330,10 @@ impl HttpTarget<'_> {
             retry_after,
         })
     }
+}
+
+fn to_json<M: serde::Serialize>(message: &M) -> Result<Vec<u8>, ExportError> {
+    serde_json::to_vec(message).map_err(|e| ExportError::Payload(e.to_string()))
 }
 
 fn error_chain(error: &dyn std::error::Error) -> String {
@@ -439,29 +379,5 @@ fn parse_retry_after(value: &str) -> Option<Duration> {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn retry_after_forms() {
-        assert_eq!(parse_retry_after("7"), Some(Duration::from_secs(7)));
-        assert_eq!(
-            parse_retry_after("Sun, 06 Nov 1994 08:49:37 GMT"),
-            Some(Duration::ZERO)
-        );
-        assert_eq!(parse_retry_after("soon"), None);
-    }
-
-    #[test]
-    fn compression_round_trips() {
-        let body = b"hello hello hello".to_vec();
-        let (gz, encoding) = compress(body.clone(), Compression::Gzip).unwrap();
-        assert_eq!(encoding, Some("gzip"));
-        let mut out = Vec::new();
-        std::io::Read::read_to_end(&mut flate2::read::GzDecoder::new(gz.as_slice()), &mut out)
-            .unwrap();
-        assert_eq!(out, body);
-        let (zs, _) = compress(body.clone(), Compression::Zstd).unwrap();
-        assert_eq!(zstd::decode_all(zs.as_slice()).unwrap(), body);
-    }
-}
+#[path = "client_tests.rs"]
+mod tests;

@@ -1,104 +1,65 @@
-//! Optional per-exporter enrichment: `stepline.run_id` on agent spans.
+//! Optional per-exporter enrichment: `stepline.run_id` on the spans of agent runs.
+//!
+//! The writer resolved which run each interpreted span belongs to and kept that in the outbox
+//! entry ([`SpanRun`]); this only copies those ids onto the spans, so nothing is interpreted
+//! twice and group children (Strands cycles, OpenInference CHAIN spans, Traceloop tasks) get
+//! their run's id like every other span of the run.
+
+use std::collections::HashMap;
 
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
 use opentelemetry_proto::tonic::common::v1::{any_value, AnyValue, KeyValue};
 
-use crate::ingest::run_id_of;
-use crate::interpreter::interpret_span;
+use crate::outbox::SpanRun;
 
-/// The attribute added to agent spans.
+/// The attribute added to the spans of agent runs.
 pub const RUN_ID_ATTRIBUTE: &str = "stepline.run_id";
 
-/// Adds `stepline.run_id` to every span stepline interprets as part of an agent run (and
-/// that does not carry it already). Other spans, and spans over the default per-span caps
-/// (which the interpreter does not read), are left as they are. The interpreter's work is
-/// linear in each span's size, with bounded recursion, so no request can stall or crash this.
-pub fn add_run_ids(request: &mut ExportTraceServiceRequest) {
+/// Adds `stepline.run_id` = its run's id to every span of `request` listed in `span_runs`;
+/// a span that already carries the attribute keeps it, spans not listed are left as they
+/// are. Returns how many spans were tagged.
+///
+/// Linear in the spans and attributes of the request plus `span_runs` (one hash map, keyed
+/// with std's randomly seeded hasher, so crafted ids cannot make lookups collide).
+pub fn add_run_ids(request: &mut ExportTraceServiceRequest, span_runs: &[SpanRun]) -> usize {
+    if span_runs.is_empty() {
+        return 0;
+    }
+    let runs: HashMap<([u8; 16], [u8; 8]), &str> = span_runs
+        .iter()
+        .map(|s| ((s.trace_id, s.span_id), s.run_id.as_str()))
+        .collect();
     let spans = request
         .resource_spans
         .iter_mut()
         .flat_map(|r| &mut r.scope_spans)
         .flat_map(|s| &mut s.spans);
+    let mut tagged = 0;
     for span in spans {
-        if span.trace_id.len() != 16
-            || span.span_id.len() != 8
-            || span.attributes.iter().any(|kv| kv.key == RUN_ID_ATTRIBUTE)
-        {
+        let (Ok(trace_id), Ok(span_id)) = (
+            <[u8; 16]>::try_from(span.trace_id.as_slice()),
+            <[u8; 8]>::try_from(span.span_id.as_slice()),
+        ) else {
+            continue;
+        };
+        let Some(run_id) = runs.get(&(trace_id, span_id)) else {
+            continue;
+        };
+        if span.attributes.iter().any(|kv| kv.key == RUN_ID_ATTRIBUTE) {
             continue;
         }
-        if let Some(interpreted) = interpret_span(span) {
-            span.attributes.push(KeyValue {
-                key: RUN_ID_ATTRIBUTE.into(),
-                value: Some(AnyValue {
-                    value: Some(any_value::Value::StringValue(run_id_of(&interpreted))),
-                }),
-                key_strindex: 0,
-            });
-        }
+        span.attributes.push(KeyValue {
+            key: RUN_ID_ATTRIBUTE.into(),
+            value: Some(AnyValue {
+                value: Some(any_value::Value::StringValue((*run_id).to_owned())),
+            }),
+            key_strindex: 0,
+        });
+        tagged += 1;
     }
+    tagged
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::test_fixtures::{delegate_scenario, request};
-
-    #[test]
-    fn crafted_spans_are_left_alone_without_crashing() {
-        use crate::test_fixtures::{kv, span};
-        let path = vec!["a"; 10_000].join(".");
-        let spans = vec![
-            span(
-                2,
-                3,
-                "openai.chat",
-                10,
-                vec![kv(&format!("gen_ai.prompt.0.{path}"), "x")],
-            ),
-            span(
-                4,
-                3,
-                "response",
-                10,
-                vec![
-                    kv("openinference.span.kind", "LLM"),
-                    kv(&format!("llm.input_messages.0.{path}"), "x"),
-                ],
-            ),
-        ];
-        let mut request = request(spans);
-        add_run_ids(&mut request);
-        let spans = &request.resource_spans[0].scope_spans[0].spans;
-        assert!(spans
-            .iter()
-            .all(|s| s.attributes.iter().all(|kv| kv.key != RUN_ID_ATTRIBUTE)));
-    }
-
-    #[test]
-    fn agent_spans_get_their_run_id_once() {
-        let mut request = request(delegate_scenario());
-        add_run_ids(&mut request);
-        add_run_ids(&mut request);
-        let spans: Vec<_> = request.resource_spans[0].scope_spans[0]
-            .spans
-            .iter()
-            .collect();
-        let tagged = spans
-            .iter()
-            .filter(|s| {
-                s.attributes
-                    .iter()
-                    .filter(|kv| kv.key == RUN_ID_ATTRIBUTE)
-                    .count()
-                    == 1
-            })
-            .count();
-        assert!(tagged > 0);
-        assert!(spans.iter().all(|s| s
-            .attributes
-            .iter()
-            .filter(|kv| kv.key == RUN_ID_ATTRIBUTE)
-            .count()
-            <= 1));
-    }
-}
+#[path = "enrich_tests.rs"]
+mod tests;

@@ -2,6 +2,7 @@
 
 use std::time::Duration;
 
+use crate::otlp::TlsError;
 use crate::service_error::{ServiceError, ServiceErrorCode};
 use crate::store::StoreError;
 
@@ -15,7 +16,7 @@ pub enum ExportError {
         status: String,
         /// The backend's message.
         message: String,
-        /// Decided by [`super::retry`].
+        /// Decided by the OTLP retry rules (`retry.rs`).
         retryable: bool,
         /// `Retry-After` or gRPC `RetryInfo`, when the backend sent one.
         retry_after: Option<Duration>,
@@ -28,7 +29,7 @@ pub enum ExportError {
     Payload(String),
     /// The exporter's TLS settings cannot be used (a file is missing or not PEM, …).
     #[error("{0}")]
-    Tls(#[from] super::tls::TlsError),
+    Tls(#[from] TlsError),
     /// The outbox could not be read or its cursor written.
     #[error("outbox: {0}")]
     Store(#[from] StoreError),

@@ -2,6 +2,16 @@
 //! its interpreted records before the client is answered); one task per configured exporter
 //! sends the entries of its signals to the backend over OTLP/gRPC or OTLP/HTTP, retrying per
 //! the OTLP specification, and an entry is deleted once every exporter has finished it.
+//!
+//! - `queue`: [`Outbox`] and the per-exporter [`ExporterQueue`]s (caps, cursors, counters).
+//! - `task`: [`ExporterTask`], the loop reading one exporter's entries and keeping them in flight.
+//! - `retry`: retryable or permanent, the backoff, the retry loop (backon).
+//! - `client`: [`Client`], one attempt over OTLP/gRPC or OTLP/HTTP.
+//! - `enrich`: `stepline.run_id` from the entry's span runs (`enrich_run_id`).
+//! - `tls`: the rustls client side; `error`: [`ExportError`].
+//!
+//! The exporter depends only on the layers below it (config, outbox, store, otlp), never on
+//! ingest, the interpreter or the receivers.
 
 mod client;
 mod enrich;
@@ -11,13 +21,15 @@ mod retry;
 mod task;
 mod tls;
 
-pub use client::{Client, Delivered};
+/// Kept here for the callers that name them through the exporter; they live in [`crate::otlp`].
+pub use crate::otlp::{item_name, TlsError};
+pub use client::Client;
 pub use enrich::{add_run_ids, RUN_ID_ATTRIBUTE};
 pub use error::ExportError;
 pub use queue::{ExporterCounters, ExporterQueue, Outbox, QueueFull, SignalCounters};
-pub use retry::{grpc_is_retryable, http_is_retryable, Backoff};
-pub use task::{item_name, ExporterTask};
-pub use tls::{client_config, TlsConnector, TlsError, ALPN_GRPC, ALPN_HTTP};
+pub use retry::{grpc_is_retryable, http_is_retryable, with_retries, Backoff};
+pub use task::ExporterTask;
+pub use tls::{client_config, TlsConnector, ALPN_GRPC, ALPN_HTTP};
 
 use crate::config::{Config, ConfigError, ConfigProblem};
 

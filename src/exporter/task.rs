@@ -6,17 +6,18 @@
 
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use tokio::sync::watch;
 use tokio::task::JoinSet;
 use tracing::Instrument;
 
-use super::client::{Client, Delivered};
+use super::client::Client;
 use super::error::ExportError;
 use super::queue::{ExporterQueue, Outbox};
-use super::retry::Backoff;
-use crate::config::{RetryConfig, SignalKind};
+use super::retry::with_retries;
+use crate::config::RetryConfig;
+use crate::otlp::PartialSuccess;
 use crate::outbox::OutboxEntry;
 use crate::store::{OutboxCursor, Store};
 
@@ -31,7 +32,7 @@ const STORE_RETRY: Duration = Duration::from_secs(1);
 
 /// What became of one entry.
 enum Fate {
-    Sent(Delivered),
+    Sent(PartialSuccess),
     Dropped(ExportError),
 }
 
@@ -248,35 +249,27 @@ impl ExporterTask {
     }
 
     async fn send_with_retries(&self, entry: &OutboxEntry) -> Fate {
-        let started = Instant::now();
-        let mut backoff = Backoff::new(&self.retry);
-        loop {
-            let error = match self.client.send(entry).await {
-                Ok(delivered) => return Fate::Sent(delivered),
-                Err(error) => error,
-            };
-            if !error.is_retryable() || !self.retry.enabled {
-                return Fate::Dropped(error);
-            }
-            let wait = error.retry_after().unwrap_or_else(|| backoff.next_wait());
-            if let Some(limit) = self.retry.max_elapsed_time {
-                if started.elapsed() + wait > limit {
-                    tracing::warn!(exporter = %self.queue.id, "giving up after {limit:?} of retries");
-                    return Fate::Dropped(error);
-                }
-            }
-            self.queue
-                .counters
-                .retries
-                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            tracing::warn!(
-                exporter = %self.queue.id,
-                signal = entry.signal.name(),
-                error = %error,
-                retry_in = ?wait,
-                "export failed; retrying"
-            );
-            tokio::time::sleep(wait).await;
+        let sent = with_retries(
+            &self.retry,
+            || self.client.send(entry),
+            |error, wait| {
+                self.queue
+                    .counters
+                    .retries
+                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                tracing::warn!(
+                    exporter = %self.queue.id,
+                    signal = entry.signal.name(),
+                    error = %error,
+                    retry_in = ?wait,
+                    "export failed; retrying"
+                );
+            },
+        )
+        .await;
+        match sent {
+            Ok(delivered) => Fate::Sent(delivered),
+            Err(error) => Fate::Dropped(error),
         }
     }
 
@@ -300,14 +293,5 @@ impl ExporterTask {
             }
             tokio::time::sleep(STORE_RETRY).await;
         }
-    }
-}
-
-/// The name of the per-signal item in metric names (`spans`, `log_records`, `metric_points`).
-pub fn item_name(signal: SignalKind) -> &'static str {
-    match signal {
-        SignalKind::Traces => "spans",
-        SignalKind::Logs => "log_records",
-        SignalKind::Metrics => "metric_points",
     }
 }

@@ -24,25 +24,7 @@ use rustls::{ClientConfig, DigitallySignedStruct, RootCertStore, SignatureScheme
 use tokio::net::TcpStream;
 
 use crate::config::TlsConfig;
-
-/// A TLS setting that cannot be used, with the key it comes from (e.g. `tls.ca_file`).
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{key}: {message}")]
-pub struct TlsError {
-    /// The key under the exporter, e.g. `tls.ca_file`.
-    pub key: &'static str,
-    /// What is wrong.
-    pub message: String,
-}
-
-impl TlsError {
-    fn new(key: &'static str, message: impl Into<String>) -> Self {
-        Self {
-            key,
-            message: message.into(),
-        }
-    }
-}
+use crate::otlp::TlsError;
 
 /// ALPN for gRPC (HTTP/2 only).
 pub const ALPN_GRPC: &[&[u8]] = &[b"h2"];

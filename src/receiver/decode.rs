@@ -12,13 +12,9 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 
 use super::error::ReceiverError;
-use super::rpc_status::RpcStatus;
 use super::wire_count::{count_json_partial, count_protobuf, Counted};
-
-/// `Content-Type` of OTLP/HTTP binary protobuf.
-pub(crate) const PROTOBUF_CONTENT_TYPE: &str = "application/x-protobuf";
-/// `Content-Type` of OTLP/HTTP JSON.
-pub(crate) const JSON_CONTENT_TYPE: &str = "application/json";
+use crate::otlp::RpcStatus;
+use crate::otlp::{JSON_CONTENT_TYPE, PROTOBUF_CONTENT_TYPE};
 
 /// The payload format of an OTLP/HTTP request; the response uses the same one.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -30,11 +30,11 @@ use super::auth::GrpcAuthLayer;
 use super::decode::{ContentEncoding, PayloadFormat};
 use super::error::ReceiverError;
 use super::limits::ReceiverLimits;
-use super::rpc_status::RpcStatus;
 use super::security::ReceiverSecurity;
 use super::signal::{Logs, Metrics, Signal, Traces};
 use super::sink::ExportSink;
 use super::tls::TlsIncoming;
+use crate::otlp::RpcStatus;
 use crate::service_error::ServiceError;
 
 /// Serves OTLP/gRPC on `listener` until `shutdown` completes, then drains open connections.
@@ -491,7 +491,7 @@ mod tests {
         assert_eq!(details.code, Code::Unavailable as i32);
         assert_eq!(
             details.details[0].type_url,
-            super::super::rpc_status::RETRY_INFO_TYPE_URL
+            crate::otlp::rpc_status::RETRY_INFO_TYPE_URL
         );
     }
 }

@@ -25,11 +25,12 @@ use super::auth::BearerAuth;
 use super::decode::{encode_response, encode_status, ContentEncoding, PayloadFormat};
 use super::error::ReceiverError;
 use super::limits::ReceiverLimits;
-use super::rpc_status::RpcStatus;
 use super::security::ReceiverSecurity;
 use super::signal::{Logs, Metrics, Signal, Traces};
 use super::sink::ExportSink;
 use super::tls::TlsIncoming;
+use crate::otlp::RpcStatus;
+use crate::otlp::Signal as _;
 use crate::service_error::{ServiceError, ServiceErrorCode};
 
 /// What every handler shares.

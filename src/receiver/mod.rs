@@ -19,7 +19,6 @@ mod error;
 mod grpc;
 mod http;
 mod limits;
-pub(crate) mod rpc_status;
 mod security;
 mod signal;
 mod sink;

@@ -8,7 +8,7 @@ use rustls::ServerConfig;
 use super::auth::BearerAuth;
 use super::tls::server_config;
 use crate::config::{ReceiverAuthConfig, ServerTlsConfig};
-use crate::exporter::TlsError;
+use crate::otlp::TlsError;
 
 /// TLS and authentication of one receiver; the default is neither (plain text, no token).
 #[derive(Debug, Clone, Default)]

@@ -1,37 +1,18 @@
-//! The three OTLP signals, described once so both receivers handle them with the same code.
+//! The receiver's side of the three OTLP signals (described in [`crate::otlp`]): how each is
+//! counted and capped before decoding and handed to the sink, so both receivers handle them
+//! with the same code.
 
 use std::future::Future;
-
-use opentelemetry_proto::tonic::collector::logs::v1::{
-    ExportLogsPartialSuccess, ExportLogsServiceRequest, ExportLogsServiceResponse,
-};
-use opentelemetry_proto::tonic::collector::metrics::v1::{
-    ExportMetricsPartialSuccess, ExportMetricsServiceRequest, ExportMetricsServiceResponse,
-};
-use opentelemetry_proto::tonic::collector::trace::v1::{
-    ExportTracePartialSuccess, ExportTraceServiceRequest, ExportTraceServiceResponse,
-};
-use serde::de::DeserializeOwned;
-use serde::Serialize;
 
 use super::sink::ExportSink;
 use super::wire_count::Counted;
 use crate::ingest::{ExportOutcome, IngestError};
 use crate::limits::Limits;
+use crate::otlp::PartialSuccess;
+pub(crate) use crate::otlp::{Logs, Metrics, Traces};
 
-/// One OTLP signal: its request and response messages and how to hand it to the sink.
-pub(crate) trait Signal: Send + Sync + 'static {
-    /// The export request message.
-    type Request: prost::Message + Default + DeserializeOwned + Send + 'static;
-    /// The export response message.
-    type Response: prost::Message + Serialize + Send + 'static;
-
-    /// The OTLP/HTTP path of the signal.
-    const HTTP_PATH: &'static str;
-    /// The request message's type name, for error messages.
-    const REQUEST_TYPE: &'static str;
-    /// The gRPC service name (`package.Service`); its method is `Export`.
-    const GRPC_SERVICE: &'static str;
+/// One OTLP signal as a receiver takes it in: its cap and how to hand it to the sink.
+pub(crate) trait Signal: crate::otlp::Signal {
     /// What a request is counted in before it is decoded.
     const COUNTED: Counted;
     /// The name of the cap on that count under `processors.stepline.limits`.
@@ -47,23 +28,15 @@ pub(crate) trait Signal: Send + Sync + 'static {
     ) -> impl Future<Output = Result<ExportOutcome, IngestError>> + Send;
 
     /// The response for an accepted request; `partial_success` is set only when it says something.
-    fn response(outcome: ExportOutcome) -> Self::Response;
+    fn response(outcome: ExportOutcome) -> Self::Response {
+        Self::with_partial_success(PartialSuccess {
+            rejected: outcome.rejected,
+            message: outcome.message,
+        })
+    }
 }
-
-/// Whether an outcome must be reported in `partial_success` (an empty one means full success).
-fn is_partial(outcome: &ExportOutcome) -> bool {
-    outcome.rejected != 0 || !outcome.message.is_empty()
-}
-
-/// The trace signal.
-pub(crate) struct Traces;
 
 impl Signal for Traces {
-    type Request = ExportTraceServiceRequest;
-    type Response = ExportTraceServiceResponse;
-    const HTTP_PATH: &'static str = "/v1/traces";
-    const REQUEST_TYPE: &'static str = "ExportTraceServiceRequest";
-    const GRPC_SERVICE: &'static str = "opentelemetry.proto.collector.trace.v1.TraceService";
     const COUNTED: Counted = Counted::Spans;
     const LIMIT_KEY: &'static str = "max_spans_per_request";
 
@@ -77,26 +50,9 @@ impl Signal for Traces {
     ) -> impl Future<Output = Result<ExportOutcome, IngestError>> + Send {
         sink.export_traces(request)
     }
-
-    fn response(outcome: ExportOutcome) -> Self::Response {
-        ExportTraceServiceResponse {
-            partial_success: is_partial(&outcome).then_some(ExportTracePartialSuccess {
-                rejected_spans: outcome.rejected,
-                error_message: outcome.message,
-            }),
-        }
-    }
 }
 
-/// The logs signal.
-pub(crate) struct Logs;
-
 impl Signal for Logs {
-    type Request = ExportLogsServiceRequest;
-    type Response = ExportLogsServiceResponse;
-    const HTTP_PATH: &'static str = "/v1/logs";
-    const REQUEST_TYPE: &'static str = "ExportLogsServiceRequest";
-    const GRPC_SERVICE: &'static str = "opentelemetry.proto.collector.logs.v1.LogsService";
     const COUNTED: Counted = Counted::LogRecords;
     const LIMIT_KEY: &'static str = "max_log_records_per_request";
 
@@ -110,26 +66,9 @@ impl Signal for Logs {
     ) -> impl Future<Output = Result<ExportOutcome, IngestError>> + Send {
         sink.export_logs(request)
     }
-
-    fn response(outcome: ExportOutcome) -> Self::Response {
-        ExportLogsServiceResponse {
-            partial_success: is_partial(&outcome).then_some(ExportLogsPartialSuccess {
-                rejected_log_records: outcome.rejected,
-                error_message: outcome.message,
-            }),
-        }
-    }
 }
 
-/// The metrics signal.
-pub(crate) struct Metrics;
-
 impl Signal for Metrics {
-    type Request = ExportMetricsServiceRequest;
-    type Response = ExportMetricsServiceResponse;
-    const HTTP_PATH: &'static str = "/v1/metrics";
-    const REQUEST_TYPE: &'static str = "ExportMetricsServiceRequest";
-    const GRPC_SERVICE: &'static str = "opentelemetry.proto.collector.metrics.v1.MetricsService";
     const COUNTED: Counted = Counted::DataPoints;
     const LIMIT_KEY: &'static str = "max_metric_points_per_request";
 
@@ -142,15 +81,6 @@ impl Signal for Metrics {
         request: Self::Request,
     ) -> impl Future<Output = Result<ExportOutcome, IngestError>> + Send {
         sink.export_metrics(request)
-    }
-
-    fn response(outcome: ExportOutcome) -> Self::Response {
-        ExportMetricsServiceResponse {
-            partial_success: is_partial(&outcome).then_some(ExportMetricsPartialSuccess {
-                rejected_data_points: outcome.rejected,
-                error_message: outcome.message,
-            }),
-        }
     }
 }
 

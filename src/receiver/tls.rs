@@ -29,7 +29,7 @@ use tokio_rustls::server::TlsStream;
 use tonic::transport::server::{Connected, TcpConnectInfo};
 
 use crate::config::{Config, ConfigError, ConfigProblem, ServerTlsConfig, TlsVersion};
-use crate::exporter::TlsError;
+use crate::otlp::TlsError;
 
 /// ALPN the gRPC receiver offers (HTTP/2 only).
 pub const ALPN_GRPC: &[&[u8]] = &[b"h2"];

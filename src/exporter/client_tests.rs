@@ -1,0 +1,212 @@
+//! Tests of `client`: one attempt against a real local backend, the bytes it receives, and
+//! the helpers (Retry-After, compression).
+
+use std::sync::{Arc, Mutex};
+
+use super::*;
+
+#[test]
+fn retry_after_forms() {
+    assert_eq!(parse_retry_after("7"), Some(Duration::from_secs(7)));
+    assert_eq!(
+        parse_retry_after("Sun, 06 Nov 1994 08:49:37 GMT"),
+        Some(Duration::ZERO)
+    );
+    assert_eq!(parse_retry_after("soon"), None);
+}
+
+#[test]
+fn compression_round_trips() {
+    let body = b"hello hello hello".to_vec();
+    let (gz, encoding) = compress(body.clone(), Compression::Gzip).unwrap();
+    assert_eq!(encoding, Some("gzip"));
+    let mut out = Vec::new();
+    std::io::Read::read_to_end(&mut flate2::read::GzDecoder::new(gz.as_slice()), &mut out).unwrap();
+    assert_eq!(out, body);
+    let (zs, _) = compress(body.clone(), Compression::Zstd).unwrap();
+    assert_eq!(zstd::decode_all(zs.as_slice()).unwrap(), body);
+}
+
+/// A backend recording what arrives at `POST /v1/traces` (content type and raw body) and
+/// answering 200 with an empty response.
+struct RecordingBackend {
+    base: String,
+    received: Received,
+}
+
+/// The requests a [`RecordingBackend`] got: (content type, body).
+type Received = Arc<Mutex<Vec<(String, Vec<u8>)>>>;
+
+async fn recording_backend() -> RecordingBackend {
+    let received: Received = Arc::default();
+    let store = received.clone();
+    let app = axum::Router::new().route(
+        Traces::HTTP_PATH,
+        axum::routing::post(move |headers: HeaderMap, body: bytes::Bytes| {
+            let store = store.clone();
+            async move {
+                let content_type = headers
+                    .get(CONTENT_TYPE)
+                    .and_then(|v| v.to_str().ok())
+                    .unwrap_or_default()
+                    .to_owned();
+                store.lock().unwrap().push((content_type, body.to_vec()));
+                ([(CONTENT_TYPE, PROTOBUF_CONTENT_TYPE)], Vec::<u8>::new())
+            }
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    RecordingBackend { base, received }
+}
+
+fn http_exporter(
+    endpoint: &str,
+    protocol: ExporterProtocol,
+    enrich_run_id: bool,
+) -> ExporterConfig {
+    ExporterConfig {
+        id: "otlphttp".into(),
+        protocol,
+        endpoint: endpoint.into(),
+        tls: None,
+        headers: Vec::new(),
+        compression: Compression::None,
+        timeout: Duration::from_secs(5),
+        retry: crate::config::RetryConfig::default(),
+        queue_size_bytes: 1 << 20,
+        when_full: crate::config::WhenFull::Refuse,
+        num_consumers: 1,
+        enrich_run_id,
+        signals: vec![SignalKind::Traces],
+    }
+}
+
+/// A trace entry whose agent span (1) and its Strands cycle (2) belong to run `r-1`, and
+/// whose plain span (3) belongs to none. The payload is protobuf no re-encoding would
+/// reproduce byte for byte (an unknown field at the end), so untouched bytes are told apart.
+fn entry() -> (OutboxEntry, Vec<u8>) {
+    use crate::test_fixtures::{kv, request, span, TRACE};
+    let spans = vec![
+        span(
+            1,
+            0,
+            "invoke_agent calc",
+            1,
+            vec![kv("gen_ai.operation.name", "invoke_agent")],
+        ),
+        span(
+            2,
+            1,
+            "execute_event_loop_cycle",
+            2,
+            vec![kv("gen_ai.operation.name", "execute_event_loop_cycle")],
+        ),
+        span(3, 0, "GET /health", 3, vec![]),
+    ];
+    let mut payload = request(spans).encode_to_vec();
+    // Field 15, varint 1: unknown to ExportTraceServiceRequest, dropped by a decode/encode.
+    payload.extend_from_slice(&[0x78, 0x01]);
+    let mut entry = OutboxEntry::new(SignalKind::Traces, 3, payload.clone());
+    entry.span_runs = [1u8, 2]
+        .map(|id| crate::outbox::SpanRun {
+            trace_id: TRACE,
+            span_id: [id; 8],
+            run_id: "r-1".into(),
+        })
+        .to_vec();
+    (entry, payload)
+}
+
+fn run_ids(body: &[u8]) -> Vec<(String, Vec<String>)> {
+    let request = ExportTraceServiceRequest::decode(body).unwrap();
+    request.resource_spans[0].scope_spans[0]
+        .spans
+        .iter()
+        .map(|s| {
+            let tags = s
+                .attributes
+                .iter()
+                .filter(|kv| kv.key == super::super::enrich::RUN_ID_ATTRIBUTE)
+                .filter_map(|kv| match kv.value.as_ref()?.value.as_ref()? {
+                    opentelemetry_proto::tonic::common::v1::any_value::Value::StringValue(v) => {
+                        Some(v.clone())
+                    }
+                    _ => None,
+                })
+                .collect();
+            (s.name.clone(), tags)
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn without_enrichment_the_received_bytes_go_out_untouched() {
+    let backend = recording_backend().await;
+    let (entry, payload) = entry();
+    let client = Client::new(&http_exporter(
+        &backend.base,
+        ExporterProtocol::HttpProtobuf,
+        false,
+    ))
+    .unwrap();
+    assert_eq!(
+        client.send(&entry).await.unwrap(),
+        PartialSuccess::default()
+    );
+    let received = backend.received.lock().unwrap().clone();
+    assert_eq!(
+        received,
+        [(PROTOBUF_CONTENT_TYPE.to_owned(), payload.clone())]
+    );
+
+    // Enrichment on, but the writer resolved no span: still the received bytes.
+    let mut bare = entry.clone();
+    bare.span_runs.clear();
+    let client = Client::new(&http_exporter(
+        &backend.base,
+        ExporterProtocol::HttpProtobuf,
+        true,
+    ))
+    .unwrap();
+    client.send(&bare).await.unwrap();
+    assert_eq!(backend.received.lock().unwrap()[1].1, payload);
+}
+
+#[tokio::test]
+async fn enrichment_tags_the_spans_of_the_entrys_span_runs() {
+    let backend = recording_backend().await;
+    let (entry, _) = entry();
+    let want = vec![
+        ("invoke_agent calc".to_owned(), vec!["r-1".to_owned()]),
+        (
+            "execute_event_loop_cycle".to_owned(),
+            vec!["r-1".to_owned()],
+        ),
+        ("GET /health".to_owned(), vec![]),
+    ];
+    let client = Client::new(&http_exporter(
+        &backend.base,
+        ExporterProtocol::HttpProtobuf,
+        true,
+    ))
+    .unwrap();
+    client.send(&entry).await.unwrap();
+    let (content_type, body) = backend.received.lock().unwrap()[0].clone();
+    assert_eq!(content_type, PROTOBUF_CONTENT_TYPE);
+    assert_eq!(run_ids(&body), want);
+
+    // OTLP/JSON carries the same tags.
+    let client = Client::new(&http_exporter(
+        &backend.base,
+        ExporterProtocol::HttpJson,
+        true,
+    ))
+    .unwrap();
+    client.send(&entry).await.unwrap();
+    let (content_type, body) = backend.received.lock().unwrap()[1].clone();
+    assert_eq!(content_type, JSON_CONTENT_TYPE);
+    let request: ExportTraceServiceRequest = serde_json::from_slice(&body).unwrap();
+    assert_eq!(run_ids(&request.encode_to_vec()), want);
+}
