@@ -489,7 +489,6 @@ impl Producer {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "needs the writer's span_runs (a-apply)"]
 async fn enrich_run_id_gives_strands_openinference_and_openllmetry_children_their_runs_id() {
     let (over_grpc, grpc, _) = start_backend().await;
     let (over_http, _, http) = start_backend().await;

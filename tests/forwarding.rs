@@ -491,7 +491,6 @@ async fn forwards_every_signal_unchanged_over_both_exporter_kinds() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "needs the writer's span_runs (a-apply)"]
 async fn enrichment_adds_the_run_id_to_agent_spans_only() {
     let sinks = start_downstream().await;
     let stepline = Stepline::start_with(Options {
