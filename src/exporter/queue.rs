@@ -353,8 +353,7 @@ mod tests {
 
     #[test]
     fn caps_cursors_and_restart() {
-        let dir = tempfile::tempdir().unwrap();
-        let store = Store::open(dir.path(), false).unwrap();
+        let store = Store::in_memory();
         let exporters = [
             exporter("otlp/a", vec![SignalKind::Traces], 100),
             exporter("otlp/b", vec![SignalKind::Traces, SignalKind::Logs], 1000),

@@ -73,8 +73,7 @@ fn apply_seconds(n: usize, gap: u64, tries: usize) -> f64 {
             .filter_map(|s| interpret_span_within(s, &limits).ok())
             .collect();
         assert_eq!(spans.len(), n + 1);
-        let dir = tempfile::tempdir().unwrap();
-        let store = Store::open(dir.path(), false).unwrap();
+        let store = Store::in_memory();
         let start = Instant::now();
         for (k, i) in spans.into_iter().enumerate() {
             let work = Work::Received {

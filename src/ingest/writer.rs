@@ -466,8 +466,7 @@ mod tests {
 
     #[test]
     fn a_damaged_run_fails_alone_and_permanently_and_is_marked() {
-        let dir = tempfile::tempdir().unwrap();
-        let store = Store::open(dir.path(), false).unwrap();
+        let store = Store::in_memory();
         let counters = IngestCounters::default();
         let all = delegate_scenario();
         apply_group(&store, &[work(&all[0..1])], 1).unwrap();
@@ -508,8 +507,7 @@ mod tests {
 
     #[test]
     fn a_panic_fails_only_its_request_and_the_writer_goes_on() {
-        let dir = tempfile::tempdir().unwrap();
-        let store = Store::open(dir.path(), false).unwrap();
+        let store = Store::in_memory();
         let counters = IngestCounters::default();
         // The tool span (id 3) panics when applied; the innocent request has none.
         super::super::apply::fault::panic_on(Some(&hex::encode([3u8; 8])));

@@ -108,8 +108,7 @@ fn assert_every_fact_maps_to_its_run(
 
 #[test]
 fn every_interpreted_span_maps_to_its_runs_real_id_through_grouping_spans() {
-    let dir = tempfile::tempdir().unwrap();
-    let store = Store::open(dir.path(), false).unwrap();
+    let store = Store::in_memory();
     let mut all = strands_scenario();
     all.extend(strands_delegate());
     all.extend(openinference_scenario());
@@ -163,8 +162,7 @@ fn every_interpreted_span_maps_to_its_runs_real_id_through_grouping_spans() {
 fn requests_of_a_group_each_map_their_own_spans() {
     // The Strands scenario cycle by cycle, in two requests of one write group, then its
     // delegate in a later group: each entry maps only its own spans, to the real run.
-    let dir = tempfile::tempdir().unwrap();
-    let store = Store::open(dir.path(), false).unwrap();
+    let store = Store::in_memory();
     let strands = strands_scenario();
     let (first, second) = strands.split_at(3);
     let delegate = strands_delegate();
@@ -183,8 +181,7 @@ fn requests_of_a_group_each_map_their_own_spans() {
 
 #[test]
 fn requests_without_interpreted_spans_or_outbox_entries_carry_no_block() {
-    let dir = tempfile::tempdir().unwrap();
-    let store = Store::open(dir.path(), false).unwrap();
+    let store = Store::in_memory();
     let mut plain = strands_scenario()[0].clone();
     plain.attributes.clear();
     plain.name = "GET /health".into();

@@ -39,8 +39,7 @@ fn delegate_id() -> String {
 #[test]
 fn delegate_links_to_parent_whichever_arrives_first_and_duplicates_change_nothing() {
     for order in [[0usize, 1, 2, 3, 4], [4, 3, 2, 1, 0], [2, 0, 4, 1, 3]] {
-        let dir = tempfile::tempdir().unwrap();
-        let store = Store::open(dir.path(), false).unwrap();
+        let store = Store::in_memory();
         let all = spans();
         // One span per request, in this order: each request is its own commit.
         for &i in &order {
@@ -110,8 +109,7 @@ fn strands_children_reach_the_run_through_cycles_in_any_order() {
         &[3, 0, 1, 4, 2, 5],
     ];
     for order in orders {
-        let dir = tempfile::tempdir().unwrap();
-        let store = Store::open(dir.path(), false).unwrap();
+        let store = Store::in_memory();
         for &i in order {
             apply_group(&store, &[spans_work(interpreted(&all[i..=i]))], 1).unwrap();
         }
@@ -148,8 +146,7 @@ fn strands_children_reach_the_run_through_cycles_in_any_order() {
         }
     }
     // All in one request gives the same.
-    let dir = tempfile::tempdir().unwrap();
-    let store = Store::open(dir.path(), false).unwrap();
+    let store = Store::in_memory();
     apply_group(&store, &[spans_work(interpreted(&all))], 1).unwrap();
     assert_eq!(reference.unwrap(), everything(&store));
 }
@@ -167,8 +164,7 @@ fn replay(
     commit_cuts: &[bool],
 ) -> (Everything, tempfile::TempDir, Store) {
     let reference = {
-        let dir = tempfile::tempdir().unwrap();
-        let store = Store::open(dir.path(), false).unwrap();
+        let store = Store::in_memory();
         apply_group(&store, &[spans_work(interpreted(all))], 1).unwrap();
         assert_readable(&store);
         everything(&store)
@@ -385,8 +381,7 @@ proptest::proptest! {
     ) {
         let all = linear_run(steps, variant, with_agent);
         let reference = {
-            let dir = tempfile::tempdir().unwrap();
-            let store = Store::open(dir.path(), false).unwrap();
+            let store = Store::in_memory();
             apply_group(&store, &[spans_work(interpreted(&all))], 1).unwrap();
             everything(&store)
         };
@@ -514,8 +509,7 @@ fn reconstructed_answers_in_the_runs_form_are_stored_once() {
         (("tool", "response"), 10), // OTel GenAI semantic conventions
     ] {
         let all = linear_run_answering(4, 0, false, form);
-        let dir = tempfile::tempdir().unwrap();
-        let store = Store::open(dir.path(), false).unwrap();
+        let store = Store::in_memory();
         let before = APPENDS.with(|n| n.get());
         for (n, span) in all.iter().enumerate() {
             let work = spans_work(interpreted(std::slice::from_ref(span)));
@@ -538,8 +532,7 @@ fn reconstructed_answers_in_the_runs_form_are_stored_once() {
                 {"type": "tool_call_response", "id": "c4", "name": "work", key: "r4"}]}))
         );
         // The same run derived in full at once stores the same snapshots.
-        let dir = tempfile::tempdir().unwrap();
-        let full = Store::open(dir.path(), false).unwrap();
+        let full = Store::in_memory();
         apply_group(&full, &[spans_work(interpreted(&all))], 1).unwrap();
         assert_eq!(everything(&full), everything(&store), "{form:?}");
     }
@@ -597,8 +590,7 @@ fn continuation_history_cache_follows_the_latest_snapshot_and_survives_reopen() 
 fn quiet_long_runs_have_their_continuation_loaded_ahead() {
     use crate::continuation::{load as load_history, prefetch, ContextCache, Selector};
     let all = linear_run(6, 0, true);
-    let dir = tempfile::tempdir().unwrap();
-    let store = Store::open(dir.path(), false).unwrap();
+    let store = Store::in_memory();
     let contexts = ContextCache::default();
     // What the prefetch does each tick: the runs quiet since their last write, loaded
     // when long enough; how many were.
@@ -642,8 +634,7 @@ fn quiet_long_runs_have_their_continuation_loaded_ahead() {
 fn continuation_context_follows_the_run_revision() {
     use crate::continuation::{load as load_history, ContextCache, Selector};
     let all = linear_run(6, 0, false);
-    let dir = tempfile::tempdir().unwrap();
-    let store = Store::open(dir.path(), false).unwrap();
+    let store = Store::in_memory();
     let contexts = ContextCache::default();
     let selector = Selector {
         include_interrupted: true,
@@ -824,8 +815,7 @@ fn logged_run() -> (Vec<Span>, Vec<LogEvent>) {
 
 #[test]
 fn log_records_whose_span_never_arrives_are_pruned_after_their_age() {
-    let dir = tempfile::tempdir().unwrap();
-    let store = Store::open(dir.path(), false).unwrap();
+    let store = Store::in_memory();
     let (spans, logs) = logged_run();
     // The same records for span 9, which never arrives.
     let orphans: Vec<LogEvent> = logs
@@ -896,8 +886,7 @@ fn log_records_land_on_their_step_before_or_after_the_span() {
     ];
     let mut reference: Option<Everything> = None;
     for (n, scenario) in scenarios.into_iter().enumerate() {
-        let dir = tempfile::tempdir().unwrap();
-        let store = Store::open(dir.path(), false).unwrap();
+        let store = Store::in_memory();
         for group in &scenario {
             apply_group(&store, group, 1).unwrap();
         }
@@ -930,8 +919,7 @@ fn log_records_land_on_their_step_before_or_after_the_span() {
 
 #[test]
 fn pending_spans_show_started_work_and_the_real_spans_replace_them() {
-    let dir = tempfile::tempdir().unwrap();
-    let store = Store::open(dir.path(), false).unwrap();
+    let store = Store::in_memory();
     let all = spans();
     // The first model request, then the pending spans of the run and of its tool.
     apply_group(&store, &[spans_work(interpreted(&all[0..1]))], 1).unwrap();
@@ -1045,8 +1033,7 @@ fn in_trace(spans: Vec<Span>, t: u8) -> Vec<Span> {
 fn an_alias_stays_with_the_run_that_claimed_it_first() {
     let second = format!("{}-{}", hex::encode([8u8; 16]), hex::encode([1u8; 8]));
     for together in [false, true] {
-        let dir = tempfile::tempdir().unwrap();
-        let store = Store::open(dir.path(), false).unwrap();
+        let store = Store::in_memory();
         let first = interpreted(&spans());
         let other = interpreted(&in_trace(spans(), 8));
         if together {
@@ -1101,8 +1088,7 @@ fn a_merged_run_hands_its_alias_to_the_run_it_joins() {
     // Strands: children under a cycle arrive first (an orphan run keyed by the cycle), the
     // cycle then moves them into the run above; aliases follow.
     let all = crate::test_fixtures::strands_scenario();
-    let dir = tempfile::tempdir().unwrap();
-    let store = Store::open(dir.path(), false).unwrap();
+    let store = Store::in_memory();
     for i in (0..all.len()).rev() {
         apply_group(&store, &[spans_work(interpreted(&all[i..=i]))], 1).unwrap();
     }
@@ -1124,8 +1110,7 @@ fn a_merged_run_hands_its_alias_to_the_run_it_joins() {
 
 #[test]
 fn a_run_whose_records_cannot_be_read_fails_permanently_naming_it() {
-    let dir = tempfile::tempdir().unwrap();
-    let store = Store::open(dir.path(), false).unwrap();
+    let store = Store::in_memory();
     // A run whose meta is garbage: its next span cannot be applied, and never will be.
     apply_group(&store, &[spans_work(interpreted(&spans()[0..1]))], 1).unwrap();
     let mut batch = store.batch();
@@ -1162,8 +1147,7 @@ fn many_log_records_for_one_span_cost_the_writer_linear_time() {
                     .unwrap_or_default(),
             })
             .collect();
-        let dir = tempfile::tempdir().unwrap();
-        let store = Store::open(dir.path(), false).unwrap();
+        let store = Store::in_memory();
         let works = [logs_work(logs), spans_work(interpreted(&spans[0..1]))];
         let started = Instant::now();
         apply_group(&store, &works, 1).unwrap();
@@ -1185,8 +1169,7 @@ fn many_log_records_for_one_span_cost_the_writer_linear_time() {
 
 #[test]
 fn a_run_whose_record_is_garbage_stays_listed_next_to_the_others() {
-    let dir = tempfile::tempdir().unwrap();
-    let store = Store::open(dir.path(), false).unwrap();
+    let store = Store::in_memory();
     apply_group(&store, &[spans_work(interpreted(&spans()))], 1).unwrap();
     let before = everything(&store);
     assert_eq!(before.len(), 2);
