@@ -2,12 +2,10 @@
 //! absent for a first message) + message hash (16 bytes). A run's nodes are one prefix scan, so any of its
 //! histories is resolved from its tip with one scan and no per-node lookups.
 
-use std::collections::HashMap;
-
 use super::error::StoreError;
 use super::keys::{self, cf};
 use super::rocks::{Store, WriteBatch};
-use crate::cache_budget::{LruOrder, ENTRY_OVERHEAD};
+use crate::cache_budget::{ByteCache, ENTRY_OVERHEAD};
 use crate::domain::{
     ChainIds, ChainRef, HistoryNode, IdMap, MessageHash, NodeId, MESSAGE_HASH_BYTES, NODE_ID_BYTES,
 };
@@ -20,23 +18,17 @@ const CHAIN_BYTES_PER_MESSAGE: usize = MESSAGE_HASH_BYTES + NODE_ID_BYTES;
 
 /// The node ids of the last input history stored for each recently active run, so the next
 /// request's input (mostly the same history plus a few messages) hashes only its new messages.
-/// Bounded by a byte budget (by default [`CHAIN_CACHE_BYTES`]), least recently used run first
-/// out (found without a scan). Only a shortcut: node ids are a pure function of the messages,
-/// so a missing or stale entry is recomputed.
+/// Bounded by a byte budget (by default [`CHAIN_CACHE_BYTES`]) in a [`ByteCache`]. Only a
+/// shortcut: node ids are a pure function of the messages, so a missing or stale entry is
+/// recomputed.
 pub struct ChainCache {
-    runs: HashMap<String, (u64, ChainIds)>,
-    order: LruOrder<String>,
-    held: usize,
-    budget: usize,
+    runs: ByteCache<String, ChainIds>,
 }
 
 impl Default for ChainCache {
     fn default() -> Self {
         Self {
-            runs: HashMap::new(),
-            order: LruOrder::default(),
-            held: 0,
-            budget: CHAIN_CACHE_BYTES,
+            runs: ByteCache::new(CHAIN_CACHE_BYTES),
         }
     }
 }
@@ -81,46 +73,31 @@ impl Store {
         let Ok(mut cache) = self.chains.lock() else {
             return ChainIds::default();
         };
-        match cache.runs.remove(run_id) {
-            Some((tick, chain)) => {
-                cache.order.remove(tick);
-                cache.held = cache.held.saturating_sub(chain_bytes(&chain));
-                chain
-            }
-            None => ChainIds::default(),
-        }
+        cache
+            .runs
+            .remove(run_id)
+            .map(|(_, chain)| chain)
+            .unwrap_or_default()
     }
 
     /// Keeps the node ids of the run's last stored input history for the next request.
     pub fn keep_chain(&self, run_id: &str, chain: ChainIds) {
+        let bytes = chain_bytes(&chain);
         let Ok(mut cache) = self.chains.lock() else {
             return;
         };
-        let bytes = chain_bytes(&chain);
-        if let Some((tick, old)) = cache.runs.remove(run_id) {
-            cache.order.remove(tick);
-            cache.held = cache.held.saturating_sub(chain_bytes(&old));
-        }
-        if bytes > cache.budget {
+        if bytes > cache.runs.budget() {
+            cache.runs.remove(run_id);
             return;
         }
-        let tick = cache.order.push(run_id.to_string());
-        cache.held += bytes;
-        cache.runs.insert(run_id.to_string(), (tick, chain));
-        while cache.held > cache.budget {
-            let Some(oldest) = cache.order.pop_oldest() else {
-                break;
-            };
-            if let Some((_, evicted)) = cache.runs.remove(&oldest) {
-                cache.held = cache.held.saturating_sub(chain_bytes(&evicted));
-            }
-        }
+        // What left is dropped after the lock.
+        let _left = cache.runs.insert(run_id.to_string(), chain, bytes);
     }
 
-    /// Sets the chain cache's byte budget (takes effect from the next chain kept).
+    /// Sets the chain cache's byte budget (evicting down to it now).
     pub fn set_chain_cache_budget(&self, bytes: usize) {
         if let Ok(mut cache) = self.chains.lock() {
-            cache.budget = bytes;
+            let _left = cache.runs.set_budget(bytes);
         }
     }
 
@@ -128,7 +105,7 @@ impl Store {
     pub fn chain_cache_bytes(&self) -> (usize, usize) {
         self.chains
             .lock()
-            .map(|c| (c.held, c.budget))
+            .map(|c| (c.runs.bytes(), c.runs.budget()))
             .unwrap_or((0, 0))
     }
 
@@ -245,37 +222,43 @@ mod tests {
     }
 
     #[test]
-    fn the_chain_cache_forgets_the_least_recently_kept_runs_first() {
+    fn the_chain_cache_stays_within_its_budget_and_keeps_a_run_used_again() {
         let dir = tempfile::tempdir().unwrap();
         let store = Store::open(dir.path(), false).unwrap();
-        // Runs of a tenth of the budget each: the eleventh pushes out the first kept.
+        // Runs of a tenth of the budget each: the eleventh pushes one out.
         let len = 100;
-        store.set_chain_cache_budget(10 * chain_bytes(&chain(len, 0)));
+        let each = chain_bytes(&chain(len, 0));
+        store.set_chain_cache_budget(10 * each);
         for run in 0..10 {
             store.keep_chain(&format!("run-{run}"), chain(len, run));
         }
-        // Run 0 used again: run 1 is now the least recently kept.
+        assert_eq!(store.chain_cache_bytes(), (10 * each, 10 * each));
+        // Run 0 taken and kept again, as every request of a run does.
         let zero = store.take_chain("run-0");
-        assert_eq!(zero.node_ids().len(), len);
+        assert_eq!(zero.node_ids(), chain(len, 0).node_ids());
         store.keep_chain("run-0", zero);
         store.keep_chain("run-10", chain(len, 10));
-        assert!(store.take_chain("run-1").node_ids().is_empty(), "evicted");
-        for run in [0, 2, 9, 10] {
-            assert_eq!(
-                store.take_chain(&format!("run-{run}")).node_ids().len(),
-                len,
-                "run-{run}"
-            );
+        let (held, budget) = store.chain_cache_bytes();
+        assert!(held <= budget);
+        let kept: Vec<usize> = (0..=10)
+            .filter(|run| {
+                !store
+                    .take_chain(&format!("run-{run}"))
+                    .node_ids()
+                    .is_empty()
+            })
+            .collect();
+        assert!(kept.len() >= 9, "{kept:?}");
+        assert!(kept.contains(&0) && kept.contains(&10), "{kept:?}");
+        // Taken out: nothing is held any more.
+        assert_eq!(store.chain_cache_bytes().0, 0);
+        // A chain over the budget is not kept; a smaller budget evicts now.
+        store.keep_chain("big", chain(11 * len, 0));
+        assert!(store.take_chain("big").node_ids().is_empty());
+        for run in 0..10 {
+            store.keep_chain(&format!("run-{run}"), chain(len, run));
         }
-        let cache = store.chains.lock().unwrap();
-        assert_eq!(cache.runs.len(), cache.order.len());
-        assert_eq!(
-            cache.held,
-            cache
-                .runs
-                .values()
-                .map(|(_, c)| chain_bytes(c))
-                .sum::<usize>()
-        );
+        store.set_chain_cache_budget(3 * each);
+        assert!(store.chain_cache_bytes().0 <= 3 * each);
     }
 }
