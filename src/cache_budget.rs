@@ -1,72 +1,205 @@
-//! What the in-memory caches share to stay within a byte budget: [`LruOrder`], the
-//! least-recently-used order of a cache's entries with O(log n) use and eviction, and
-//! [`json_bytes`], an estimate of the heap bytes a JSON value holds.
+//! What the in-memory caches share to stay within a byte budget: [`ByteCache`], a cache of
+//! entries weighed in estimated bytes that evicts the least recently used ones (as a clock
+//! approximates it, from `quick_cache`) to stay within its budget, and [`json_bytes`], an
+//! estimate of the heap bytes a JSON value holds.
 //!
-//! Each cache keeps its entries in its own maps (keyed the way it looks them up) plus a tick per
-//! entry; the [`LruOrder`] maps ticks back to keys, so the oldest entry is found without a scan
-//! and a use moves an entry without cloning its key.
+//! Each cache of the service wraps one [`ByteCache`] behind its own lock and keeps, beside it,
+//! whatever small index or count it needs: every operation that can take entries out
+//! ([`ByteCache::insert`], [`ByteCache::set_budget`]) hands them back, so such an index is
+//! updated with every eviction.
 
-use std::collections::BTreeMap;
+use std::hash::Hash;
 use std::mem::size_of;
 
+use quick_cache::unsync::Cache;
+pub use quick_cache::Equivalent;
+use quick_cache::{DefaultHashBuilder, Lifecycle, OptionsBuilder, Weighter};
 use serde_json::Value;
 
-/// The use order of a cache's entries: tick → key, oldest first.
-#[derive(Debug)]
-pub struct LruOrder<K> {
-    order: BTreeMap<u64, K>,
-    next: u64,
+/// A value with the weight (estimated bytes) it was put in with.
+struct Weighed<V> {
+    weight: u64,
+    value: V,
 }
 
-impl<K> Default for LruOrder<K> {
-    fn default() -> Self {
+/// Weighs an entry by the bytes it was put in with.
+#[derive(Clone, Copy, Default)]
+struct ByBytes;
+
+impl<K, V> Weighter<K, Weighed<V>> for ByBytes {
+    fn weight(&self, _key: &K, value: &Weighed<V>) -> u64 {
+        value.weight
+    }
+}
+
+/// Collects what an operation evicted, so the caller can uncount it.
+#[derive(Clone, Copy, Default)]
+struct Collect;
+
+impl<K, V> Lifecycle<K, Weighed<V>> for Collect {
+    type RequestState = Vec<(K, V)>;
+
+    fn on_evict(&self, state: &mut Self::RequestState, key: K, value: Weighed<V>) {
+        state.push((key, value.value));
+    }
+}
+
+/// Entries a cache expects per byte of budget, for sizing its memory of recently evicted keys
+/// (one per 4 KiB of budget, between 16 and 65,536).
+fn estimated_items(budget: usize) -> usize {
+    (budget / 4096).clamp(16, 1 << 16)
+}
+
+/// A cache of values weighed in estimated bytes, holding at most its byte budget over all
+/// entries, built on `quick_cache` (CLOCK-Pro: entries used since the clock last passed them
+/// are kept, the others go first). An entry over (nearly) the whole budget is not kept. Not
+/// synchronised: the owner keeps it behind a lock.
+pub struct ByteCache<K, V> {
+    cache: Cache<K, Weighed<V>, ByBytes, DefaultHashBuilder, Collect>,
+    budget: usize,
+}
+
+impl<K: Eq + Hash, V> ByteCache<K, V> {
+    /// An empty cache holding at most `budget` estimated bytes.
+    pub fn new(budget: usize) -> Self {
         Self {
-            order: BTreeMap::new(),
-            next: 0,
-        }
-    }
-}
-
-impl<K> LruOrder<K> {
-    /// Adds `key` as the most recently used entry; returns its tick.
-    pub fn push(&mut self, key: K) -> u64 {
-        self.next += 1;
-        self.order.insert(self.next, key);
-        self.next
-    }
-
-    /// Marks the entry at `tick` used now; returns its new tick (`tick` itself when there is no
-    /// such entry).
-    pub fn touch(&mut self, tick: u64) -> u64 {
-        match self.order.remove(&tick) {
-            Some(key) => self.push(key),
-            None => tick,
+            cache: Self::build(budget),
+            budget,
         }
     }
 
-    /// Forgets the entry at `tick`.
-    pub fn remove(&mut self, tick: u64) -> Option<K> {
-        self.order.remove(&tick)
+    fn build(budget: usize) -> Cache<K, Weighed<V>, ByBytes, DefaultHashBuilder, Collect> {
+        let mut options = OptionsBuilder::new();
+        options
+            .estimated_items_capacity(estimated_items(budget))
+            .weight_capacity(budget as u64);
+        match options.build() {
+            Ok(options) => {
+                Cache::with_options(options, ByBytes, DefaultHashBuilder::default(), Collect)
+            }
+            // Only a zero item estimate is refused, and the estimate is at least 16.
+            Err(_) => Cache::with(
+                16,
+                budget as u64,
+                ByBytes,
+                DefaultHashBuilder::default(),
+                Collect,
+            ),
+        }
     }
 
-    /// Takes the least recently used entry's key out.
-    pub fn pop_oldest(&mut self) -> Option<K> {
-        self.order.pop_first().map(|(_, key)| key)
+    /// The value of `key`, marked used.
+    pub fn get<Q>(&self, key: &Q) -> Option<&V>
+    where
+        Q: Hash + Equivalent<K> + ?Sized,
+    {
+        self.cache.get(key).map(|w| &w.value)
     }
 
-    /// Forgets every entry.
+    /// The value of `key`, not marked used.
+    pub fn peek<Q>(&self, key: &Q) -> Option<&V>
+    where
+        Q: Hash + Equivalent<K> + ?Sized,
+    {
+        self.cache.peek(key).map(|w| &w.value)
+    }
+
+    /// True when `key` is held.
+    pub fn contains<Q>(&self, key: &Q) -> bool
+    where
+        Q: Hash + Equivalent<K> + ?Sized,
+    {
+        self.cache.contains_key(key)
+    }
+
+    /// Changes the value of `key` in place (its weight stays), not marking it used; false when
+    /// `key` is not held.
+    pub fn update<Q>(&mut self, key: &Q, change: impl FnOnce(&mut V)) -> bool
+    where
+        Q: Hash + Equivalent<K> + ?Sized,
+    {
+        match self.cache.peek_mut(key) {
+            Some(mut held) => {
+                change(&mut held.value);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Takes the entry of `key` out.
+    pub fn remove<Q>(&mut self, key: &Q) -> Option<(K, V)>
+    where
+        Q: Hash + Equivalent<K> + ?Sized,
+    {
+        self.cache.remove(key).map(|(k, w)| (k, w.value))
+    }
+
+    /// Puts `value` in as the entry of `key`, weighing `bytes` (at least 1), and evicts entries
+    /// down to the budget. Returns every entry that left the cache: the one `key` held before,
+    /// the ones evicted, and `value` itself when it is too heavy to be kept.
+    ///
+    /// The new entry counts as used once: the caches of the service mostly put an entry in
+    /// under a new key (a run's next history, its next chain) in place of one just used, so a
+    /// new entry is given the standing of a used one, and entries never used again since go
+    /// first (least recently used first, as a clock approximates it).
+    #[must_use = "the entries that left the cache are to be uncounted by the caller"]
+    pub fn insert(&mut self, key: K, value: V, bytes: usize) -> Vec<(K, V)>
+    where
+        K: Clone,
+    {
+        let mut left = Vec::new();
+        if let Some((old_key, old)) = self.cache.remove(&key) {
+            left.push((old_key, old.value));
+        }
+        let weight = bytes.max(1) as u64;
+        self.cache
+            .insert_with_lifecycle(key.clone(), Weighed { weight, value }, &mut left);
+        let _ = self.cache.get(&key);
+        left
+    }
+
+    /// Sets the byte budget, evicting down to it now; returns the entries evicted.
+    #[must_use = "the entries that left the cache are to be uncounted by the caller"]
+    pub fn set_budget(&mut self, budget: usize) -> Vec<(K, V)> {
+        let old = std::mem::replace(&mut self.cache, Self::build(budget));
+        self.budget = budget;
+        let mut left = Vec::new();
+        let mut old = old;
+        for (key, held) in old.drain() {
+            self.cache.insert_with_lifecycle(key, held, &mut left);
+        }
+        left
+    }
+
+    /// Drops every entry.
     pub fn clear(&mut self) {
-        self.order.clear();
+        self.cache.clear();
     }
 
-    /// Entries in the order.
+    /// Every entry, in no particular order.
+    pub fn iter(&self) -> impl Iterator<Item = (&K, &V)> + '_ {
+        self.cache.iter().map(|(k, w)| (k, &w.value))
+    }
+
+    /// Estimated bytes held over all entries.
+    pub fn bytes(&self) -> usize {
+        usize::try_from(self.cache.weight()).unwrap_or(usize::MAX)
+    }
+
+    /// The byte budget.
+    pub fn budget(&self) -> usize {
+        self.budget
+    }
+
+    /// Entries held.
     pub fn len(&self) -> usize {
-        self.order.len()
+        self.cache.len()
     }
 
-    /// True when the order is empty.
+    /// True when nothing is held.
     pub fn is_empty(&self) -> bool {
-        self.order.is_empty()
+        self.cache.is_empty()
     }
 }
 
@@ -109,17 +242,48 @@ mod tests {
     use super::*;
 
     #[test]
-    fn order_evicts_least_recently_used_first() {
-        let mut order = LruOrder::default();
-        let a = order.push("a");
-        let b = order.push("b");
-        let _c = order.push("c");
-        let a = order.touch(a);
-        assert_eq!(order.pop_oldest(), Some("b"));
-        assert_eq!(order.touch(b), b, "gone entries are not revived");
-        assert_eq!(order.pop_oldest(), Some("c"));
-        assert_eq!(order.remove(a), Some("a"));
-        assert!(order.is_empty());
+    fn the_cache_stays_within_its_budget_and_hands_back_what_left() {
+        let mut cache: ByteCache<String, usize> = ByteCache::new(10_000);
+        let mut held = 0usize;
+        for n in 0..1_000usize {
+            held += 100 + n % 50;
+            for (_, size) in cache.insert(format!("k{n}"), 100 + n % 50, 100 + n % 50) {
+                held -= size;
+            }
+            assert!(cache.bytes() <= cache.budget());
+            assert_eq!(cache.bytes(), held, "every entry that left was handed back");
+        }
+        assert!(cache.bytes() > cache.budget() / 2, "the budget is used");
+        assert_eq!(cache.iter().map(|(_, s)| s).sum::<usize>(), held);
+        // A key used again outlives keys put in after it and never used.
+        let _ = cache.insert("hot".to_string(), 100, 100);
+        for n in 0..1_000usize {
+            assert_eq!(cache.get("hot"), Some(&100), "round {n}");
+            let _ = cache.insert(format!("cold{n}"), 100, 100);
+        }
+        // Replacing a key hands the old value back; a too heavy value is handed back itself.
+        assert_eq!(
+            cache.insert("hot".to_string(), 7, 100),
+            vec![("hot".to_string(), 100)]
+        );
+        let heavy = cache.insert("heavy".to_string(), 1, 20_000);
+        assert_eq!(heavy, vec![("heavy".to_string(), 1)]);
+        assert!(!cache.contains("heavy"));
+        assert!(cache.update("hot", |v| *v = 8));
+        assert_eq!(cache.peek("hot"), Some(&8));
+        assert_eq!(cache.remove("hot"), Some(("hot".to_string(), 8)));
+        // A smaller budget evicts now and says what went.
+        let before = cache.bytes();
+        let left: usize = cache.set_budget(1_000).iter().map(|(_, s)| s).sum();
+        assert!(cache.bytes() <= 1_000);
+        assert_eq!(cache.bytes() + left, before);
+        let mut none: ByteCache<String, usize> = ByteCache::new(0);
+        assert_eq!(
+            none.insert("a".to_string(), 1, 1).len(),
+            1,
+            "a zero budget keeps nothing"
+        );
+        assert!(none.is_empty());
     }
 
     #[test]

@@ -1,16 +1,29 @@
-//! `/metrics` in the Prometheus text format, with the collector's familiar names.
+//! `/metrics`: the OpenMetrics text exposition (`prometheus-client`), with the collector's
+//! familiar names. The counters stay where they are kept (atomics of the ingest, the exporters,
+//! the media store and the caches); [`Scrape`], a collector, reads them when it is encoded.
 
-use std::fmt::Write;
+use std::fmt;
 use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{text, DescriptorEncoder, EncodeMetric};
+use prometheus_client::metrics::counter::ConstCounter;
+use prometheus_client::metrics::gauge::ConstGauge;
+use prometheus_client::metrics::MetricType;
+use prometheus_client::registry::Registry;
 
 use crate::config::SignalKind;
 use crate::continuation::Continuations;
 use crate::exporter::{item_name, ExporterCounters, ExporterQueue, Outbox, SignalCounters};
-use crate::ingest::IngestCounters;
+use crate::ingest::{Ingest, IngestCounters};
 use crate::interpreter::prefix_memo;
 use crate::media::MediaCounters;
 use crate::store::keys::cf;
 use crate::store::Store;
+
+/// The content type `/metrics` is served with.
+pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
 
 /// What the store holds, read for each scrape: cheap estimates from RocksDB, plus the exact
 /// number of running runs (an index prefix; running runs are few).
@@ -51,10 +64,110 @@ impl StoreGauges {
     }
 }
 
-/// Renders the counters: the receiver's, the store's gauges (when read), then each
-/// exporter's (label `exporter="<id>"`).
-pub fn render(c: &IngestCounters, outbox: &Outbox, store: Option<StoreGauges>) -> String {
-    let mut out = String::new();
+/// One scrape of `/metrics`: what it reads the counters from, and the store gauges read for it
+/// (on the blocking pool, before encoding).
+pub struct Scrape {
+    ingest: Arc<Ingest>,
+    continuations: Arc<Continuations>,
+    store: Option<StoreGauges>,
+}
+
+impl fmt::Debug for Scrape {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Scrape")
+            .field("store", &self.store)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Scrape {
+    /// A scrape of the ingest's and the continuations' counters, with the store gauges when
+    /// they could be read (the scrape still renders the counters without them).
+    pub fn new(
+        ingest: Arc<Ingest>,
+        continuations: Arc<Continuations>,
+        store: Option<StoreGauges>,
+    ) -> Self {
+        Self {
+            ingest,
+            continuations,
+            store,
+        }
+    }
+
+    /// The exposition, in the OpenMetrics text format (served as [`CONTENT_TYPE`]).
+    pub fn render(self) -> String {
+        let mut registry = Registry::default();
+        registry.register_collector(Box::new(self));
+        let mut out = String::new();
+        // Writing to a String does not fail, and the collector's own encoding does not either.
+        let _ = text::encode(&mut out, &registry);
+        out
+    }
+}
+
+impl Collector for Scrape {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), fmt::Error> {
+        let continuations = &self.continuations;
+        encode_ingest(&mut encoder, self.ingest.counters())?;
+        if let Some(g) = self.store {
+            encode_store(&mut encoder, g)?;
+        }
+        encode_exporters(&mut encoder, self.ingest.outbox())?;
+        encode_media(&mut encoder, continuations.media().counters())?;
+        gauge(
+            &mut encoder,
+            "stepline_rendered_cache_bytes",
+            "Bytes of rendered continuation answers held in memory (answered, or rendered ahead once a run went quiet).",
+            continuations.rendered().held() as u64,
+        )?;
+        encode_caches(&mut encoder, &cache_gauges(continuations))
+    }
+}
+
+/// Encodes one unlabelled counter (exposed as `{name}_total`).
+fn counter(
+    encoder: &mut DescriptorEncoder,
+    name: &str,
+    help: &str,
+    value: u64,
+) -> Result<(), fmt::Error> {
+    let metric = ConstCounter::new(value);
+    metric.encode(encoder.encode_descriptor(name, help, None, metric.metric_type())?)
+}
+
+/// Encodes one unlabelled gauge.
+fn gauge(
+    encoder: &mut DescriptorEncoder,
+    name: &str,
+    help: &str,
+    value: u64,
+) -> Result<(), fmt::Error> {
+    let metric = ConstGauge::new(value);
+    metric.encode(encoder.encode_descriptor(name, help, None, metric.metric_type())?)
+}
+
+/// Encodes a family of `kind` with one series per `(label value, value)`, labelled `label`.
+fn family(
+    encoder: &mut DescriptorEncoder,
+    (name, help, kind): (&str, &str, MetricType),
+    label: &str,
+    series: impl IntoIterator<Item = (String, u64)>,
+) -> Result<(), fmt::Error> {
+    let mut metric = encoder.encode_descriptor(name, help, None, kind)?;
+    for (value_of_label, value) in series {
+        let labels = [(label, value_of_label.as_str())];
+        let labelled = metric.encode_family(&labels)?;
+        match kind {
+            MetricType::Counter => ConstCounter::new(value).encode(labelled)?,
+            _ => ConstGauge::new(value).encode(labelled)?,
+        }
+    }
+    Ok(())
+}
+
+/// The receiver's counters.
+fn encode_ingest(encoder: &mut DescriptorEncoder, c: &IngestCounters) -> Result<(), fmt::Error> {
     let rows: [(&str, &str, u64); 11] = [
         (
             "otelcol_receiver_accepted_spans",
@@ -113,70 +226,66 @@ pub fn render(c: &IngestCounters, outbox: &Outbox, store: Option<StoreGauges>) -
         ),
     ];
     for (name, help, value) in rows {
-        let _ = writeln!(
-            out,
-            "# HELP {name} {help}\n# TYPE {name} counter\n{name}_total {value}"
-        );
+        counter(encoder, name, help, value)?;
     }
-    if let Some(g) = store {
-        let gauges = [
-            (
-                "stepline_runs",
-                "Runs stored, any status (RocksDB estimate).",
-                g.runs,
-            ),
-            (
-                "stepline_runs_running",
-                "Runs with status running.",
-                g.running_runs,
-            ),
-            (
-                "stepline_step_events",
-                "Step events stored (RocksDB estimate).",
-                g.events,
-            ),
-            (
-                "stepline_snapshots",
-                "Snapshots stored (RocksDB estimate).",
-                g.snapshots,
-            ),
-            (
-                "stepline_tool_effects",
-                "Tool effects stored (RocksDB estimate).",
-                g.effects,
-            ),
-            (
-                "stepline_outbox_entries",
-                "Outbox entries not yet deleted (RocksDB estimate).",
-                g.outbox_entries,
-            ),
-            (
-                "stepline_history_cache_messages",
-                "Decoded messages held in memory for continuations (read, or loaded ahead once a run went quiet).",
-                g.history_cache_messages,
-            ),
-        ];
-        for (name, help, value) in gauges {
-            let _ = writeln!(
-                out,
-                "# HELP {name} {help}\n# TYPE {name} gauge\n{name} {value}"
-            );
-        }
-        let name = "stepline_alias_conflicts";
-        let _ = writeln!(
-            out,
-            "# HELP {name} Alias claims refused because another run owns the alias.\n# TYPE {name} counter\n{name}_total {}",
-            g.alias_conflicts
-        );
-    }
-    render_exporters(&mut out, outbox);
-    out
+    Ok(())
 }
 
-fn render_exporters(out: &mut String, outbox: &Outbox) {
+/// The store's gauges.
+fn encode_store(encoder: &mut DescriptorEncoder, g: StoreGauges) -> Result<(), fmt::Error> {
+    let gauges = [
+        (
+            "stepline_runs",
+            "Runs stored, any status (RocksDB estimate).",
+            g.runs,
+        ),
+        (
+            "stepline_runs_running",
+            "Runs with status running.",
+            g.running_runs,
+        ),
+        (
+            "stepline_step_events",
+            "Step events stored (RocksDB estimate).",
+            g.events,
+        ),
+        (
+            "stepline_snapshots",
+            "Snapshots stored (RocksDB estimate).",
+            g.snapshots,
+        ),
+        (
+            "stepline_tool_effects",
+            "Tool effects stored (RocksDB estimate).",
+            g.effects,
+        ),
+        (
+            "stepline_outbox_entries",
+            "Outbox entries not yet deleted (RocksDB estimate).",
+            g.outbox_entries,
+        ),
+        (
+            "stepline_history_cache_messages",
+            "Decoded messages held in memory for continuations (read, or loaded ahead once a run went quiet).",
+            g.history_cache_messages,
+        ),
+];
+    for (name, help, value) in gauges {
+        gauge(encoder, name, help, value)?;
+    }
+    counter(
+        encoder,
+        "stepline_alias_conflicts",
+        "Alias claims refused because another run owns the alias.",
+        g.alias_conflicts,
+    )
+}
+
+/// Each exporter's counters and queue gauges, labelled `exporter="<id>"`.
+fn encode_exporters(encoder: &mut DescriptorEncoder, outbox: &Outbox) -> Result<(), fmt::Error> {
     let queues = outbox.queues();
     if queues.is_empty() {
-        return;
+        return Ok(());
     }
     type Pick = fn(&ExporterCounters) -> &SignalCounters;
     let families: [(&str, &str, Pick); 6] = [
@@ -214,11 +323,15 @@ fn render_exporters(out: &mut String, outbox: &Outbox) {
     for (prefix, help, pick) in families {
         for signal in SignalKind::ALL {
             let name = format!("{prefix}_{}", item_name(signal));
-            let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} counter");
-            for queue in queues {
-                let value = pick(&queue.counters).get(signal);
-                let _ = writeln!(out, "{name}_total{{exporter=\"{}\"}} {value}", queue.id);
-            }
+            let series = queues
+                .iter()
+                .map(|queue| (queue.id.clone(), pick(&queue.counters).get(signal)));
+            family(
+                encoder,
+                (&name, help, MetricType::Counter),
+                "exporter",
+                series,
+            )?;
         }
     }
     type Gauge = fn(&ExporterQueue) -> u64;
@@ -235,29 +348,23 @@ fn render_exporters(out: &mut String, outbox: &Outbox) {
         ),
     ];
     for (name, help, value) in gauges {
-        let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} gauge");
-        for queue in queues {
-            let _ = writeln!(out, "{name}{{exporter=\"{}\"}} {}", queue.id, value(queue));
-        }
+        let series = queues.iter().map(|queue| (queue.id.clone(), value(queue)));
+        family(encoder, (name, help, MetricType::Gauge), "exporter", series)?;
     }
-    let name = "stepline_exporter_retries";
-    let _ = writeln!(
-        out,
-        "# HELP {name} Export attempts retried.\n# TYPE {name} counter"
-    );
-    for queue in queues {
+    let series = queues.iter().map(|queue| {
         let value = queue.counters.retries.load(Ordering::Relaxed);
-        let _ = writeln!(out, "{name}_total{{exporter=\"{}\"}} {value}", queue.id);
-    }
-}
-
-/// Appends the gauge of the rendered continuations held in memory.
-pub fn render_rendered_cache(out: &mut String, held_bytes: usize) {
-    let name = "stepline_rendered_cache_bytes";
-    let _ = writeln!(
-        out,
-        "# HELP {name} Bytes of rendered continuation answers held in memory (answered, or rendered ahead once a run went quiet).\n# TYPE {name} gauge\n{name} {held_bytes}"
-    );
+        (queue.id.clone(), value)
+    });
+    family(
+        encoder,
+        (
+            "stepline_exporter_retries",
+            "Export attempts retried.",
+            MetricType::Counter,
+        ),
+        "exporter",
+        series,
+    )
 }
 
 /// One in-memory cache's estimated bytes in use and byte budget, labelled `cache="<name>"`.
@@ -303,8 +410,8 @@ pub fn cache_gauges(continuations: &Continuations) -> [CacheGauge; 5] {
     ]
 }
 
-/// Appends `stepline_cache_bytes{cache=...}` and `stepline_cache_budget_bytes{cache=...}`.
-pub fn render_caches(out: &mut String, gauges: &[CacheGauge]) {
+/// `stepline_cache_bytes{cache=...}` and `stepline_cache_budget_bytes{cache=...}`.
+fn encode_caches(encoder: &mut DescriptorEncoder, gauges: &[CacheGauge]) -> Result<(), fmt::Error> {
     type Pick = fn(&CacheGauge) -> usize;
     let families: [(&str, &str, Pick); 2] = [
         (
@@ -319,19 +426,14 @@ pub fn render_caches(out: &mut String, gauges: &[CacheGauge]) {
         ),
     ];
     for (name, help, pick) in families {
-        let _ = writeln!(
-            out,
-            "# HELP {name} {help}
-# TYPE {name} gauge"
-        );
-        for gauge in gauges {
-            let _ = writeln!(out, "{name}{{cache=\"{}\"}} {}", gauge.cache, pick(gauge));
-        }
+        let series = gauges.iter().map(|g| (g.cache.to_string(), pick(g) as u64));
+        family(encoder, (name, help, MetricType::Gauge), "cache", series)?;
     }
+    Ok(())
 }
 
-/// Appends the media store's counters.
-pub fn render_media(out: &mut String, c: &MediaCounters) {
+/// The media store's counters.
+fn encode_media(encoder: &mut DescriptorEncoder, c: &MediaCounters) -> Result<(), fmt::Error> {
     let rows: [(&str, &str, u64); 6] = [
         (
             "stepline_media_stored",
@@ -365,9 +467,102 @@ pub fn render_media(out: &mut String, c: &MediaCounters) {
         ),
     ];
     for (name, help, value) in rows {
-        let _ = writeln!(
-            out,
-            "# HELP {name} {help}\n# TYPE {name} counter\n{name}_total {value}"
+        counter(encoder, name, help, value)?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::media::Media;
+    use crate::test_fixtures::{delegate_scenario, request};
+
+    /// The value of the sample line `series` (name and labels) in `text`.
+    fn sample(text: &str, series: &str) -> Option<u64> {
+        text.lines()
+            .find_map(|l| l.strip_prefix(series)?.strip_prefix(' '))
+            .and_then(|v| v.trim().parse().ok())
+    }
+
+    #[tokio::test]
+    async fn the_exposition_reads_the_counters_at_scrape_time_with_the_same_names() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Arc::new(Store::open(dir.path(), false).unwrap());
+        let ingest = Arc::new(Ingest::new(
+            store.clone(),
+            Arc::new(crate::exporter::Outbox::disabled()),
+        ));
+        let continuations = Arc::new(Continuations::new(
+            store.clone(),
+            Arc::new(Media::in_memory(Some(64 * 1024))),
+        ));
+        let scrape = |gauges| Scrape::new(ingest.clone(), continuations.clone(), gauges).render();
+        let before = scrape(None);
+        assert_eq!(
+            sample(&before, "otelcol_receiver_accepted_spans_total"),
+            Some(0)
         );
+        assert!(before.ends_with("# EOF\n"), "{before}");
+        assert!(
+            !before.contains("stepline_runs "),
+            "no store gauges unless read"
+        );
+
+        ingest
+            .export_traces(request(delegate_scenario()))
+            .await
+            .unwrap();
+        let text = scrape(StoreGauges::read(&store));
+        let accepted = sample(&text, "otelcol_receiver_accepted_spans_total").unwrap();
+        assert_eq!(
+            accepted,
+            ingest.counters().accepted_spans.load(Ordering::Relaxed)
+        );
+        assert!(accepted > 0, "read when scraped, not when built: {text}");
+        for (name, kind, help) in [
+            (
+                "otelcol_receiver_accepted_spans",
+                "counter",
+                "Spans acknowledged after a durable commit.",
+            ),
+            (
+                "stepline_runs",
+                "gauge",
+                "Runs stored, any status (RocksDB estimate).",
+            ),
+            (
+                "stepline_alias_conflicts",
+                "counter",
+                "Alias claims refused because another run owns the alias.",
+            ),
+            (
+                "stepline_media_stored",
+                "counter",
+                "Blobs written to the media store.",
+            ),
+            (
+                "stepline_cache_bytes",
+                "gauge",
+                "Estimated bytes held by an in-memory cache.",
+            ),
+        ] {
+            assert!(
+                text.contains(&format!("# HELP {name} {help}\n# TYPE {name} {kind}\n")),
+                "{name}: {text}"
+            );
+        }
+        assert!(sample(&text, "stepline_runs_running").is_some(), "{text}");
+        assert!(sample(&text, "stepline_history_cache_messages").is_some());
+        assert_eq!(sample(&text, "stepline_media_stored_total"), Some(0));
+        assert_eq!(sample(&text, "stepline_rendered_cache_bytes"), Some(0));
+        for cache in ["history", "rendered", "context", "prefix_memo", "chain"] {
+            let budget = sample(
+                &text,
+                &format!("stepline_cache_budget_bytes{{cache=\"{cache}\"}}"),
+            );
+            assert!(budget.is_some_and(|b| b > 0), "{cache}: {text}");
+            assert!(sample(&text, &format!("stepline_cache_bytes{{cache=\"{cache}\"}}")).is_some());
+        }
     }
 }

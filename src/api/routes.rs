@@ -90,16 +90,14 @@ async fn metrics(State(state): State<ApiState>) -> impl IntoResponse {
         .await
         .ok()
         .flatten();
-    let mut text = super::metrics::render(state.ingest.counters(), state.ingest.outbox(), gauges);
-    super::metrics::render_media(&mut text, state.continuations.media().counters());
-    super::metrics::render_rendered_cache(&mut text, state.continuations.rendered().held());
-    super::metrics::render_caches(
-        &mut text,
-        &super::metrics::cache_gauges(&state.continuations),
+    let scrape = super::metrics::Scrape::new(
+        state.ingest.clone(),
+        state.continuations.clone(),
+        gauges,
     );
     (
-        [(http::header::CONTENT_TYPE, "text/plain; version=0.0.4")],
-        text,
+        [(http::header::CONTENT_TYPE, super::metrics::CONTENT_TYPE)],
+        scrape.render(),
     )
 }
 

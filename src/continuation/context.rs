@@ -8,17 +8,16 @@
 //! run's current one, so a cached context is never older than what a read without the cache
 //! would give. When the revision has moved on, the ledger is read again, but the entries whose
 //! stored bytes are unchanged keep the outcomes decoded before ([`Effects`]). Bounded by a byte
-//! budget (by default [`CONTEXT_CACHE_BYTES`]) over the estimated bytes of every context held,
-//! least recently used run first out (found without a scan); in memory only.
+//! budget (by default [`CONTEXT_CACHE_BYTES`]) over the estimated bytes of every context held
+//! ([`ByteCache`]); in memory only.
 
-use std::collections::HashMap;
 use std::hash::BuildHasher;
 use std::mem::size_of;
 use std::sync::{Arc, Mutex};
 
 use rustc_hash::{FxBuildHasher, FxHashMap};
 
-use crate::cache_budget::{json_bytes, LruOrder, ENTRY_OVERHEAD};
+use crate::cache_budget::{json_bytes, ByteCache, ENTRY_OVERHEAD};
 use crate::domain::{EffectOutcome, IdMap, IdSet, MessageHash, NodeId, ToolEffect};
 use crate::store::{ModelRequestRecord, RunNodes, Store, StoreError};
 
@@ -263,30 +262,12 @@ impl RunContext {
 
 struct Entry {
     revision: u64,
-    used: u64,
-    bytes: usize,
     context: RunContext,
-}
-
-#[derive(Default)]
-struct Entries {
-    runs: HashMap<String, Entry>,
-    order: LruOrder<String>,
-    held: usize,
-}
-
-impl Entries {
-    fn remove(&mut self, run_id: &str) {
-        if let Some(old) = self.runs.remove(run_id) {
-            self.order.remove(old.used);
-            self.held = self.held.saturating_sub(old.bytes);
-        }
-    }
 }
 
 /// Run contexts by run id, each valid for one revision of its run.
 pub struct ContextCache {
-    entries: Mutex<Entries>,
+    entries: Mutex<ByteCache<String, Entry>>,
     budget: usize,
 }
 
@@ -300,7 +281,7 @@ impl ContextCache {
     /// An empty cache holding at most `budget` estimated bytes.
     pub fn with_budget(budget: usize) -> Self {
         Self {
-            entries: Mutex::new(Entries::default()),
+            entries: Mutex::new(ByteCache::new(budget)),
             budget,
         }
     }
@@ -347,49 +328,36 @@ impl ContextCache {
     fn prior_effects(&self, run_id: &str) -> Option<Arc<Effects>> {
         let entries = self.entries.lock().ok()?;
         entries
-            .runs
-            .get(run_id)
+            .peek(run_id)
             .map(|entry| entry.context.effects.clone())
     }
 
     fn lookup(&self, run_id: &str, revision: u64) -> Option<RunContext> {
-        let mut guard = self.entries.lock().ok()?;
-        let entries = &mut *guard;
-        let entry = entries.runs.get_mut(run_id)?;
+        let entries = self.entries.lock().ok()?;
+        let entry = entries.peek(run_id)?;
         if entry.revision != revision {
             return None;
         }
-        entry.used = entries.order.touch(entry.used);
-        Some(entry.context.clone())
+        // Marked used only when it answers.
+        entries.get(run_id).map(|entry| entry.context.clone())
     }
 
     fn keep(&self, run_id: &str, revision: u64, context: &RunContext) {
         // Estimated outside the lock: it walks the whole context.
         let bytes = context.bytes();
-        let Ok(mut entries) = self.entries.lock() else {
-            return;
-        };
-        entries.remove(run_id);
-        if bytes > self.budget {
-            return;
-        }
-        let used = entries.order.push(run_id.to_string());
         let entry = Entry {
             revision,
-            used,
-            bytes,
             context: context.clone(),
         };
-        entries.runs.insert(run_id.to_string(), entry);
-        entries.held += bytes;
-        while entries.held > self.budget {
-            let Some(oldest) = entries.order.pop_oldest() else {
-                break;
-            };
-            if let Some(evicted) = entries.runs.remove(&oldest) {
-                entries.held = entries.held.saturating_sub(evicted.bytes);
+        let left = match self.entries.lock() {
+            Ok(mut entries) if bytes <= self.budget => {
+                entries.insert(run_id.to_string(), entry, bytes)
             }
-        }
+            Ok(mut entries) => entries.remove(run_id).into_iter().collect(),
+            Err(_) => return,
+        };
+        // Dropped after the lock: the last holder of a context frees it all.
+        drop(left);
     }
 
     /// Marks every context held as read at the revision before the one it was read at, as if
@@ -397,8 +365,11 @@ impl ContextCache {
     /// step: the context is read again, with what it held to go on).
     pub fn outdate(&self) {
         if let Ok(mut entries) = self.entries.lock() {
-            for entry in entries.runs.values_mut() {
-                entry.revision = entry.revision.wrapping_sub(1);
+            let runs: Vec<String> = entries.iter().map(|(run, _)| run.clone()).collect();
+            for run in runs {
+                entries.update(run.as_str(), |entry| {
+                    entry.revision = entry.revision.wrapping_sub(1)
+                });
             }
         }
     }
@@ -406,13 +377,13 @@ impl ContextCache {
     /// Empties the cache (for benchmarks measuring cold reads).
     pub fn clear(&self) {
         if let Ok(mut entries) = self.entries.lock() {
-            *entries = Entries::default();
+            entries.clear();
         }
     }
 
     /// Estimated bytes held over all runs.
     pub fn held(&self) -> usize {
-        self.entries.lock().map(|e| e.held).unwrap_or(0)
+        self.entries.lock().map(|e| e.bytes()).unwrap_or(0)
     }
 }
 

@@ -11,16 +11,17 @@
 //! The cache also remembers the last few requests for a run's latest snapshot
 //! ([`RenderedCache::recent_requests`]): the formats orchestrators continue with, which the
 //! prefetch renders ahead for a run that went quiet. Bounded by a byte budget (by default
-//! [`RENDERED_CACHE_BYTES`]), least recently used answer first out (found without a scan); in
-//! memory only.
+//! [`RENDERED_CACHE_BYTES`]) in a [`ByteCache`], which evicts by recency and reuse; in memory
+//! only.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
+use std::hash::{Hash, Hasher};
 use std::sync::Mutex;
 
 use bytes::Bytes;
 
 use super::{Format, Selector};
-use crate::cache_budget::LruOrder;
+use crate::cache_budget::{ByteCache, Equivalent};
 
 /// Most bytes of rendered answers [`RenderedCache`] holds over all runs.
 pub const RENDERED_CACHE_BYTES: usize = 64 << 20;
@@ -75,33 +76,71 @@ impl Request {
     }
 }
 
-/// The answers kept for one run, all of one revision.
-struct RunAnswers {
-    revision: u64,
-    answers: HashMap<Request, (u64, Bytes)>,
+/// The key of a kept answer: its run and request.
+#[derive(Clone, PartialEq, Eq)]
+struct RunRequest {
+    run: String,
+    request: Request,
 }
 
-#[derive(Default)]
+impl Hash for RunRequest {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        RunRequestRef {
+            run: &self.run,
+            request: &self.request,
+        }
+        .hash(state);
+    }
+}
+
+/// A [`RunRequest`] looked up without allocating its run id.
+struct RunRequestRef<'a> {
+    run: &'a str,
+    request: &'a Request,
+}
+
+impl Hash for RunRequestRef<'_> {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        self.run.hash(state);
+        self.request.hash(state);
+    }
+}
+
+impl Equivalent<RunRequest> for RunRequestRef<'_> {
+    fn equivalent(&self, key: &RunRequest) -> bool {
+        key.run == self.run && key.request == *self.request
+    }
+}
+
+/// The revision of one run's kept answers and the requests they answer (all kept answers of a
+/// run are of one revision).
+struct RunAnswers {
+    revision: u64,
+    requests: HashSet<Request>,
+}
+
 struct Entries {
+    answers: ByteCache<RunRequest, Bytes>,
     runs: HashMap<String, RunAnswers>,
-    order: LruOrder<(String, Request)>,
-    held: usize,
     recent: Vec<Request>,
 }
 
 impl Entries {
-    /// Drops least recently used answers until at most `budget` bytes are held.
-    fn evict_to(&mut self, budget: usize) {
-        while self.held > budget {
-            let Some((run, request)) = self.order.pop_oldest() else {
-                break;
-            };
-            if let Some(answers) = self.runs.get_mut(&run) {
-                if let Some((_, body)) = answers.answers.remove(&request) {
-                    self.held = self.held.saturating_sub(body.len());
-                }
-                if answers.answers.is_empty() {
-                    self.runs.remove(&run);
+    fn new(budget: usize) -> Self {
+        Self {
+            answers: ByteCache::new(budget),
+            runs: HashMap::new(),
+            recent: Vec::new(),
+        }
+    }
+
+    /// Takes the answers that left the cache out of their runs' request sets.
+    fn forget(&mut self, left: &[(RunRequest, Bytes)]) {
+        for (key, _) in left {
+            if let Some(run) = self.runs.get_mut(key.run.as_str()) {
+                run.requests.remove(&key.request);
+                if run.requests.is_empty() {
+                    self.runs.remove(key.run.as_str());
                 }
             }
         }
@@ -124,22 +163,24 @@ impl RenderedCache {
     /// A cache holding at most `budget` bytes of answers.
     pub fn with_budget(budget: usize) -> Self {
         Self {
-            entries: Mutex::new(Entries::default()),
+            entries: Mutex::new(Entries::new(budget)),
             budget,
         }
     }
 
     /// The answer to `request` for `run_id` rendered at `revision`, if kept.
     pub fn get(&self, run_id: &str, revision: u64, request: &Request) -> Option<Bytes> {
-        let mut guard = self.entries.lock().ok()?;
-        let entries = &mut *guard;
-        let run = entries.runs.get_mut(run_id)?;
-        if run.revision != revision {
+        let entries = self.entries.lock().ok()?;
+        if entries.runs.get(run_id)?.revision != revision {
             return None;
         }
-        let (used, body) = run.answers.get_mut(request)?;
-        *used = entries.order.touch(*used);
-        Some(body.clone())
+        entries
+            .answers
+            .get(&RunRequestRef {
+                run: run_id,
+                request,
+            })
+            .cloned()
     }
 
     /// Keeps the answer to `request` for `run_id`, rendered from the run at `revision` or
@@ -153,7 +194,6 @@ impl RenderedCache {
             return;
         };
         let entries = &mut *guard;
-        let mut freed = 0;
         let run = match entries.runs.get_mut(run_id) {
             Some(run) => run,
             None => entries
@@ -161,28 +201,34 @@ impl RenderedCache {
                 .entry(run_id.to_string())
                 .or_insert_with(|| RunAnswers {
                     revision,
-                    answers: HashMap::new(),
+                    requests: HashSet::new(),
                 }),
         };
         if revision < run.revision {
             return;
         }
         if revision > run.revision {
-            for (_, (tick, body)) in run.answers.drain() {
-                entries.order.remove(tick);
-                freed += body.len();
+            for old in run.requests.drain() {
+                entries.answers.remove(&RunRequestRef {
+                    run: run_id,
+                    request: &old,
+                });
             }
             run.revision = revision;
         }
-        let added = body.len();
-        let tick = entries.order.push((run_id.to_string(), request));
-        if let Some((old_tick, old)) = run.answers.insert(request, (tick, body)) {
-            entries.order.remove(old_tick);
-            freed += old.len();
+        if !run.requests.insert(request) {
+            entries.answers.remove(&RunRequestRef {
+                run: run_id,
+                request: &request,
+            });
         }
-        entries.held = entries.held.saturating_sub(freed) + added;
-        let budget = self.budget;
-        entries.evict_to(budget);
+        let key = RunRequest {
+            run: run_id.to_string(),
+            request,
+        };
+        let bytes = body.len();
+        let left = entries.answers.insert(key, body, bytes);
+        entries.forget(&left);
     }
 
     /// Notes a request for the latest snapshot of some run (requests naming a snapshot with
@@ -209,7 +255,7 @@ impl RenderedCache {
 
     /// Bytes of answers held over all runs.
     pub fn held(&self) -> usize {
-        self.entries.lock().map(|e| e.held).unwrap_or(0)
+        self.entries.lock().map(|e| e.answers.bytes()).unwrap_or(0)
     }
 
     /// The byte budget.
@@ -222,8 +268,7 @@ impl RenderedCache {
     pub fn clear(&self) {
         if let Ok(mut entries) = self.entries.lock() {
             entries.runs.clear();
-            entries.order.clear();
-            entries.held = 0;
+            entries.answers.clear();
         }
     }
 }
@@ -272,7 +317,7 @@ mod tests {
     }
 
     #[test]
-    fn the_least_recently_used_answer_goes_first_and_big_ones_are_not_kept() {
+    fn a_used_answer_outlives_unused_ones_and_big_ones_are_not_kept() {
         let cache = RenderedCache::with_budget(100);
         let chat = Request::latest(Format::OpenAiChat);
         cache.put("a", 1, chat, body(20));
@@ -282,9 +327,23 @@ mod tests {
         cache.put("d", 1, chat, body(25));
         cache.put("e", 1, chat, body(25));
         assert!(cache.held() <= 100);
-        assert!(cache.get("b", 1, &chat).is_none(), "least recently used");
         assert!(cache.get("a", 1, &chat).is_some());
         assert!(cache.get("e", 1, &chat).is_some());
+        let kept: usize = ["a", "b", "c", "d", "e"]
+            .iter()
+            .filter_map(|run| cache.get(run, 1, &chat))
+            .map(|answer| answer.len())
+            .sum();
+        assert_eq!(kept, cache.held(), "what is held is what is served");
+        {
+            let entries = cache.entries.lock().unwrap();
+            let indexed: usize = entries.runs.values().map(|r| r.requests.len()).sum();
+            assert_eq!(
+                indexed,
+                entries.answers.len(),
+                "the run index follows evictions"
+            );
+        }
         cache.put("f", 1, chat, body(26));
         assert!(
             cache.get("f", 1, &chat).is_none(),

@@ -21,13 +21,12 @@
 //! never copied. The memo is only a shortcut for interpretation: it says nothing about what the
 //! store holds, so the writer still decides from the store which bodies to write.
 
-use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use serde_json::Value;
 
-use crate::cache_budget::{json_bytes, LruOrder, ENTRY_OVERHEAD};
+use crate::cache_budget::{json_bytes, ByteCache, ENTRY_OVERHEAD};
 use crate::domain::MessageRef;
 
 /// Most messages the memo holds over all its entries.
@@ -162,7 +161,6 @@ pub struct MemoRead {
 /// A memoised history: the raw bytes its messages were parsed from (from the start of the string
 /// to the end of its last element, in one buffer), its messages and their references.
 struct Entry {
-    tick: u64,
     raw: String,
     messages: SharedMessages,
     references: Arc<Vec<MessageRef>>,
@@ -177,29 +175,38 @@ impl Entry {
     }
 }
 
-/// The memo: the last history read per key, least recently used key first out (found without
-/// a scan), bounded by [`MEMO_MESSAGES`] and a byte budget ([`MEMO_BYTES`] by default) over all
-/// keys. Safe to share between threads; the lock is
-/// held only to look an entry up or put one in, never while parsing or hashing.
+/// The memo: the last history read per key in a [`ByteCache`], bounded by [`MEMO_MESSAGES`]
+/// and a byte budget ([`MEMO_BYTES`] by default) over all keys. Safe to share between threads;
+/// the lock is held only to look an entry up or put one in, never while parsing or hashing.
 pub struct PrefixMemo {
     inner: Mutex<Lru>,
     max_messages: usize,
     max_bytes: usize,
 }
 
-#[derive(Default)]
+/// The entries and what they hold. An entry weighs its estimated bytes, but at least
+/// `per_message` for each of its messages, so a cache of `max_bytes` holds at most
+/// `max_messages` messages too.
 struct Lru {
-    entries: HashMap<String, Entry>,
-    order: LruOrder<String>,
+    entries: ByteCache<String, Entry>,
+    per_message: usize,
     messages: usize,
     bytes: usize,
 }
 
 impl Lru {
+    fn new(max_messages: usize, max_bytes: usize) -> Self {
+        Self {
+            entries: ByteCache::new(max_bytes),
+            per_message: max_bytes.div_ceil(max_messages.max(1)),
+            messages: 0,
+            bytes: 0,
+        }
+    }
+
     /// Uncounts an entry taken out.
     fn forget(&mut self, entry: &Entry) {
         let bytes = entry.bytes();
-        self.order.remove(entry.tick);
         self.messages = self.messages.saturating_sub(entry.messages.len);
         self.bytes = self.bytes.saturating_sub(bytes);
         release(bytes);
@@ -211,6 +218,13 @@ impl Lru {
         self.messages += entry.messages.len;
         self.bytes += bytes;
         PROCESS_BYTES.fetch_add(bytes, Ordering::Relaxed);
+    }
+
+    /// What `entry` weighs in the cache.
+    fn weight(&self, entry: &Entry) -> usize {
+        entry
+            .bytes()
+            .max(entry.messages.len.saturating_mul(self.per_message))
     }
 }
 
@@ -263,7 +277,7 @@ impl PrefixMemo {
     /// An empty memo holding at most `max_messages` messages and `max_bytes` estimated bytes.
     pub fn new(max_messages: usize, max_bytes: usize) -> Self {
         Self {
-            inner: Mutex::new(Lru::default()),
+            inner: Mutex::new(Lru::new(max_messages, max_bytes)),
             max_messages,
             max_bytes,
         }
@@ -371,7 +385,7 @@ impl PrefixMemo {
     /// Takes the entry of `key` out of the memo (it is put back, extended, by [`Self::put`]).
     fn take(&self, key: &str) -> Option<Entry> {
         let mut lru = self.inner.lock().ok()?;
-        let entry = lru.entries.remove(key)?;
+        let (_, entry) = lru.entries.remove(key)?;
         lru.forget(&entry);
         Some(entry)
     }
@@ -384,8 +398,7 @@ impl PrefixMemo {
         references: Arc<Vec<MessageRef>>,
         message_bytes: usize,
     ) {
-        let mut entry = Entry {
-            tick: 0,
+        let entry = Entry {
             raw,
             messages,
             references,
@@ -397,22 +410,14 @@ impl PrefixMemo {
         let Ok(mut lru) = self.inner.lock() else {
             return;
         };
-        if let Some(old) = lru.entries.remove(key) {
-            lru.forget(&old);
-        }
-        entry.tick = lru.order.push(key.to_string());
+        let weight = lru.weight(&entry);
         lru.count(&entry);
-        lru.entries.insert(key.to_string(), entry);
-        while lru.messages > self.max_messages || lru.bytes > self.max_bytes {
-            let Some(oldest) = lru.order.pop_oldest() else {
-                break;
-            };
-            if let Some(mut evicted) = lru.entries.remove(&oldest) {
-                // Already out of the order.
-                evicted.tick = u64::MAX;
-                lru.forget(&evicted);
-            }
+        let left = lru.entries.insert(key.to_string(), entry, weight);
+        for (_, gone) in &left {
+            lru.forget(gone);
         }
+        // What left is freed after the lock.
+        drop(lru);
     }
 
     /// Messages held over all entries.
@@ -434,7 +439,7 @@ impl PrefixMemo {
     pub fn holds(&self, key: &str) -> bool {
         self.inner
             .lock()
-            .map(|l| l.entries.contains_key(key))
+            .map(|l| l.entries.contains(key))
             .unwrap_or(false)
     }
 }

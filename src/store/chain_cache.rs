@@ -1,9 +1,7 @@
 //! The node ids of the last input history stored for each recently active run (see
 //! [`ChainCache`]): ingest's shortcut for hashing a request's input history.
 
-use std::collections::HashMap;
-
-use crate::cache_budget::{LruOrder, ENTRY_OVERHEAD};
+use crate::cache_budget::{ByteCache, ENTRY_OVERHEAD};
 use crate::domain::{ChainIds, MESSAGE_HASH_BYTES, NODE_ID_BYTES};
 
 /// Default byte budget of [`ChainCache`]: the chain share of the default cache budget.
@@ -14,23 +12,17 @@ const CHAIN_BYTES_PER_MESSAGE: usize = MESSAGE_HASH_BYTES + NODE_ID_BYTES;
 
 /// The node ids of the last input history stored for each recently active run, so the next
 /// request's input (mostly the same history plus a few messages) hashes only its new messages.
-/// Bounded by a byte budget (by default [`CHAIN_CACHE_BYTES`]), least recently used run first
-/// out (found without a scan). Only a shortcut: node ids are a pure function of the messages,
-/// so a missing or stale entry is recomputed.
+/// Bounded by a byte budget (by default [`CHAIN_CACHE_BYTES`]) in a [`ByteCache`]. Only a
+/// shortcut: node ids are a pure function of the messages, so a missing or stale entry is
+/// recomputed.
 pub struct ChainCache {
-    runs: HashMap<String, (u64, ChainIds)>,
-    order: LruOrder<String>,
-    held: usize,
-    budget: usize,
+    runs: ByteCache<String, ChainIds>,
 }
 
 impl Default for ChainCache {
     fn default() -> Self {
         Self {
-            runs: HashMap::new(),
-            order: LruOrder::default(),
-            held: 0,
-            budget: CHAIN_CACHE_BYTES,
+            runs: ByteCache::new(CHAIN_CACHE_BYTES),
         }
     }
 }
@@ -43,49 +35,31 @@ fn chain_bytes(chain: &ChainIds) -> usize {
 impl ChainCache {
     /// The cached node ids of the run's last stored input history (empty when none).
     pub fn take(&mut self, run_id: &str) -> ChainIds {
-        let cache = self;
-        match cache.runs.remove(run_id) {
-            Some((tick, chain)) => {
-                cache.order.remove(tick);
-                cache.held = cache.held.saturating_sub(chain_bytes(&chain));
-                chain
-            }
-            None => ChainIds::default(),
-        }
+        self.runs
+            .remove(run_id)
+            .map(|(_, chain)| chain)
+            .unwrap_or_default()
     }
 
     /// Keeps the node ids of the run's last stored input history for the next request.
     pub fn keep(&mut self, run_id: &str, chain: ChainIds) {
-        let cache = self;
         let bytes = chain_bytes(&chain);
-        if let Some((tick, old)) = cache.runs.remove(run_id) {
-            cache.order.remove(tick);
-            cache.held = cache.held.saturating_sub(chain_bytes(&old));
-        }
-        if bytes > cache.budget {
+        if bytes > self.runs.budget() {
+            self.runs.remove(run_id);
             return;
         }
-        let tick = cache.order.push(run_id.to_string());
-        cache.held += bytes;
-        cache.runs.insert(run_id.to_string(), (tick, chain));
-        while cache.held > cache.budget {
-            let Some(oldest) = cache.order.pop_oldest() else {
-                break;
-            };
-            if let Some((_, evicted)) = cache.runs.remove(&oldest) {
-                cache.held = cache.held.saturating_sub(chain_bytes(&evicted));
-            }
-        }
+        // What left the cache is dropped here.
+        let _left = self.runs.insert(run_id.to_string(), chain, bytes);
     }
 
-    /// Sets the byte budget (takes effect from the next chain kept).
+    /// Sets the byte budget, evicting down to it now.
     pub fn set_budget(&mut self, bytes: usize) {
-        self.budget = bytes;
+        let _left = self.runs.set_budget(bytes);
     }
 
     /// The estimated bytes in use and its budget (for metrics).
     pub fn bytes(&self) -> (usize, usize) {
-        (self.held, self.budget)
+        (self.runs.bytes(), self.runs.budget())
     }
 }
 
@@ -105,36 +79,37 @@ mod tests {
     }
 
     #[test]
-    fn the_chain_cache_forgets_the_least_recently_kept_runs_first() {
-        let mut store = ChainCache::default();
-        // Runs of a tenth of the budget each: the eleventh pushes out the first kept.
+    fn the_chain_cache_stays_within_its_budget_and_keeps_a_run_used_again() {
+        let mut cache = ChainCache::default();
+        // Runs of a tenth of the budget each: the eleventh pushes one out.
         let len = 100;
-        store.set_budget(10 * chain_bytes(&chain(len, 0)));
+        let each = chain_bytes(&chain(len, 0));
+        cache.set_budget(10 * each);
         for run in 0..10 {
-            store.keep(&format!("run-{run}"), chain(len, run));
+            cache.keep(&format!("run-{run}"), chain(len, run));
         }
-        // Run 0 used again: run 1 is now the least recently kept.
-        let zero = store.take("run-0");
-        assert_eq!(zero.node_ids().len(), len);
-        store.keep("run-0", zero);
-        store.keep("run-10", chain(len, 10));
-        assert!(store.take("run-1").node_ids().is_empty(), "evicted");
-        for run in [0, 2, 9, 10] {
-            assert_eq!(
-                store.take(&format!("run-{run}")).node_ids().len(),
-                len,
-                "run-{run}"
-            );
+        assert_eq!(cache.bytes(), (10 * each, 10 * each));
+        // Run 0 taken and kept again, as every request of a run does.
+        let zero = cache.take("run-0");
+        assert_eq!(zero.node_ids(), chain(len, 0).node_ids());
+        cache.keep("run-0", zero);
+        cache.keep("run-10", chain(len, 10));
+        let (held, budget) = cache.bytes();
+        assert!(held <= budget);
+        let kept: Vec<usize> = (0..=10)
+            .filter(|run| !cache.take(&format!("run-{run}")).node_ids().is_empty())
+            .collect();
+        assert!(kept.len() >= 9, "{kept:?}");
+        assert!(kept.contains(&0) && kept.contains(&10), "{kept:?}");
+        // Taken out: nothing is held any more.
+        assert_eq!(cache.bytes().0, 0);
+        // A chain over the budget is not kept; a smaller budget evicts now.
+        cache.keep("big", chain(11 * len, 0));
+        assert!(cache.take("big").node_ids().is_empty());
+        for run in 0..10 {
+            cache.keep(&format!("run-{run}"), chain(len, run));
         }
-        let cache = store;
-        assert_eq!(cache.runs.len(), cache.order.len());
-        assert_eq!(
-            cache.held,
-            cache
-                .runs
-                .values()
-                .map(|(_, c)| chain_bytes(c))
-                .sum::<usize>()
-        );
+        cache.set_budget(3 * each);
+        assert!(cache.bytes().0 <= 3 * each);
     }
 }

@@ -49,7 +49,7 @@ impl Store {
         lock_cache(&self.chains).keep(run_id, chain)
     }
 
-    /// Sets the chain cache's byte budget (takes effect from the next chain kept).
+    /// Sets the chain cache's byte budget (evicting down to it now).
     pub fn set_chain_cache_budget(&self, bytes: usize) {
         lock_cache(&self.chains).set_budget(bytes)
     }

@@ -7,15 +7,16 @@
 //! snapshot record names, and the next read misses. The cache lives in memory only (empty after
 //! a restart) and holds at most its byte budget ([`DEFAULT_HISTORY_CACHE_BYTES`] unless set with
 //! `Store::set_history_cache_budget`) over all entries, an entry's bytes estimated from its
-//! message bodies; least recently used entry first out, found without a scan.
+//! message bodies; what is evicted is chosen by recency and reuse ([`ByteCache`]).
 
 use std::collections::HashMap;
+use std::hash::{Hash, Hasher};
 use std::sync::Arc;
 
 use serde_json::Value;
 
-use crate::cache_budget::{json_bytes, LruOrder, ENTRY_OVERHEAD};
-use crate::domain::{IdMap, MessageHash, NodeId, MESSAGE_HASH_BYTES};
+use crate::cache_budget::{json_bytes, ByteCache, Equivalent, ENTRY_OVERHEAD};
+use crate::domain::{MessageHash, NodeId, MESSAGE_HASH_BYTES};
 
 /// Default byte budget of [`HistoryCache`]: the history share of the default cache budget.
 pub const DEFAULT_HISTORY_CACHE_BYTES: usize = 100 << 20;
@@ -53,21 +54,55 @@ pub fn history_bytes(messages: &[Arc<Value>]) -> usize {
     ENTRY_OVERHEAD + messages.iter().map(|m| message_bytes(m)).sum::<usize>()
 }
 
-/// One cached history with its use tick and estimated bytes.
+/// One cached history with its estimated bytes.
 pub(super) struct Slot {
-    tick: u64,
     pub(super) bytes: usize,
     pub(super) history: ResolvedHistory,
 }
 
-/// Resolved histories by run id, then tip (a map per run, so a lookup neither allocates the run
-/// id nor hashes it with the tip), with their use order for eviction.
+/// The key of a cached history: its run and tip.
+#[derive(Clone, PartialEq, Eq)]
+struct RunTip {
+    run: String,
+    tip: NodeId,
+}
+
+impl Hash for RunTip {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        RunTipRef {
+            run: &self.run,
+            tip: &self.tip,
+        }
+        .hash(state);
+    }
+}
+
+/// A [`RunTip`] looked up without allocating its run id.
+struct RunTipRef<'a> {
+    run: &'a str,
+    tip: &'a NodeId,
+}
+
+impl Hash for RunTipRef<'_> {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        self.run.hash(state);
+        self.tip.hash(state);
+    }
+}
+
+impl Equivalent<RunTip> for RunTipRef<'_> {
+    fn equivalent(&self, key: &RunTip) -> bool {
+        key.run == self.run && key.tip == *self.tip
+    }
+}
+
+/// Resolved histories by run id and tip in a [`ByteCache`], with how many tips of each run it
+/// holds (so a read knows without a walk whether some history of the run could be extended),
+/// updated with every entry that leaves.
 pub struct HistoryCache {
-    entries: HashMap<String, IdMap<NodeId, Slot>>,
-    order: LruOrder<(String, NodeId)>,
+    entries: ByteCache<RunTip, Slot>,
+    runs: HashMap<String, usize>,
     messages: usize,
-    bytes: usize,
-    pub(super) budget: usize,
 }
 
 impl Default for HistoryCache {
@@ -80,54 +115,48 @@ impl HistoryCache {
     /// An empty cache holding at most `budget` estimated bytes.
     pub fn with_budget(budget: usize) -> Self {
         Self {
-            entries: HashMap::new(),
-            order: LruOrder::default(),
+            entries: ByteCache::new(budget),
+            runs: HashMap::new(),
             messages: 0,
-            bytes: 0,
-            budget,
         }
     }
 
     /// The entry of `run_id` at `tip`, without marking it used.
     pub(super) fn peek(&self, run_id: &str, tip: &NodeId) -> Option<&Slot> {
-        self.entries.get(run_id)?.get(tip)
+        self.entries.peek(&RunTipRef { run: run_id, tip })
     }
 
     /// True when some history of `run_id` is held.
     pub(super) fn holds_run(&self, run_id: &str) -> bool {
-        self.entries.contains_key(run_id)
+        self.runs.contains_key(run_id)
     }
 
     /// Drops the entry of `run_id` at `tip`.
     pub(super) fn remove(&mut self, run_id: &str, tip: &NodeId) {
-        let Some(run) = self.entries.get_mut(run_id) else {
-            return;
-        };
-        let old = run.remove(tip);
-        if run.is_empty() {
-            self.entries.remove(run_id);
-        }
-        if let Some(old) = old {
-            self.order.remove(old.tick);
-            self.forget(&old);
+        if let Some((key, old)) = self.entries.remove(&RunTipRef { run: run_id, tip }) {
+            self.forget(&key, &old);
         }
     }
 
-    /// Uncounts a slot taken out.
-    fn forget(&mut self, slot: &Slot) {
+    /// Uncounts an entry taken out.
+    fn forget(&mut self, key: &RunTip, slot: &Slot) {
         self.messages = self.messages.saturating_sub(slot.history.messages.len());
-        self.bytes = self.bytes.saturating_sub(slot.bytes);
+        if let Some(tips) = self.runs.get_mut(key.run.as_str()) {
+            *tips = tips.saturating_sub(1);
+            if *tips == 0 {
+                self.runs.remove(key.run.as_str());
+            }
+        }
     }
 
     pub(super) fn get(&mut self, run_id: &str, tip: &NodeId) -> Option<ResolvedHistory> {
-        let slot = self.entries.get_mut(run_id)?.get_mut(tip)?;
-        slot.tick = self.order.touch(slot.tick);
-        Some(slot.history.clone())
+        self.entries
+            .get(&RunTipRef { run: run_id, tip })
+            .map(|slot| slot.history.clone())
     }
 
     /// Keeps `history` (of `bytes` estimated bytes) as the entry of `run_id` at `tip`, then
-    /// evicts least recently used entries down to the budget. A history over the whole budget
-    /// is not kept.
+    /// evicts entries down to the budget. A history over the whole budget is not kept.
     pub(super) fn put(
         &mut self,
         run_id: &str,
@@ -136,42 +165,31 @@ impl HistoryCache {
         bytes: usize,
     ) {
         self.remove(run_id, tip);
-        if bytes > self.budget {
+        if bytes > self.entries.budget() {
             return;
         }
-        let tick = self.order.push((run_id.to_string(), *tip));
         self.messages += history.messages.len();
-        self.bytes += bytes;
-        let run = match self.entries.get_mut(run_id) {
-            Some(run) => run,
-            None => self.entries.entry(run_id.to_string()).or_default(),
+        match self.runs.get_mut(run_id) {
+            Some(tips) => *tips += 1,
+            None => {
+                self.runs.insert(run_id.to_string(), 1);
+            }
+        }
+        let key = RunTip {
+            run: run_id.to_string(),
+            tip: *tip,
         };
-        run.insert(
-            *tip,
-            Slot {
-                tick,
-                bytes,
-                history,
-            },
-        );
-        self.evict_to(self.budget);
+        let left = self.entries.insert(key, Slot { bytes, history }, bytes);
+        for (key, slot) in &left {
+            self.forget(key, slot);
+        }
     }
 
-    /// Drops least recently used entries until at most `budget` bytes are held.
-    pub(super) fn evict_to(&mut self, budget: usize) {
-        while self.bytes > budget {
-            let Some((run_id, tip)) = self.order.pop_oldest() else {
-                break;
-            };
-            let Some(run) = self.entries.get_mut(&run_id) else {
-                continue;
-            };
-            if let Some(evicted) = run.remove(&tip) {
-                if run.is_empty() {
-                    self.entries.remove(&run_id);
-                }
-                self.forget(&evicted);
-            }
+    /// Sets the byte budget, evicting entries down to it now.
+    pub(super) fn set_budget(&mut self, budget: usize) {
+        let left = self.entries.set_budget(budget);
+        for (key, slot) in &left {
+            self.forget(key, slot);
         }
     }
 
@@ -182,12 +200,12 @@ impl HistoryCache {
 
     /// Estimated bytes held over all entries.
     pub fn bytes(&self) -> usize {
-        self.bytes
+        self.entries.bytes()
     }
 
     /// The byte budget.
     pub fn budget(&self) -> usize {
-        self.budget
+        self.entries.budget()
     }
 }
 
@@ -204,7 +222,7 @@ mod tests {
     }
 
     #[test]
-    fn the_cache_stays_within_its_budget_least_recently_used_first_out() {
+    fn the_cache_stays_within_its_budget_and_keeps_what_is_used() {
         let each = history_bytes(&history(100).messages);
         let mut cache = HistoryCache::with_budget(3 * each + each / 2);
         let tip = |n: u8| NodeId([n; NODE_ID_BYTES]);
@@ -213,19 +231,30 @@ mod tests {
         cache.put("c", &tip(3), history(100), each);
         assert_eq!(cache.bytes(), 3 * each);
         assert!(cache.get("a", &tip(1)).is_some());
-        // d pushes the least recently used (b) out.
+        // d pushes one entry out, not the one just used.
         cache.put("d", &tip(4), history(100), each);
         assert!(cache.bytes() <= cache.budget());
-        assert!(cache.get("b", &tip(2)).is_none());
+        assert_eq!(cache.bytes(), 3 * each);
         assert!(cache.get("a", &tip(1)).is_some());
-        assert!(cache.get("c", &tip(3)).is_some());
-        assert!(cache.get("d", &tip(4)).is_some());
+        let kept = [("b", 2), ("c", 3), ("d", 4)]
+            .iter()
+            .filter(|(run, n)| cache.get(run, &tip(*n)).is_some())
+            .count();
+        assert_eq!(kept, 2);
+        assert_eq!(cache.held(), 300);
+        assert_eq!(cache.runs.len(), 3, "the run index follows the eviction");
         // The same run with another tip is another entry; a history over the budget is not
         // kept and leaves the others alone.
         assert!(cache.get("a", &tip(4)).is_none());
         cache.put("e", &tip(5), history(400), 4 * each);
         assert!(cache.get("e", &tip(5)).is_none());
+        assert!(!cache.holds_run("e"));
         assert_eq!(cache.held(), 300);
+        // A smaller budget evicts now, and the counts follow.
+        cache.set_budget(each + each / 2);
+        assert_eq!(cache.held(), 100);
+        assert_eq!(cache.bytes(), each);
+        assert_eq!(cache.runs.values().sum::<usize>(), 1);
     }
 
     #[test]
@@ -252,16 +281,25 @@ mod tests {
             cache.bytes() > budget / 2,
             "the budget is used, not just respected"
         );
-        let counted: usize = cache
-            .entries
-            .values()
-            .flat_map(|tips| tips.values())
-            .map(|slot| slot.bytes)
-            .sum();
+        let counted: usize = cache.entries.iter().map(|(_, slot)| slot.bytes).sum();
         assert_eq!(counted, cache.bytes());
+        let messages: usize = cache
+            .entries
+            .iter()
+            .map(|(_, slot)| slot.history.messages.len())
+            .sum();
+        assert_eq!(messages, cache.held());
+        let mut per_run: HashMap<&str, usize> = HashMap::new();
+        for (key, _) in cache.entries.iter() {
+            *per_run.entry(key.run.as_str()).or_default() += 1;
+        }
         assert_eq!(
-            cache.order.len(),
-            cache.entries.values().map(|t| t.len()).sum::<usize>()
+            per_run,
+            cache
+                .runs
+                .iter()
+                .map(|(run, n)| (run.as_str(), *n))
+                .collect::<HashMap<_, _>>()
         );
     }
 }

@@ -117,8 +117,7 @@ impl Store {
     /// Sets the history cache's byte budget (evicting down to it now).
     pub fn set_history_cache_budget(&self, bytes: usize) {
         if let Ok(mut cache) = self.resolved.lock() {
-            cache.budget = bytes;
-            cache.evict_to(bytes);
+            cache.set_budget(bytes);
         }
     }
 
