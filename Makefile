@@ -17,19 +17,24 @@ VENV_STAMP := $(VENV)/.requirements.sha256
 # A second venv with Pydantic AI 1.x (the main one pins 2.x), for the 1.x end-to-end tests.
 VENV_PYDANTIC_AI_1 ?= $(VENV)-pydantic-ai-1
 REQUIREMENTS_PYDANTIC_AI_1 := tests/python/requirements-pydantic-ai-1.txt
+# A third venv with the OpenAPI tools (openapi-spec-validator, schemathesis) of tests/openapi.rs.
+VENV_TOOLS ?= $(HOME)/.cache/stepline/venv-tools
+VENV_TOOLS_PYTHON := $(VENV_TOOLS)/bin/python
+REQUIREMENTS_TOOLS := tests/python/requirements-tools.txt
+VENV_TOOLS_STAMP := $(VENV_TOOLS)/.requirements.sha256
 
 CONFIG ?= collector.yaml
 BENCH_ARGS ?=
 
-.PHONY: run test deps venv lint bench
+.PHONY: run test deps venv venv-tools lint bench
 
 ## run: stepline on the default config (OTLP 127.0.0.1:4317/4318, API 127.0.0.1:4320, data in ./data)
 run: deps
 	cargo run --release -- --config $(CONFIG)
 
 ## test: the whole suite, end-to-end tests included (real binary + real Pydantic AI clients)
-test: deps venv
-	STEPLINE_PYTHON=$(VENV_PYTHON) STEPLINE_PYTHON_PYDANTIC_AI_1=$(VENV_PYDANTIC_AI_1)/bin/python cargo test --release --lib --bins --tests
+test: deps venv venv-tools
+	STEPLINE_PYTHON=$(VENV_PYTHON) STEPLINE_PYTHON_PYDANTIC_AI_1=$(VENV_PYDANTIC_AI_1)/bin/python STEPLINE_PYTHON_TOOLS=$(VENV_TOOLS_PYTHON) cargo test --release --lib --bins --tests
 
 ## deps: system packages the build needs (libclang for the RocksDB bindings); a no-op when present
 deps:
@@ -67,6 +72,16 @@ venv:
 	$(SYSTEM_PYTHON) -m venv $(VENV_PYDANTIC_AI_1) \
 	  && $(VENV_PYDANTIC_AI_1)/bin/python -m pip install --quiet --disable-pip-version-check -r $(REQUIREMENTS_PYDANTIC_AI_1) \
 	  && echo "$$want" > $(VENV_PYDANTIC_AI_1)/.requirements.sha256
+
+## venv-tools: (re)create $(VENV_TOOLS) when tests/python/requirements-tools.txt changed (stamp holds its sha256)
+venv-tools:
+	@want=$$(sha256sum $(REQUIREMENTS_TOOLS) | cut -d' ' -f1); \
+	have=$$(cat $(VENV_TOOLS_STAMP) 2>/dev/null || true); \
+	if [ -x "$(VENV_TOOLS_PYTHON)" ] && [ "$$want" = "$$have" ]; then exit 0; fi; \
+	echo "venv-tools: installing $(REQUIREMENTS_TOOLS) into $(VENV_TOOLS)"; \
+	$(SYSTEM_PYTHON) -m venv $(VENV_TOOLS) \
+	  && $(VENV_TOOLS_PYTHON) -m pip install --quiet --disable-pip-version-check -r $(REQUIREMENTS_TOOLS) \
+	  && echo "$$want" > $(VENV_TOOLS_STAMP)
 
 ## lint: formatting and clippy (warnings are errors)
 lint: deps
