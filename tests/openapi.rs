@@ -115,7 +115,10 @@ async fn the_document_validates_and_schemathesis_finds_nothing() {
                 .into_iter()
                 .flat_map(|o| o.values_mut())
             {
-                for parameter in operation["parameters"].as_array_mut().into_iter().flatten() {
+                let parameters = operation
+                    .get_mut("parameters")
+                    .and_then(Value::as_array_mut);
+                for parameter in parameters.into_iter().flatten() {
                     if parameter["name"] == "run_id" {
                         parameter["example"] = Value::String(example.clone());
                     }
@@ -155,8 +158,9 @@ async fn the_document_validates_and_schemathesis_finds_nothing() {
         truncate(&output, 20000),
         stepline.log()
     );
+    // Every phase ran clean: no phase or check is marked failed.
     assert!(
-        output.contains("passed") && !output.contains("failed"),
+        output.contains("Test cases:") && !output.contains('\u{274c}'),
         "schemathesis did not report a clean run:\n{}",
         truncate(&output, 8000)
     );

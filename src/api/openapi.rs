@@ -29,7 +29,7 @@ use super::error::ErrorBody;
     security(("bearer" = [])),
     components(schemas(
         ErrorBody, Run, RunStatus, StepEvent, EventKind, ToolEffect, EffectStatus, SnapshotMeta,
-        SnapshotState, SnapshotSource, RepairedCall, ContinuationSnapshot
+        SnapshotState, SnapshotSource, RepairedCall, ContinuationSnapshot, FormatName, MediaName, Flag
     )),
     tags((name = "runs", description = "Run state derived from agent traces"))
 )]
@@ -131,13 +131,31 @@ pub struct RunsQuery {
     cursor: Option<String>,
 }
 
+/// A yes/no query parameter, as the API reads it: `true`, `1` or empty for yes; `false` or `0`
+/// for no. (Written by hand: utoipa drops an empty rename.)
+pub struct Flag;
+
+impl utoipa::PartialSchema for Flag {
+    fn schema() -> utoipa::openapi::RefOr<utoipa::openapi::schema::Schema> {
+        utoipa::openapi::ObjectBuilder::new()
+            .schema_type(utoipa::openapi::schema::Type::String)
+            .enum_values(Some(["true", "false", "1", "0", ""]))
+            .description(Some(
+                "`true`, `1` or empty (the parameter named without a value) for yes; `false` or `0` for no",
+            ))
+            .into()
+    }
+}
+
+impl ToSchema for Flag {}
+
 /// Query parameters of `GET /v1/runs/{run_id}/effects`.
 #[derive(IntoParams)]
 #[into_params(parameter_in = Query)]
 #[allow(dead_code)]
 pub struct EffectsQuery {
     /// Only the calls whose outcome is not known (`requested`, `started`, `unknown_after_crash`).
-    unresolved: Option<bool>,
+    unresolved: Option<Flag>,
 }
 
 /// Query parameters of `POST /v1/runs/{run_id}/abandon`.
@@ -185,11 +203,11 @@ pub struct ContinuationQuery {
     /// The message format (default `otel`).
     format: Option<FormatName>,
     /// Also consider interrupted snapshots when choosing the latest one.
-    include_interrupted: Option<bool>,
+    include_interrupted: Option<Flag>,
     /// The snapshot seq to continue from (default: the latest complete one).
     at: Option<u32>,
     /// Close unanswered tool calls with an "interrupted" result.
-    repair: Option<bool>,
+    repair: Option<Flag>,
     /// How media parts whose data is in the media store are given (default `inline`).
     media: Option<MediaName>,
 }
@@ -224,19 +242,74 @@ pub struct ContinuationSnapshot {
     timestamp: String,
 }
 
-/// Declares the answer of one continuation format: the common envelope, `format` fixed to the
-/// format's name, and the format's own fields.
-macro_rules! continuation_schema {
-    ($(#[$doc:meta])* $name:ident, $tag:ident, $wire:literal { $($fields:tt)* }) => {
-        /// `format` of this answer.
-        #[derive(Serialize, ToSchema)]
-        #[allow(dead_code)]
-        pub enum $tag {
-            /// The format's name.
-            #[serde(rename = $wire)]
-            Name,
-        }
+/// `format` of a `format=otel` answer.
+#[derive(Serialize, ToSchema)]
+#[allow(dead_code)]
+pub enum OtelName {
+    /// The format's name.
+    #[serde(rename = "otel")]
+    Name,
+}
 
+/// `format` of a `format=pydantic-ai` answer.
+#[derive(Serialize, ToSchema)]
+#[allow(dead_code)]
+pub enum PydanticAiName {
+    /// The format's name.
+    #[serde(rename = "pydantic-ai")]
+    Name,
+}
+
+/// `format` of a `format=openai-chat` answer.
+#[derive(Serialize, ToSchema)]
+#[allow(dead_code)]
+pub enum OpenAiChatName {
+    /// The format's name.
+    #[serde(rename = "openai-chat")]
+    Name,
+}
+
+/// `format` of a `format=openai-responses` answer.
+#[derive(Serialize, ToSchema)]
+#[allow(dead_code)]
+pub enum OpenAiResponsesName {
+    /// The format's name.
+    #[serde(rename = "openai-responses")]
+    Name,
+}
+
+/// `format` of a `format=anthropic` answer.
+#[derive(Serialize, ToSchema)]
+#[allow(dead_code)]
+pub enum AnthropicName {
+    /// The format's name.
+    #[serde(rename = "anthropic")]
+    Name,
+}
+
+/// `format` of a `format=gemini` answer.
+#[derive(Serialize, ToSchema)]
+#[allow(dead_code)]
+pub enum GeminiName {
+    /// The format's name.
+    #[serde(rename = "gemini")]
+    Name,
+}
+
+/// `format` of a `format=strands` answer.
+#[derive(Serialize, ToSchema)]
+#[allow(dead_code)]
+pub enum StrandsName {
+    /// The format's name.
+    #[serde(rename = "strands")]
+    Name,
+}
+
+/// Declares the answer of one continuation format: the common envelope, `format` (an enum of the
+/// format's name alone, declared below by hand: utoipa does not read a rename a macro passes),
+/// and the format's own fields.
+macro_rules! continuation_schema {
+    ($(#[$doc:meta])* $name:ident, $tag:ident { $($fields:tt)* }) => {
         $(#[$doc])*
         #[derive(Serialize, ToSchema)]
         #[allow(dead_code)]
@@ -261,7 +334,7 @@ macro_rules! continuation_schema {
 
 continuation_schema!(
     /// `format=otel`: OpenTelemetry GenAI messages and system instructions, as stored.
-    OtelContinuation, OtelName, "otel" {
+    OtelContinuation, OtelName {
         /// The messages (`gen_ai.input.messages` shape).
         #[schema(value_type = Vec<Object>)]
         messages: Vec<Value>,
@@ -272,7 +345,7 @@ continuation_schema!(
 );
 continuation_schema!(
     /// `format=pydantic-ai`: Pydantic AI `ModelMessage` JSON (load with `ModelMessagesTypeAdapter`).
-    PydanticAiContinuation, PydanticAiName, "pydantic-ai" {
+    PydanticAiContinuation, PydanticAiName {
         /// The messages.
         #[schema(value_type = Vec<Object>)]
         messages: Vec<Value>,
@@ -280,7 +353,7 @@ continuation_schema!(
 );
 continuation_schema!(
     /// `format=openai-chat`: OpenAI Chat Completions messages.
-    OpenAiChatContinuation, OpenAiChatName, "openai-chat" {
+    OpenAiChatContinuation, OpenAiChatName {
         /// The messages.
         #[schema(value_type = Vec<Object>)]
         messages: Vec<Value>,
@@ -288,7 +361,7 @@ continuation_schema!(
 );
 continuation_schema!(
     /// `format=openai-responses`: OpenAI Responses instructions and input items.
-    OpenAiResponsesContinuation, OpenAiResponsesName, "openai-responses" {
+    OpenAiResponsesContinuation, OpenAiResponsesName {
         /// The system instructions as one text, when there are any.
         instructions: Option<String>,
         /// The input items.
@@ -298,7 +371,7 @@ continuation_schema!(
 );
 continuation_schema!(
     /// `format=anthropic`: Anthropic Messages (`system` only when there are instructions).
-    AnthropicContinuation, AnthropicName, "anthropic" {
+    AnthropicContinuation, AnthropicName {
         /// The system prompt.
         #[schema(required = false)]
         system: String,
@@ -309,7 +382,7 @@ continuation_schema!(
 );
 continuation_schema!(
     /// `format=gemini`: Gemini contents and system instruction.
-    GeminiContinuation, GeminiName, "gemini" {
+    GeminiContinuation, GeminiName {
         /// The system instruction (`{"parts": [...]}`), when there is one.
         #[schema(value_type = Option<Object>)]
         system_instruction: Option<Value>,
@@ -320,7 +393,7 @@ continuation_schema!(
 );
 continuation_schema!(
     /// `format=strands`: Strands (Bedrock Converse) messages and system prompt.
-    StrandsContinuation, StrandsName, "strands" {
+    StrandsContinuation, StrandsName {
         /// The messages.
         #[schema(value_type = Vec<Object>)]
         messages: Vec<Value>,
