@@ -32,6 +32,8 @@ struct Cli {
     command: Option<Command>,
 }
 
+// Parsed once per process: the size of the largest variant does not matter.
+#[allow(clippy::large_enum_variant)]
 #[derive(Subcommand)]
 enum Command {
     /// Run the pipeline (the default).
