@@ -992,20 +992,21 @@ mod openapi_tests {
         assert_eq!(status, 200);
         assert_eq!(doc, serde_json::to_value(openapi()).unwrap());
         assert_eq!(doc["openapi"], "3.1.0");
+        // In key order: serde_json maps (without preserve_order) sort their keys.
         let paths: Vec<&String> = doc["paths"].as_object().unwrap().keys().collect();
         assert_eq!(
             paths,
             [
                 "/healthz",
+                "/v1/openapi.json",
                 "/v1/runs",
                 "/v1/runs/{run_id}",
-                "/v1/runs/{run_id}/events",
-                "/v1/runs/{run_id}/effects",
-                "/v1/runs/{run_id}/snapshots",
-                "/v1/runs/{run_id}/continuation",
-                "/v1/runs/{run_id}/recovery",
                 "/v1/runs/{run_id}/abandon",
-                "/v1/openapi.json",
+                "/v1/runs/{run_id}/continuation",
+                "/v1/runs/{run_id}/effects",
+                "/v1/runs/{run_id}/events",
+                "/v1/runs/{run_id}/recovery",
+                "/v1/runs/{run_id}/snapshots",
             ]
         );
         // /healthz needs no token; the /v1 routes take the document's bearer scheme.
