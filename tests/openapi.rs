@@ -8,6 +8,7 @@
 
 mod support;
 
+use std::path::Path;
 use std::process::Command;
 use std::time::Instant;
 
@@ -31,14 +32,16 @@ const OPERATIONS: &[(&str, &str)] = &[
     ("post", "/v1/runs/{run_id}/abandon"),
 ];
 
-/// Runs a tool of the tools venv; returns (success, stdout + stderr).
-fn tool(program: &str, args: &[&str]) -> (bool, String) {
+/// Runs a tool of the tools venv in `dir` (schemathesis keeps a cache in its working
+/// directory); returns (success, stdout + stderr).
+fn tool(dir: &Path, program: &str, args: &[&str]) -> (bool, String) {
     let python = tools_python();
     let bin = python.parent().map(|p| p.join(program)).unwrap_or_default();
     let output = Command::new(&bin)
         .args(args)
         .env("NO_COLOR", "1")
         .env("SCHEMATHESIS_HOOKS", "")
+        .current_dir(dir)
         .output()
         .unwrap_or_else(|e| panic!("cannot run {}: {e}", bin.display()));
     let text = format!(
@@ -95,6 +98,7 @@ async fn the_document_validates_and_schemathesis_finds_nothing() {
     let served = dir.path().join("openapi.json");
     std::fs::write(&served, document.to_string()).expect("write the document");
     let (ok, output) = tool(
+        dir.path(),
         "openapi-spec-validator",
         &[served.to_str().unwrap_or_default()],
     );
@@ -131,6 +135,7 @@ async fn the_document_validates_and_schemathesis_finds_nothing() {
     let report = dir.path().join("report");
     let started = Instant::now();
     let (ok, output) = tool(
+        dir.path(),
         "schemathesis",
         &[
             "run",
