@@ -17,9 +17,11 @@ VENV_STAMP := $(VENV)/.requirements.sha256
 # A second venv with Pydantic AI 1.x (the main one pins 2.x), for the 1.x end-to-end tests.
 VENV_PYDANTIC_AI_1 ?= $(VENV)-pydantic-ai-1
 REQUIREMENTS_PYDANTIC_AI_1 := tests/python/requirements-pydantic-ai-1.txt
-# A third venv with the test tools (Selenium for the run explorer's browser tests).
+# A third venv with the test tools: Selenium (tests/ui.rs), openapi-spec-validator and schemathesis (tests/openapi.rs).
 VENV_TOOLS ?= $(VENV)-tools
+VENV_TOOLS_PYTHON := $(VENV_TOOLS)/bin/python
 REQUIREMENTS_TOOLS := tests/python/requirements-tools.txt
+VENV_TOOLS_STAMP := $(VENV_TOOLS)/.requirements.sha256
 
 CONFIG ?= collector.yaml
 BENCH_ARGS ?=
@@ -32,11 +34,9 @@ run: deps
 
 ## test: the whole suite, end-to-end tests included (real binary + real Pydantic AI clients)
 test: deps test-deps venv venv-tools
-	STEPLINE_PYTHON=$(VENV_PYTHON) STEPLINE_PYTHON_PYDANTIC_AI_1=$(VENV_PYDANTIC_AI_1)/bin/python STEPLINE_PYTHON_TOOLS=$(VENV_TOOLS)/bin/python cargo test --release --lib --bins --tests
+	STEPLINE_PYTHON=$(VENV_PYTHON) STEPLINE_PYTHON_PYDANTIC_AI_1=$(VENV_PYDANTIC_AI_1)/bin/python STEPLINE_PYTHON_TOOLS=$(VENV_TOOLS_PYTHON) cargo test --release --lib --bins --tests
 
-## deps: system packages the build needs (libclang for the RocksDB bindings), and the ones the browser
-## tests need (chromium, chromium-driver: as root they are installed too, otherwise only named, and
-## tests/ui.rs skips); a no-op when present
+## deps: system packages the build needs (libclang for the RocksDB bindings); a no-op when present
 deps:
 	@missing=""; \
 	if command -v dpkg >/dev/null 2>&1; then \
@@ -91,15 +91,15 @@ venv:
 	  && $(VENV_PYDANTIC_AI_1)/bin/python -m pip install --quiet --disable-pip-version-check -r $(REQUIREMENTS_PYDANTIC_AI_1) \
 	  && echo "$$want" > $(VENV_PYDANTIC_AI_1)/.requirements.sha256
 
-## venv-tools: (re)create $(VENV_TOOLS) when tests/python/requirements-tools.txt changed
+## venv-tools: (re)create $(VENV_TOOLS) when tests/python/requirements-tools.txt changed (stamp holds its sha256)
 venv-tools:
 	@want=$$(sha256sum $(REQUIREMENTS_TOOLS) | cut -d' ' -f1); \
-	have=$$(cat $(VENV_TOOLS)/.requirements.sha256 2>/dev/null || true); \
-	if [ -x "$(VENV_TOOLS)/bin/python" ] && [ "$$want" = "$$have" ]; then exit 0; fi; \
+	have=$$(cat $(VENV_TOOLS_STAMP) 2>/dev/null || true); \
+	if [ -x "$(VENV_TOOLS_PYTHON)" ] && [ "$$want" = "$$have" ]; then exit 0; fi; \
 	echo "venv-tools: installing $(REQUIREMENTS_TOOLS) into $(VENV_TOOLS)"; \
 	$(SYSTEM_PYTHON) -m venv $(VENV_TOOLS) \
-	  && $(VENV_TOOLS)/bin/python -m pip install --quiet --disable-pip-version-check -r $(REQUIREMENTS_TOOLS) \
-	  && echo "$$want" > $(VENV_TOOLS)/.requirements.sha256
+	  && $(VENV_TOOLS_PYTHON) -m pip install --quiet --disable-pip-version-check -r $(REQUIREMENTS_TOOLS) \
+	  && echo "$$want" > $(VENV_TOOLS_STAMP)
 
 ## lint: formatting and clippy (warnings are errors)
 lint: deps

@@ -1,4 +1,7 @@
-//! The `stepline` binary.
+//! The `stepline` binary: the pipeline (`stepline`, `stepline serve`) and the command line over
+//! a running stepline's query API (`stepline runs`, `run`, `events`, ... in `cli`).
+
+mod cli;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -13,8 +16,11 @@ use tracing_subscriber::util::SubscriberInitExt;
 use tracing_subscriber::{EnvFilter, Layer};
 
 /// stepline: durable, resumable run state from the OpenTelemetry traces AI agents emit.
+///
+/// With no command (or `serve`) it runs the pipeline on --config; the other commands talk to a
+/// running stepline's query API (--url / STEPLINE_URL, --token / STEPLINE_TOKEN).
 #[derive(Parser)]
-#[command(version, about)]
+#[command(version, about, after_help = cli::EXIT_CODES)]
 struct Cli {
     /// Collector-layout configuration file.
     #[arg(long, global = true, default_value = "collector.yaml")]
@@ -26,10 +32,14 @@ struct Cli {
     command: Option<Command>,
 }
 
+// Parsed once per process: the size of the largest variant does not matter.
+#[allow(clippy::large_enum_variant)]
 #[derive(Subcommand)]
 enum Command {
     /// Run the pipeline (the default).
     Serve,
+    #[command(flatten)]
+    Api(cli::ApiCommand),
 }
 
 fn fmt_layer<S>() -> impl Layer<S>
@@ -40,7 +50,18 @@ where
 }
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => {
+            // Help and version go to stdout and are not errors; a usage error exits 1.
+            let code = if e.use_stderr() { 1 } else { 0 };
+            let _ = e.print();
+            return ExitCode::from(code);
+        }
+    };
+    if let Some(Command::Api(command)) = cli.command {
+        return cli::run(command);
+    }
     // One TLS crypto provider for the whole process: the exporters name ring explicitly, and
     // this keeps any other rustls user (e.g. the media store's HTTP client) on the same one,
     // whatever rustls features other crates switch on. An error means one is already set.
@@ -70,7 +91,6 @@ fn main() -> ExitCode {
         println!("{}: configuration is valid", cli.config.display());
         return ExitCode::SUCCESS;
     }
-    let (Some(Command::Serve) | None) = cli.command;
     let runtime = match tokio::runtime::Runtime::new() {
         Ok(r) => r,
         Err(e) => {

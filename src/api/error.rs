@@ -10,6 +10,13 @@ use crate::receiver::auth::AuthError;
 use crate::service_error::{ServiceError, ServiceErrorCode};
 use crate::store::StoreError;
 
+/// The body of every error answer: `{"error": "<what is wrong>"}`.
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize, utoipa::ToSchema)]
+pub struct ErrorBody {
+    /// What is wrong, for people.
+    pub error: String,
+}
+
 /// What can go wrong answering an API request.
 #[derive(Debug, thiserror::Error)]
 pub enum ApiError {
@@ -79,7 +86,9 @@ impl IntoResponse for ApiError {
         }
         let mut response = (
             status,
-            Json(serde_json::json!({ "error": self.to_string() })),
+            Json(ErrorBody {
+                error: self.to_string(),
+            }),
         )
             .into_response();
         if let Some(after) = self.retry_after() {

@@ -1,12 +1,14 @@
 //! The HTTP query API (JSON): runs, events, effects, snapshots, continuations, abandonment,
-//! health and metrics, and who may use them (`auth`: tokens and the `Host` allow-list).
+//! health and metrics, who may use them (`auth`: tokens and the `Host` allow-list), and the
+//! API's OpenAPI 3.1 description (`openapi`, served at `/v1/openapi.json`).
 
 mod auth;
 mod error;
 mod extract;
 mod metrics;
+mod openapi;
 mod routes;
 
 pub use auth::ApiAccess;
-pub use error::ApiError;
-pub use routes::{router, ApiState};
+pub use error::{ApiError, ErrorBody};
+pub use routes::{openapi, router, ApiState};

@@ -3,17 +3,24 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use axum::extract::State;
+use axum::extract::{Extension, State};
 use axum::http::header;
 use axum::middleware;
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
+use axum::routing::get;
 use axum::{Json, Router};
-use serde_json::{json, Value};
+use bytes::Bytes;
+use utoipa::OpenApi as _;
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
 
 use super::auth::{self, ApiAccess};
-use super::error::ApiError;
+use super::error::{ApiError, ErrorBody};
 use super::extract::{Params, RunId};
+use super::openapi::{
+    AbandonQuery, ApiDoc, Continuation, ContinuationQuery, EffectList, EffectsQuery, EventList,
+    Health, Recovery, RunPage, RunsQuery, SnapshotList,
+};
 use crate::continuation::{Continuations, Format, MediaMode, Request as ContinuationRequest};
 use crate::domain::{EffectStatus, Run, SnapshotMeta, SnapshotState};
 use crate::ingest::{AbandonOutcome, Ingest};
@@ -36,21 +43,56 @@ pub struct ApiState {
 const DEFAULT_LIMIT: usize = 100;
 const MAX_LIMIT: usize = 1000;
 
+/// Longest `reason` an abandon request may give, in bytes.
+const MAX_REASON_BYTES: usize = 1024;
+
+/// The `/v1` routes and `/healthz`, with their OpenAPI description.
+fn described_routes() -> (OpenApiRouter<ApiState>, OpenApiRouter<ApiState>) {
+    let v1 = OpenApiRouter::new()
+        .routes(routes!(list_runs))
+        .routes(routes!(get_run))
+        .routes(routes!(get_events))
+        .routes(routes!(get_effects))
+        .routes(routes!(get_snapshots))
+        .routes(routes!(get_continuation))
+        .routes(routes!(get_recovery))
+        .routes(routes!(abandon))
+        .routes(routes!(openapi_json));
+    let public = OpenApiRouter::new().routes(routes!(healthz));
+    (v1, public)
+}
+
+/// The OpenAPI 3.1 document of the API (what `GET /v1/openapi.json` serves).
+pub fn openapi() -> utoipa::openapi::OpenApi {
+    let (v1, public) = described_routes();
+    OpenApiRouter::with_openapi(ApiDoc::openapi())
+        .merge(public)
+        .merge(v1)
+        .into_openapi()
+}
+
+/// The OpenAPI document, serialised once.
+#[derive(Clone)]
+struct OpenApiJson(Bytes);
+
 /// Builds the API router.
 pub fn router(state: ApiState) -> Router {
-    let v1 = Router::new()
-        .route("/v1/runs", get(list_runs))
-        .route("/v1/runs/{run_id}", get(get_run))
-        .route("/v1/runs/{run_id}/events", get(get_events))
-        .route("/v1/runs/{run_id}/effects", get(get_effects))
-        .route("/v1/runs/{run_id}/snapshots", get(get_snapshots))
-        .route("/v1/runs/{run_id}/continuation", get(get_continuation))
-        .route("/v1/runs/{run_id}/recovery", get(get_recovery))
-        .route("/v1/runs/{run_id}/abandon", post(abandon))
+    let (v1, public) = described_routes();
+    let (v1, _) = v1.split_for_parts();
+    let (public, _) = public.split_for_parts();
+    let document = openapi()
+        .to_json()
+        .map(|text| OpenApiJson(Bytes::from(text)))
+        .unwrap_or_else(|e| {
+            tracing::error!(error = %e, "the OpenAPI document does not serialise");
+            OpenApiJson(Bytes::from_static(b"{}"))
+        });
+    let v1 = v1
         .route_layer(middleware::from_fn_with_state(
             state.access.clone(),
             auth::require_token,
-        ));
+        ))
+        .layer(Extension(document));
     let metrics_route =
         Router::new()
             .route("/metrics", get(metrics))
@@ -59,8 +101,7 @@ pub fn router(state: ApiState) -> Router {
                 auth::require_metrics_token,
             ));
     let access = state.access.clone();
-    Router::new()
-        .route("/healthz", get(healthz))
+    public
         .merge(metrics_route)
         .merge(v1)
         .merge(crate::ui::router())
@@ -71,18 +112,48 @@ pub fn router(state: ApiState) -> Router {
 
 /// `/healthz`: 200 `{"status":"ok"}` while ingest can commit, 503
 /// `{"status":"unavailable","error":...}` once its writer thread has stopped.
+#[utoipa::path(
+    get,
+    path = "/healthz",
+    tag = "runs",
+    security(()),
+    responses(
+        (status = 200, description = "Ingest can commit", body = Health),
+        (status = 403, description = "The `Host` is not one the API answers to", body = ErrorBody),
+        (status = 503, description = "The ingest writer thread has stopped", body = Health),
+    )
+)]
 async fn healthz(State(state): State<ApiState>) -> Response {
     if state.ingest.healthy() {
-        return Json(json!({"status": "ok"})).into_response();
+        return Json(Health {
+            status: "ok".into(),
+            error: None,
+        })
+        .into_response();
     }
     (
         http::StatusCode::SERVICE_UNAVAILABLE,
-        Json(json!({
-            "status": "unavailable",
-            "error": "the ingest writer thread has stopped: no request can be committed",
-        })),
+        Json(Health {
+            status: "unavailable".into(),
+            error: Some("the ingest writer thread has stopped: no request can be committed".into()),
+        }),
     )
         .into_response()
+}
+
+/// `GET /v1/openapi.json`: this API's OpenAPI 3.1 document.
+#[utoipa::path(
+    get,
+    path = "/v1/openapi.json",
+    tag = "runs",
+    responses(
+        (status = 200, description = "The OpenAPI 3.1 document", body = Object),
+        (status = 401, description = "Missing or wrong bearer token", body = ErrorBody),
+        (status = 403, description = "The `Host` is not one the API answers to", body = ErrorBody),
+    )
+)]
+async fn openapi_json(Extension(OpenApiJson(document)): Extension<OpenApiJson>) -> Response {
+    ([(header::CONTENT_TYPE, "application/json")], document).into_response()
 }
 
 async fn metrics(State(state): State<ApiState>) -> impl IntoResponse {
@@ -152,10 +223,22 @@ fn find_run(store: &Store, id: &str) -> Result<Run, ApiError> {
         .ok_or_else(|| ApiError::NotFound(format!("run {id:?} not found")))
 }
 
+#[utoipa::path(
+    get,
+    path = "/v1/runs",
+    tag = "runs",
+    params(RunsQuery),
+    responses(
+        (status = 200, description = "A page of runs, oldest first", body = RunPage),
+        (status = 400, description = "A query parameter or the run id is wrong", body = ErrorBody),
+        (status = 401, description = "Missing or wrong bearer token", body = ErrorBody),
+        (status = 403, description = "The `Host` is not one the API answers to", body = ErrorBody),
+    )
+)]
 async fn list_runs(
     State(state): State<ApiState>,
     Params(params): Params,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<RunPage>, ApiError> {
     check_params(
         &params,
         &[
@@ -204,11 +287,25 @@ async fn list_runs(
         Ok(s.list_runs(&filter, cursor.as_deref(), limit)?)
     })
     .await?;
-    Ok(Json(
-        json!({"runs": runs, "next_cursor": next.map(hex::encode)}),
-    ))
+    Ok(Json(RunPage {
+        runs,
+        next_cursor: next.map(hex::encode),
+    }))
 }
 
+#[utoipa::path(
+    get,
+    path = "/v1/runs/{run_id}",
+    tag = "runs",
+    params(("run_id" = String, Path, description = "A run id, or an alias of one"),),
+    responses(
+        (status = 200, description = "The run", body = Run),
+        (status = 400, description = "A query parameter or the run id is wrong", body = ErrorBody),
+        (status = 401, description = "Missing or wrong bearer token", body = ErrorBody),
+        (status = 403, description = "The `Host` is not one the API answers to", body = ErrorBody),
+        (status = 404, description = "No run with this id or alias", body = ErrorBody),
+    )
+)]
 async fn get_run(
     State(state): State<ApiState>,
     RunId(run_id): RunId,
@@ -218,25 +315,51 @@ async fn get_run(
     Ok(Json(blocking(&state, move |s| find_run(s, &run_id)).await?))
 }
 
+#[utoipa::path(
+    get,
+    path = "/v1/runs/{run_id}/events",
+    tag = "runs",
+    params(("run_id" = String, Path, description = "A run id, or an alias of one"),),
+    responses(
+        (status = 200, description = "The run's step events, chronological", body = EventList),
+        (status = 400, description = "A query parameter or the run id is wrong", body = ErrorBody),
+        (status = 401, description = "Missing or wrong bearer token", body = ErrorBody),
+        (status = 403, description = "The `Host` is not one the API answers to", body = ErrorBody),
+        (status = 404, description = "No run with this id or alias", body = ErrorBody),
+    )
+)]
 async fn get_events(
     State(state): State<ApiState>,
     RunId(run_id): RunId,
     Params(params): Params,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<EventList>, ApiError> {
     check_params(&params, &[])?;
     let events = blocking(&state, move |s| {
         let run = find_run(s, &run_id)?;
         Ok(s.events(&run.run_id)?)
     })
     .await?;
-    Ok(Json(json!({"events": events})))
+    Ok(Json(EventList { events }))
 }
 
+#[utoipa::path(
+    get,
+    path = "/v1/runs/{run_id}/effects",
+    tag = "runs",
+    params(("run_id" = String, Path, description = "A run id, or an alias of one"), EffectsQuery),
+    responses(
+        (status = 200, description = "The run's tool-effect ledger", body = EffectList),
+        (status = 400, description = "A query parameter or the run id is wrong", body = ErrorBody),
+        (status = 401, description = "Missing or wrong bearer token", body = ErrorBody),
+        (status = 403, description = "The `Host` is not one the API answers to", body = ErrorBody),
+        (status = 404, description = "No run with this id or alias", body = ErrorBody),
+    )
+)]
 async fn get_effects(
     State(state): State<ApiState>,
     RunId(run_id): RunId,
     Params(params): Params,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<EffectList>, ApiError> {
     check_params(&params, &["unresolved"])?;
     let unresolved = parse_bool(&params, "unresolved")?;
     let effects = blocking(&state, move |s| {
@@ -248,14 +371,27 @@ async fn get_effects(
         Ok(effects)
     })
     .await?;
-    Ok(Json(json!({"effects": effects})))
+    Ok(Json(EffectList { effects }))
 }
 
+#[utoipa::path(
+    get,
+    path = "/v1/runs/{run_id}/snapshots",
+    tag = "runs",
+    params(("run_id" = String, Path, description = "A run id, or an alias of one"),),
+    responses(
+        (status = 200, description = "The run's snapshots", body = SnapshotList),
+        (status = 400, description = "A query parameter or the run id is wrong", body = ErrorBody),
+        (status = 401, description = "Missing or wrong bearer token", body = ErrorBody),
+        (status = 403, description = "The `Host` is not one the API answers to", body = ErrorBody),
+        (status = 404, description = "No run with this id or alias", body = ErrorBody),
+    )
+)]
 async fn get_snapshots(
     State(state): State<ApiState>,
     RunId(run_id): RunId,
     Params(params): Params,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<SnapshotList>, ApiError> {
     check_params(&params, &[])?;
     let snapshots: Vec<SnapshotMeta> = blocking(&state, move |s| {
         let run = find_run(s, &run_id)?;
@@ -265,17 +401,30 @@ async fn get_snapshots(
             .collect())
     })
     .await?;
-    Ok(Json(json!({"snapshots": snapshots})))
+    Ok(Json(SnapshotList { snapshots }))
 }
 
 /// What an orchestrator needs to decide how to recover a run, in one answer: the latest complete
 /// and latest overall snapshots, the effects whose outcome is unknown, and the tools that
 /// completed or failed.
+#[utoipa::path(
+    get,
+    path = "/v1/runs/{run_id}/recovery",
+    tag = "runs",
+    params(("run_id" = String, Path, description = "A run id, or an alias of one"),),
+    responses(
+        (status = 200, description = "What recovering the run needs", body = Recovery),
+        (status = 400, description = "A query parameter or the run id is wrong", body = ErrorBody),
+        (status = 401, description = "Missing or wrong bearer token", body = ErrorBody),
+        (status = 403, description = "The `Host` is not one the API answers to", body = ErrorBody),
+        (status = 404, description = "No run with this id or alias", body = ErrorBody),
+    )
+)]
 async fn get_recovery(
     State(state): State<ApiState>,
     RunId(run_id): RunId,
     Params(params): Params,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<Recovery>, ApiError> {
     check_params(&params, &[])?;
     blocking(&state, move |s| {
         let run = find_run(s, &run_id)?;
@@ -288,19 +437,25 @@ async fn get_recovery(
             .iter()
             .rev()
             .find(|m| m.state == SnapshotState::Complete);
-        let effects = s.effects(&run.run_id)?;
-        let with = |keep: fn(EffectStatus) -> bool| -> Vec<_> {
-            effects.iter().filter(|e| keep(e.status)).collect()
-        };
-        Ok(Json(json!({
-            "run_id": run.run_id,
-            "status": run.status,
-            "latest_complete_snapshot": latest_complete,
-            "latest_snapshot": snapshots.last(),
-            "unresolved_effects": with(EffectStatus::is_unresolved),
-            "completed_tools": with(|s| s == EffectStatus::Completed),
-            "failed_tools": with(|s| s == EffectStatus::Failed),
-        })))
+        let (mut unresolved, mut completed, mut failed) = (Vec::new(), Vec::new(), Vec::new());
+        for effect in s.effects(&run.run_id)? {
+            if effect.status.is_unresolved() {
+                unresolved.push(effect);
+            } else if effect.status == EffectStatus::Completed {
+                completed.push(effect);
+            } else if effect.status == EffectStatus::Failed {
+                failed.push(effect);
+            }
+        }
+        Ok(Json(Recovery {
+            run_id: run.run_id,
+            status: run.status,
+            latest_complete_snapshot: latest_complete.cloned(),
+            latest_snapshot: snapshots.last().cloned(),
+            unresolved_effects: unresolved,
+            completed_tools: completed,
+            failed_tools: failed,
+        }))
     })
     .await
 }
@@ -316,6 +471,20 @@ fn parse_media(params: &HashMap<String, String>) -> Result<MediaMode, ApiError> 
     }
 }
 
+#[utoipa::path(
+    get,
+    path = "/v1/runs/{run_id}/continuation",
+    tag = "runs",
+    params(("run_id" = String, Path, description = "A run id, or an alias of one"), ContinuationQuery),
+    responses(
+        (status = 200, description = "The chosen snapshot's messages in `format`, with the common envelope", body = Continuation),
+        (status = 400, description = "A query parameter or the run id is wrong", body = ErrorBody),
+        (status = 401, description = "Missing or wrong bearer token", body = ErrorBody),
+        (status = 403, description = "The `Host` is not one the API answers to", body = ErrorBody),
+        (status = 404, description = "No run with this id, or no snapshot that matches", body = ErrorBody),
+        (status = 503, description = "The media store cannot give a media part now (retry after `Retry-After`)", body = ErrorBody),
+    )
+)]
 async fn get_continuation(
     State(state): State<ApiState>,
     RunId(run_id): RunId,
@@ -350,20 +519,39 @@ async fn get_continuation(
     Ok(([(header::CONTENT_TYPE, "application/json")], body).into_response())
 }
 
+#[utoipa::path(
+    post,
+    path = "/v1/runs/{run_id}/abandon",
+    tag = "runs",
+    params(("run_id" = String, Path, description = "A run id, or an alias of one"), AbandonQuery),
+    responses(
+        (status = 200, description = "The run, now abandoned", body = Run),
+        (status = 400, description = "A query parameter or the run id is wrong", body = ErrorBody),
+        (status = 401, description = "Missing or wrong bearer token", body = ErrorBody),
+        (status = 403, description = "The `Host` is not one the API answers to", body = ErrorBody),
+        (status = 404, description = "No run with this id or alias", body = ErrorBody),
+        (status = 409, description = "The run is already over", body = ErrorBody),
+        (status = 503, description = "The writer cannot take the request now (retry after `Retry-After`)", body = ErrorBody),
+    )
+)]
 async fn abandon(
     State(state): State<ApiState>,
     RunId(run_id): RunId,
     Params(params): Params,
 ) -> Result<Json<Run>, ApiError> {
-    check_params(&params, &[])?;
-    match state
-        .ingest
-        .abandon(&run_id, "abandoned by request")
-        .await?
-    {
-        AbandonOutcome::Abandoned(id) => {
-            Ok(Json(blocking(&state, move |s| find_run(s, &id)).await?))
+    check_params(&params, &["reason"])?;
+    let reason = match params.get("reason").map(String::as_str) {
+        None | Some("") => "abandoned by request",
+        Some(r) if r.len() > MAX_REASON_BYTES => {
+            return Err(ApiError::BadRequest(format!(
+                "reason is {} bytes; at most {MAX_REASON_BYTES} are kept",
+                r.len()
+            )))
         }
+        Some(r) => r,
+    };
+    match state.ingest.abandon(&run_id, reason).await? {
+        AbandonOutcome::Abandoned(id) => Ok(Json(blocking(&state, move |s| find_run(s, &id)).await?)),
         AbandonOutcome::AlreadyOver(id, status) => Err(ApiError::Conflict(format!(
             "run {id} is already {status}; only a running run can be abandoned"
         ))),
@@ -377,6 +565,7 @@ mod tests_support {
     use crate::media::Media;
     pub use crate::test_fixtures::{delegate_scenario, request, run_id};
     use axum::body::Body;
+    pub use serde_json::{json, Value};
     use tower::ServiceExt;
 
     pub async fn app(token: Option<&str>) -> (Router, tempfile::TempDir) {
@@ -782,5 +971,57 @@ mod format_tests {
         assert_eq!(body["failed_tools"], json!([]));
         let (status, _) = call(&app, "GET", "/v1/runs/nope/recovery", None).await;
         assert_eq!(status, 404);
+    }
+}
+
+#[cfg(test)]
+mod openapi_tests {
+    use super::tests_support::*;
+
+    #[tokio::test]
+    async fn the_document_is_served_behind_the_token_and_names_every_route() {
+        let (app, _dir) = app(Some("t0k")).await;
+        let (status, body) = call(&app, "GET", "/v1/openapi.json", None).await;
+        assert_eq!(status, 401);
+        assert!(body["error"].is_string(), "{body}");
+        let (status, doc) = call(&app, "GET", "/v1/openapi.json", Some("t0k")).await;
+        assert_eq!(status, 200);
+        assert_eq!(doc, serde_json::to_value(openapi()).unwrap());
+        assert_eq!(doc["openapi"], "3.1.0");
+        // In key order: serde_json maps (without preserve_order) sort their keys.
+        let paths: Vec<&String> = doc["paths"].as_object().unwrap().keys().collect();
+        assert_eq!(
+            paths,
+            [
+                "/healthz",
+                "/v1/openapi.json",
+                "/v1/runs",
+                "/v1/runs/{run_id}",
+                "/v1/runs/{run_id}/abandon",
+                "/v1/runs/{run_id}/continuation",
+                "/v1/runs/{run_id}/effects",
+                "/v1/runs/{run_id}/events",
+                "/v1/runs/{run_id}/recovery",
+                "/v1/runs/{run_id}/snapshots",
+            ]
+        );
+        // /healthz needs no token; the /v1 routes take the document's bearer scheme.
+        assert_eq!(doc["paths"]["/healthz"]["get"]["security"], json!([{}]));
+        assert_eq!(doc["security"], json!([{"bearer": []}]));
+        let formats = doc["components"]["schemas"]["Continuation"]["oneOf"]
+            .as_array()
+            .unwrap()
+            .len();
+        assert_eq!(formats, Format::NAMES.len());
+    }
+
+    #[tokio::test]
+    async fn abandon_keeps_the_reason_and_refuses_a_long_one() {
+        let (app, _dir) = app(None).await;
+        let long = "x".repeat(MAX_REASON_BYTES + 1);
+        let uri = format!("/v1/runs/outer-call/abandon?reason={long}");
+        let (status, body) = call(&app, "POST", &uri, None).await;
+        assert_eq!(status, 400, "{body}");
+        assert!(body["error"].as_str().unwrap().contains("reason"), "{body}");
     }
 }

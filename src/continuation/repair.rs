@@ -15,7 +15,7 @@ use crate::domain::MessageHash;
 pub const INTERRUPTED_CONTENT: &str = "The tool call was interrupted before a result was produced.";
 
 /// A tool call that `repair=true` closed.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, utoipa::ToSchema)]
 pub struct RepairedCall {
     /// The call id.
     pub tool_call_id: String,

@@ -3,7 +3,9 @@
 use serde::{Deserialize, Serialize};
 
 /// What happened.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize, utoipa::ToSchema,
+)]
 #[serde(rename_all = "snake_case")]
 pub enum EventKind {
     /// The run began.
@@ -46,7 +48,7 @@ impl EventKind {
 }
 
 /// One step event.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct StepEvent {
     /// Position in the run's chronology, from 0.
     pub seq: u32,

@@ -3,7 +3,7 @@
 use serde::{Deserialize, Serialize};
 
 /// Where a run stands.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum RunStatus {
     /// No end seen yet.
@@ -45,7 +45,7 @@ impl RunStatus {
 }
 
 /// The run record served by the API.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct Run {
     /// Stable id: `<trace id>-<agent-run span id>`, the same whether or not the run span arrived.
     pub run_id: String,

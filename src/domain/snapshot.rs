@@ -5,7 +5,7 @@ use serde::{Deserialize, Serialize};
 use super::{ChainRef, MessageHash};
 
 /// Whether a history can be sent to a provider as is.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum SnapshotState {
     /// Every tool call is answered: provider-valid.
@@ -15,7 +15,7 @@ pub enum SnapshotState {
 }
 
 /// Where a history comes from.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum SnapshotSource {
     /// Exactly what the framework sent (a model request's input, or the run's final history).
@@ -25,7 +25,7 @@ pub enum SnapshotSource {
 }
 
 /// Snapshot metadata as served by the API.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct SnapshotMeta {
     /// Position among the run's snapshots, from 0.
     pub seq: u32,

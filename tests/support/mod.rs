@@ -17,6 +17,8 @@ use serde_json::Value;
 use tempfile::TempDir;
 use tokio::io::{AsyncBufReadExt, BufReader};
 
+pub mod token_api;
+
 /// Where the Python end-to-end scripts live.
 pub const SCRIPTS_DIR: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/python");
 
