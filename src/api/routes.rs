@@ -161,11 +161,8 @@ async fn metrics(State(state): State<ApiState>) -> impl IntoResponse {
         .await
         .ok()
         .flatten();
-    let scrape = super::metrics::Scrape::new(
-        state.ingest.clone(),
-        state.continuations.clone(),
-        gauges,
-    );
+    let scrape =
+        super::metrics::Scrape::new(state.ingest.clone(), state.continuations.clone(), gauges);
     (
         [(http::header::CONTENT_TYPE, super::metrics::CONTENT_TYPE)],
         scrape.render(),
@@ -551,7 +548,9 @@ async fn abandon(
         Some(r) => r,
     };
     match state.ingest.abandon(&run_id, reason).await? {
-        AbandonOutcome::Abandoned(id) => Ok(Json(blocking(&state, move |s| find_run(s, &id)).await?)),
+        AbandonOutcome::Abandoned(id) => {
+            Ok(Json(blocking(&state, move |s| find_run(s, &id)).await?))
+        }
         AbandonOutcome::AlreadyOver(id, status) => Err(ApiError::Conflict(format!(
             "run {id} is already {status}; only a running run can be abandoned"
         ))),
