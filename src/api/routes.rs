@@ -1,6 +1,6 @@
 //! Routes and handlers of the query API.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
 use axum::extract::{Extension, State};
@@ -10,7 +10,8 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::{Json, Router};
 use bytes::Bytes;
-use utoipa::OpenApi as _;
+use utoipa::openapi::{ContentBuilder, Ref, RefOr, Response as ApiResponse, ResponseBuilder};
+use utoipa::{IntoResponses, OpenApi as _, ToSchema};
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
@@ -45,6 +46,71 @@ const MAX_LIMIT: usize = 1000;
 
 /// Longest `reason` an abandon request may give, in bytes.
 const MAX_REASON_BYTES: usize = 1024;
+
+/// An error answer in the OpenAPI document: `description`, with an [`ErrorBody`] as JSON.
+fn error_response(description: &str) -> RefOr<ApiResponse> {
+    let body = Ref::from_schema_name(<ErrorBody as ToSchema>::name());
+    ResponseBuilder::new()
+        .description(description)
+        .content(
+            "application/json",
+            ContentBuilder::new().schema(Some(body)).build(),
+        )
+        .build()
+        .into()
+}
+
+/// The error answers the paths share, written once: each path's `responses(...)` names the
+/// set it can give, next to its own rows.
+///
+/// 403: every route checks the `Host`.
+struct HostError;
+/// 401 and 403: the routes behind the bearer token.
+struct GuardErrors;
+/// 400, 401 and 403: the token routes that take query parameters.
+struct QueryErrors;
+/// 400, 401, 403 and 404: the routes about one run, found by its id or alias.
+struct RunErrors;
+
+impl IntoResponses for HostError {
+    fn responses() -> BTreeMap<String, RefOr<ApiResponse>> {
+        BTreeMap::from([(
+            "403".to_owned(),
+            error_response("The `Host` is not one the API answers to"),
+        )])
+    }
+}
+
+impl IntoResponses for GuardErrors {
+    fn responses() -> BTreeMap<String, RefOr<ApiResponse>> {
+        let mut rows = HostError::responses();
+        rows.insert(
+            "401".to_owned(),
+            error_response("Missing or wrong bearer token"),
+        );
+        rows
+    }
+}
+
+impl IntoResponses for QueryErrors {
+    fn responses() -> BTreeMap<String, RefOr<ApiResponse>> {
+        let mut rows = GuardErrors::responses();
+        let bad = error_response("A query parameter or the run id is wrong");
+        rows.insert("400".to_owned(), bad);
+        rows
+    }
+}
+
+impl IntoResponses for RunErrors {
+    fn responses() -> BTreeMap<String, RefOr<ApiResponse>> {
+        let mut rows = QueryErrors::responses();
+        rows.insert(
+            "404".to_owned(),
+            error_response("No run with this id or alias"),
+        );
+        rows
+    }
+}
 
 /// The `/v1` routes and `/healthz`, with their OpenAPI description.
 fn described_routes() -> (OpenApiRouter<ApiState>, OpenApiRouter<ApiState>) {
@@ -119,7 +185,7 @@ pub fn router(state: ApiState) -> Router {
     security(()),
     responses(
         (status = 200, description = "Ingest can commit", body = Health),
-        (status = 403, description = "The `Host` is not one the API answers to", body = ErrorBody),
+        HostError,
         (status = 503, description = "The ingest writer thread has stopped", body = Health),
     )
 )]
@@ -148,8 +214,7 @@ async fn healthz(State(state): State<ApiState>) -> Response {
     tag = "runs",
     responses(
         (status = 200, description = "The OpenAPI 3.1 document", body = Object),
-        (status = 401, description = "Missing or wrong bearer token", body = ErrorBody),
-        (status = 403, description = "The `Host` is not one the API answers to", body = ErrorBody),
+        GuardErrors,
     )
 )]
 async fn openapi_json(Extension(OpenApiJson(document)): Extension<OpenApiJson>) -> Response {
@@ -161,11 +226,8 @@ async fn metrics(State(state): State<ApiState>) -> impl IntoResponse {
         .await
         .ok()
         .flatten();
-    let scrape = super::metrics::Scrape::new(
-        state.ingest.clone(),
-        state.continuations.clone(),
-        gauges,
-    );
+    let scrape =
+        super::metrics::Scrape::new(state.ingest.clone(), state.continuations.clone(), gauges);
     (
         [(http::header::CONTENT_TYPE, super::metrics::CONTENT_TYPE)],
         scrape.render(),
@@ -230,9 +292,7 @@ fn find_run(store: &Store, id: &str) -> Result<Run, ApiError> {
     params(RunsQuery),
     responses(
         (status = 200, description = "A page of runs, oldest first", body = RunPage),
-        (status = 400, description = "A query parameter or the run id is wrong", body = ErrorBody),
-        (status = 401, description = "Missing or wrong bearer token", body = ErrorBody),
-        (status = 403, description = "The `Host` is not one the API answers to", body = ErrorBody),
+        QueryErrors,
     )
 )]
 async fn list_runs(
@@ -300,10 +360,7 @@ async fn list_runs(
     params(("run_id" = String, Path, description = "A run id, or an alias of one"),),
     responses(
         (status = 200, description = "The run", body = Run),
-        (status = 400, description = "A query parameter or the run id is wrong", body = ErrorBody),
-        (status = 401, description = "Missing or wrong bearer token", body = ErrorBody),
-        (status = 403, description = "The `Host` is not one the API answers to", body = ErrorBody),
-        (status = 404, description = "No run with this id or alias", body = ErrorBody),
+        RunErrors,
     )
 )]
 async fn get_run(
@@ -322,10 +379,7 @@ async fn get_run(
     params(("run_id" = String, Path, description = "A run id, or an alias of one"),),
     responses(
         (status = 200, description = "The run's step events, chronological", body = EventList),
-        (status = 400, description = "A query parameter or the run id is wrong", body = ErrorBody),
-        (status = 401, description = "Missing or wrong bearer token", body = ErrorBody),
-        (status = 403, description = "The `Host` is not one the API answers to", body = ErrorBody),
-        (status = 404, description = "No run with this id or alias", body = ErrorBody),
+        RunErrors,
     )
 )]
 async fn get_events(
@@ -349,10 +403,7 @@ async fn get_events(
     params(("run_id" = String, Path, description = "A run id, or an alias of one"), EffectsQuery),
     responses(
         (status = 200, description = "The run's tool-effect ledger", body = EffectList),
-        (status = 400, description = "A query parameter or the run id is wrong", body = ErrorBody),
-        (status = 401, description = "Missing or wrong bearer token", body = ErrorBody),
-        (status = 403, description = "The `Host` is not one the API answers to", body = ErrorBody),
-        (status = 404, description = "No run with this id or alias", body = ErrorBody),
+        RunErrors,
     )
 )]
 async fn get_effects(
@@ -381,10 +432,7 @@ async fn get_effects(
     params(("run_id" = String, Path, description = "A run id, or an alias of one"),),
     responses(
         (status = 200, description = "The run's snapshots", body = SnapshotList),
-        (status = 400, description = "A query parameter or the run id is wrong", body = ErrorBody),
-        (status = 401, description = "Missing or wrong bearer token", body = ErrorBody),
-        (status = 403, description = "The `Host` is not one the API answers to", body = ErrorBody),
-        (status = 404, description = "No run with this id or alias", body = ErrorBody),
+        RunErrors,
     )
 )]
 async fn get_snapshots(
@@ -414,10 +462,7 @@ async fn get_snapshots(
     params(("run_id" = String, Path, description = "A run id, or an alias of one"),),
     responses(
         (status = 200, description = "What recovering the run needs", body = Recovery),
-        (status = 400, description = "A query parameter or the run id is wrong", body = ErrorBody),
-        (status = 401, description = "Missing or wrong bearer token", body = ErrorBody),
-        (status = 403, description = "The `Host` is not one the API answers to", body = ErrorBody),
-        (status = 404, description = "No run with this id or alias", body = ErrorBody),
+        RunErrors,
     )
 )]
 async fn get_recovery(
@@ -478,9 +523,7 @@ fn parse_media(params: &HashMap<String, String>) -> Result<MediaMode, ApiError> 
     params(("run_id" = String, Path, description = "A run id, or an alias of one"), ContinuationQuery),
     responses(
         (status = 200, description = "The chosen snapshot's messages in `format`, with the common envelope", body = Continuation),
-        (status = 400, description = "A query parameter or the run id is wrong", body = ErrorBody),
-        (status = 401, description = "Missing or wrong bearer token", body = ErrorBody),
-        (status = 403, description = "The `Host` is not one the API answers to", body = ErrorBody),
+        QueryErrors,
         (status = 404, description = "No run with this id, or no snapshot that matches", body = ErrorBody),
         (status = 503, description = "The media store cannot give a media part now (retry after `Retry-After`)", body = ErrorBody),
     )
@@ -526,10 +569,7 @@ async fn get_continuation(
     params(("run_id" = String, Path, description = "A run id, or an alias of one"), AbandonQuery),
     responses(
         (status = 200, description = "The run, now abandoned", body = Run),
-        (status = 400, description = "A query parameter or the run id is wrong", body = ErrorBody),
-        (status = 401, description = "Missing or wrong bearer token", body = ErrorBody),
-        (status = 403, description = "The `Host` is not one the API answers to", body = ErrorBody),
-        (status = 404, description = "No run with this id or alias", body = ErrorBody),
+        RunErrors,
         (status = 409, description = "The run is already over", body = ErrorBody),
         (status = 503, description = "The writer cannot take the request now (retry after `Retry-After`)", body = ErrorBody),
     )
@@ -551,7 +591,9 @@ async fn abandon(
         Some(r) => r,
     };
     match state.ingest.abandon(&run_id, reason).await? {
-        AbandonOutcome::Abandoned(id) => Ok(Json(blocking(&state, move |s| find_run(s, &id)).await?)),
+        AbandonOutcome::Abandoned(id) => {
+            Ok(Json(blocking(&state, move |s| find_run(s, &id)).await?))
+        }
         AbandonOutcome::AlreadyOver(id, status) => Err(ApiError::Conflict(format!(
             "run {id} is already {status}; only a running run can be abandoned"
         ))),
