@@ -10,8 +10,11 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::{Json, Router};
 use bytes::Bytes;
-use utoipa::openapi::{ContentBuilder, Ref, RefOr, Response as ApiResponse, ResponseBuilder};
-use utoipa::{IntoResponses, OpenApi as _, ToSchema};
+use utoipa::openapi::path::{Parameter, ParameterBuilder, ParameterIn};
+use utoipa::openapi::{
+    ContentBuilder, Ref, RefOr, Required, Response as ApiResponse, ResponseBuilder,
+};
+use utoipa::{IntoParams, IntoResponses, OpenApi as _, PartialSchema, ToSchema};
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
@@ -58,6 +61,20 @@ fn error_response(description: &str) -> RefOr<ApiResponse> {
         )
         .build()
         .into()
+}
+
+/// The `run_id` path parameter of the routes about one run, described once.
+struct RunIdParam;
+
+impl IntoParams for RunIdParam {
+    fn into_params(_: impl Fn() -> Option<ParameterIn>) -> Vec<Parameter> {
+        vec![ParameterBuilder::from(Parameter::new("run_id"))
+            .parameter_in(ParameterIn::Path)
+            .description(Some("A run id, or an alias of one"))
+            .schema(Some(String::schema()))
+            .required(Required::True)
+            .build()]
+    }
 }
 
 /// The error answers the paths share, written once: each path's `responses(...)` names the
@@ -357,7 +374,7 @@ async fn list_runs(
     get,
     path = "/v1/runs/{run_id}",
     tag = "runs",
-    params(("run_id" = String, Path, description = "A run id, or an alias of one"),),
+    params(RunIdParam),
     responses(
         (status = 200, description = "The run", body = Run),
         RunErrors,
@@ -376,7 +393,7 @@ async fn get_run(
     get,
     path = "/v1/runs/{run_id}/events",
     tag = "runs",
-    params(("run_id" = String, Path, description = "A run id, or an alias of one"),),
+    params(RunIdParam),
     responses(
         (status = 200, description = "The run's step events, chronological", body = EventList),
         RunErrors,
@@ -400,7 +417,7 @@ async fn get_events(
     get,
     path = "/v1/runs/{run_id}/effects",
     tag = "runs",
-    params(("run_id" = String, Path, description = "A run id, or an alias of one"), EffectsQuery),
+    params(RunIdParam, EffectsQuery),
     responses(
         (status = 200, description = "The run's tool-effect ledger", body = EffectList),
         RunErrors,
@@ -429,7 +446,7 @@ async fn get_effects(
     get,
     path = "/v1/runs/{run_id}/snapshots",
     tag = "runs",
-    params(("run_id" = String, Path, description = "A run id, or an alias of one"),),
+    params(RunIdParam),
     responses(
         (status = 200, description = "The run's snapshots", body = SnapshotList),
         RunErrors,
@@ -459,7 +476,7 @@ async fn get_snapshots(
     get,
     path = "/v1/runs/{run_id}/recovery",
     tag = "runs",
-    params(("run_id" = String, Path, description = "A run id, or an alias of one"),),
+    params(RunIdParam),
     responses(
         (status = 200, description = "What recovering the run needs", body = Recovery),
         RunErrors,
@@ -520,7 +537,7 @@ fn parse_media(params: &HashMap<String, String>) -> Result<MediaMode, ApiError> 
     get,
     path = "/v1/runs/{run_id}/continuation",
     tag = "runs",
-    params(("run_id" = String, Path, description = "A run id, or an alias of one"), ContinuationQuery),
+    params(RunIdParam, ContinuationQuery),
     responses(
         (status = 200, description = "The chosen snapshot's messages in `format`, with the common envelope", body = Continuation),
         QueryErrors,
@@ -566,7 +583,7 @@ async fn get_continuation(
     post,
     path = "/v1/runs/{run_id}/abandon",
     tag = "runs",
-    params(("run_id" = String, Path, description = "A run id, or an alias of one"), AbandonQuery),
+    params(RunIdParam, AbandonQuery),
     responses(
         (status = 200, description = "The run, now abandoned", body = Run),
         RunErrors,
