@@ -77,56 +77,39 @@ impl IntoParams for RunIdParam {
     }
 }
 
-/// The error answers the paths share, written once: each path's `responses(...)` names the
-/// set it can give, next to its own rows.
-///
-/// 403: every route checks the `Host`.
-struct HostError;
-/// 401 and 403: the routes behind the bearer token.
-struct GuardErrors;
-/// 400, 401 and 403: the token routes that take query parameters.
-struct QueryErrors;
-/// 400, 401, 403 and 404: the routes about one run, found by its id or alias.
-struct RunErrors;
+/// The error answers the paths share, as (status, description), each written once.
+const WRONG_HOST: (&str, &str) = ("403", "The `Host` is not one the API answers to");
+const NO_TOKEN: (&str, &str) = ("401", "Missing or wrong bearer token");
+const BAD_QUERY: (&str, &str) = ("400", "A query parameter or the run id is wrong");
+const NO_RUN: (&str, &str) = ("404", "No run with this id or alias");
 
-impl IntoResponses for HostError {
-    fn responses() -> BTreeMap<String, RefOr<ApiResponse>> {
-        BTreeMap::from([(
-            "403".to_owned(),
-            error_response("The `Host` is not one the API answers to"),
-        )])
-    }
+/// Declares sets of the shared error answers: each an [`IntoResponses`] that a path's
+/// `responses(...)` names next to its own rows.
+macro_rules! error_sets {
+    ($($(#[$doc:meta])* $set:ident = [$($row:ident),+];)+) => {$(
+        $(#[$doc])*
+        struct $set;
+
+        impl IntoResponses for $set {
+            fn responses() -> BTreeMap<String, RefOr<ApiResponse>> {
+                [$($row),+]
+                    .into_iter()
+                    .map(|(status, description)| (status.to_owned(), error_response(description)))
+                    .collect()
+            }
+        }
+    )+};
 }
 
-impl IntoResponses for GuardErrors {
-    fn responses() -> BTreeMap<String, RefOr<ApiResponse>> {
-        let mut rows = HostError::responses();
-        rows.insert(
-            "401".to_owned(),
-            error_response("Missing or wrong bearer token"),
-        );
-        rows
-    }
-}
-
-impl IntoResponses for QueryErrors {
-    fn responses() -> BTreeMap<String, RefOr<ApiResponse>> {
-        let mut rows = GuardErrors::responses();
-        let bad = error_response("A query parameter or the run id is wrong");
-        rows.insert("400".to_owned(), bad);
-        rows
-    }
-}
-
-impl IntoResponses for RunErrors {
-    fn responses() -> BTreeMap<String, RefOr<ApiResponse>> {
-        let mut rows = QueryErrors::responses();
-        rows.insert(
-            "404".to_owned(),
-            error_response("No run with this id or alias"),
-        );
-        rows
-    }
+error_sets! {
+    /// 403: every route checks the `Host`.
+    HostError = [WRONG_HOST];
+    /// 401 and 403: the routes behind the bearer token.
+    GuardErrors = [WRONG_HOST, NO_TOKEN];
+    /// 400, 401 and 403: the token routes that take query parameters.
+    QueryErrors = [WRONG_HOST, NO_TOKEN, BAD_QUERY];
+    /// 400, 401, 403 and 404: the routes about one run, found by its id or alias.
+    RunErrors = [WRONG_HOST, NO_TOKEN, BAD_QUERY, NO_RUN];
 }
 
 /// The `/v1` routes and `/healthz`, with their OpenAPI description.
