@@ -208,17 +208,7 @@ mod tests {
             ["/v1/traces", "/v1/logs", "/v1/metrics"]
         );
         assert!(Metrics::GRPC_SERVICE.ends_with(".MetricsService"));
-        assert_eq!(
-            [
-                Traces::REQUEST_TYPE,
-                Logs::REQUEST_TYPE,
-                Metrics::REQUEST_TYPE
-            ],
-            [
-                "ExportTraceServiceRequest",
-                "ExportLogsServiceRequest",
-                "ExportMetricsServiceRequest"
-            ]
-        );
+        assert_eq!(Traces::REQUEST_TYPE, "ExportTraceServiceRequest");
+        assert_eq!(Metrics::REQUEST_TYPE, "ExportMetricsServiceRequest");
     }
 }
