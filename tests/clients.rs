@@ -120,6 +120,17 @@ async fn run_python(script: &str, args: &[&str], env: &[(&str, &str)]) -> Ran {
     }
 }
 
+/// Runs the client script `script` against `stepline` (`--endpoint`, `--api`, then `id_flag id`),
+/// checks that it exported every batch, and gives its JSON output.
+async fn run_client(stepline: &Stepline, script: &str, id_flag: &str, id: &str) -> Value {
+    let otlp = stepline.otlp_http_url();
+    let api = stepline.api_url("");
+    let args: [&str; 6] = ["--endpoint", &otlp, "--api", &api, id_flag, id];
+    let out = run_python(script, &args, &[]).await.json();
+    assert_exported(&out);
+    out
+}
+
 fn assert_exported(out: &Value) {
     let export = &out["export"];
     assert!(
@@ -140,21 +151,13 @@ fn array(value: &Value) -> Vec<Value> {
 async fn pydantic_ai_follow_up_turn_gets_the_history_from_pydantic_ai_history() {
     let stepline = Stepline::start().await;
     let conversation = "clients-pydantic-ai";
-    let out = run_python(
+    let out = run_client(
+        &stepline,
         "tests/python/clients_pydantic_ai.py",
-        &[
-            "--endpoint",
-            &stepline.otlp_http_url(),
-            "--api",
-            &stepline.api_url(""),
-            "--conversation-id",
-            conversation,
-        ],
-        &[],
+        "--conversation-id",
+        conversation,
     )
-    .await
-    .json();
-    assert_exported(&out);
+    .await;
 
     // The helper gave Pydantic AI's own first turn back (as loaded by ModelMessagesTypeAdapter).
     let turn1 = array(&out["turn1_messages"]);
@@ -374,21 +377,13 @@ fn responses_items(items: &Value) -> Vec<Value> {
 async fn openai_agents_session_reads_the_conversation_from_stepline() {
     let stepline = Stepline::start().await;
     let session = "clients-openai-agents";
-    let out = run_python(
+    let out = run_client(
+        &stepline,
         "tests/python/clients_openai_agents.py",
-        &[
-            "--endpoint",
-            &stepline.otlp_http_url(),
-            "--api",
-            &stepline.api_url(""),
-            "--session-id",
-            session,
-        ],
-        &[],
+        "--session-id",
+        session,
     )
-    .await
-    .json();
-    assert_exported(&out);
+    .await;
 
     // Turn 1 started from an empty session.
     assert_eq!(
@@ -440,21 +435,13 @@ fn converse(messages: &Value) -> Vec<Value> {
 async fn strands_follow_up_turn_gets_the_messages_from_strands_messages() {
     let stepline = Stepline::start().await;
     let session = "clients-strands";
-    let out = run_python(
+    let out = run_client(
+        &stepline,
         "tests/python/clients_strands.py",
-        &[
-            "--endpoint",
-            &stepline.otlp_http_url(),
-            "--api",
-            &stepline.api_url(""),
-            "--session-id",
-            session,
-        ],
-        &[],
+        "--session-id",
+        session,
     )
-    .await
-    .json();
-    assert_exported(&out);
+    .await;
 
     let turn1 = converse(&out["turn1_messages"]);
     assert_eq!(turn1.len(), 4, "{out}");

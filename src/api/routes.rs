@@ -1,6 +1,6 @@
 //! Routes and handlers of the query API.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
 use axum::extract::{Extension, State};
@@ -10,7 +10,11 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::{Json, Router};
 use bytes::Bytes;
-use utoipa::OpenApi as _;
+use utoipa::openapi::path::{Parameter, ParameterBuilder, ParameterIn};
+use utoipa::openapi::{
+    ContentBuilder, Ref, RefOr, Required, Response as ApiResponse, ResponseBuilder,
+};
+use utoipa::{IntoParams, IntoResponses, OpenApi as _, PartialSchema, ToSchema};
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
@@ -45,6 +49,68 @@ const MAX_LIMIT: usize = 1000;
 
 /// Longest `reason` an abandon request may give, in bytes.
 const MAX_REASON_BYTES: usize = 1024;
+
+/// An error answer in the OpenAPI document: `description`, with an [`ErrorBody`] as JSON.
+fn error_response(description: &str) -> RefOr<ApiResponse> {
+    let body = Ref::from_schema_name(<ErrorBody as ToSchema>::name());
+    ResponseBuilder::new()
+        .description(description)
+        .content(
+            "application/json",
+            ContentBuilder::new().schema(Some(body)).build(),
+        )
+        .build()
+        .into()
+}
+
+/// The `run_id` path parameter of the routes about one run, described once.
+struct RunIdParam;
+
+impl IntoParams for RunIdParam {
+    fn into_params(_: impl Fn() -> Option<ParameterIn>) -> Vec<Parameter> {
+        vec![ParameterBuilder::from(Parameter::new("run_id"))
+            .parameter_in(ParameterIn::Path)
+            .description(Some("A run id, or an alias of one"))
+            .schema(Some(String::schema()))
+            .required(Required::True)
+            .build()]
+    }
+}
+
+/// The error answers the paths share, as (status, description), each written once.
+const WRONG_HOST: (&str, &str) = ("403", "The `Host` is not one the API answers to");
+const NO_TOKEN: (&str, &str) = ("401", "Missing or wrong bearer token");
+const BAD_QUERY: (&str, &str) = ("400", "A query parameter or the run id is wrong");
+const NO_RUN: (&str, &str) = ("404", "No run with this id or alias");
+
+/// Declares sets of the shared error answers: each an [`IntoResponses`] that a path's
+/// `responses(...)` names next to its own rows.
+macro_rules! error_sets {
+    ($($(#[$doc:meta])* $set:ident = [$($row:ident),+];)+) => {$(
+        $(#[$doc])*
+        struct $set;
+
+        impl IntoResponses for $set {
+            fn responses() -> BTreeMap<String, RefOr<ApiResponse>> {
+                [$($row),+]
+                    .into_iter()
+                    .map(|(status, description)| (status.to_owned(), error_response(description)))
+                    .collect()
+            }
+        }
+    )+};
+}
+
+error_sets! {
+    /// 403: every route checks the `Host`.
+    HostError = [WRONG_HOST];
+    /// 401 and 403: the routes behind the bearer token.
+    GuardErrors = [WRONG_HOST, NO_TOKEN];
+    /// 400, 401 and 403: the token routes that take query parameters.
+    QueryErrors = [WRONG_HOST, NO_TOKEN, BAD_QUERY];
+    /// 400, 401, 403 and 404: the routes about one run, found by its id or alias.
+    RunErrors = [WRONG_HOST, NO_TOKEN, BAD_QUERY, NO_RUN];
+}
 
 /// The `/v1` routes and `/healthz`, with their OpenAPI description.
 fn described_routes() -> (OpenApiRouter<ApiState>, OpenApiRouter<ApiState>) {
@@ -119,7 +185,7 @@ pub fn router(state: ApiState) -> Router {
     security(()),
     responses(
         (status = 200, description = "Ingest can commit", body = Health),
-        (status = 403, description = "The `Host` is not one the API answers to", body = ErrorBody),
+        HostError,
         (status = 503, description = "The ingest writer thread has stopped", body = Health),
     )
 )]
@@ -148,8 +214,7 @@ async fn healthz(State(state): State<ApiState>) -> Response {
     tag = "runs",
     responses(
         (status = 200, description = "The OpenAPI 3.1 document", body = Object),
-        (status = 401, description = "Missing or wrong bearer token", body = ErrorBody),
-        (status = 403, description = "The `Host` is not one the API answers to", body = ErrorBody),
+        GuardErrors,
     )
 )]
 async fn openapi_json(Extension(OpenApiJson(document)): Extension<OpenApiJson>) -> Response {
@@ -227,9 +292,7 @@ fn find_run(store: &Store, id: &str) -> Result<Run, ApiError> {
     params(RunsQuery),
     responses(
         (status = 200, description = "A page of runs, oldest first", body = RunPage),
-        (status = 400, description = "A query parameter or the run id is wrong", body = ErrorBody),
-        (status = 401, description = "Missing or wrong bearer token", body = ErrorBody),
-        (status = 403, description = "The `Host` is not one the API answers to", body = ErrorBody),
+        QueryErrors,
     )
 )]
 async fn list_runs(
@@ -294,13 +357,10 @@ async fn list_runs(
     get,
     path = "/v1/runs/{run_id}",
     tag = "runs",
-    params(("run_id" = String, Path, description = "A run id, or an alias of one"),),
+    params(RunIdParam),
     responses(
         (status = 200, description = "The run", body = Run),
-        (status = 400, description = "A query parameter or the run id is wrong", body = ErrorBody),
-        (status = 401, description = "Missing or wrong bearer token", body = ErrorBody),
-        (status = 403, description = "The `Host` is not one the API answers to", body = ErrorBody),
-        (status = 404, description = "No run with this id or alias", body = ErrorBody),
+        RunErrors,
     )
 )]
 async fn get_run(
@@ -316,13 +376,10 @@ async fn get_run(
     get,
     path = "/v1/runs/{run_id}/events",
     tag = "runs",
-    params(("run_id" = String, Path, description = "A run id, or an alias of one"),),
+    params(RunIdParam),
     responses(
         (status = 200, description = "The run's step events, chronological", body = EventList),
-        (status = 400, description = "A query parameter or the run id is wrong", body = ErrorBody),
-        (status = 401, description = "Missing or wrong bearer token", body = ErrorBody),
-        (status = 403, description = "The `Host` is not one the API answers to", body = ErrorBody),
-        (status = 404, description = "No run with this id or alias", body = ErrorBody),
+        RunErrors,
     )
 )]
 async fn get_events(
@@ -343,13 +400,10 @@ async fn get_events(
     get,
     path = "/v1/runs/{run_id}/effects",
     tag = "runs",
-    params(("run_id" = String, Path, description = "A run id, or an alias of one"), EffectsQuery),
+    params(RunIdParam, EffectsQuery),
     responses(
         (status = 200, description = "The run's tool-effect ledger", body = EffectList),
-        (status = 400, description = "A query parameter or the run id is wrong", body = ErrorBody),
-        (status = 401, description = "Missing or wrong bearer token", body = ErrorBody),
-        (status = 403, description = "The `Host` is not one the API answers to", body = ErrorBody),
-        (status = 404, description = "No run with this id or alias", body = ErrorBody),
+        RunErrors,
     )
 )]
 async fn get_effects(
@@ -375,13 +429,10 @@ async fn get_effects(
     get,
     path = "/v1/runs/{run_id}/snapshots",
     tag = "runs",
-    params(("run_id" = String, Path, description = "A run id, or an alias of one"),),
+    params(RunIdParam),
     responses(
         (status = 200, description = "The run's snapshots", body = SnapshotList),
-        (status = 400, description = "A query parameter or the run id is wrong", body = ErrorBody),
-        (status = 401, description = "Missing or wrong bearer token", body = ErrorBody),
-        (status = 403, description = "The `Host` is not one the API answers to", body = ErrorBody),
-        (status = 404, description = "No run with this id or alias", body = ErrorBody),
+        RunErrors,
     )
 )]
 async fn get_snapshots(
@@ -408,13 +459,10 @@ async fn get_snapshots(
     get,
     path = "/v1/runs/{run_id}/recovery",
     tag = "runs",
-    params(("run_id" = String, Path, description = "A run id, or an alias of one"),),
+    params(RunIdParam),
     responses(
         (status = 200, description = "What recovering the run needs", body = Recovery),
-        (status = 400, description = "A query parameter or the run id is wrong", body = ErrorBody),
-        (status = 401, description = "Missing or wrong bearer token", body = ErrorBody),
-        (status = 403, description = "The `Host` is not one the API answers to", body = ErrorBody),
-        (status = 404, description = "No run with this id or alias", body = ErrorBody),
+        RunErrors,
     )
 )]
 async fn get_recovery(
@@ -472,12 +520,10 @@ fn parse_media(params: &HashMap<String, String>) -> Result<MediaMode, ApiError> 
     get,
     path = "/v1/runs/{run_id}/continuation",
     tag = "runs",
-    params(("run_id" = String, Path, description = "A run id, or an alias of one"), ContinuationQuery),
+    params(RunIdParam, ContinuationQuery),
     responses(
         (status = 200, description = "The chosen snapshot's messages in `format`, with the common envelope", body = Continuation),
-        (status = 400, description = "A query parameter or the run id is wrong", body = ErrorBody),
-        (status = 401, description = "Missing or wrong bearer token", body = ErrorBody),
-        (status = 403, description = "The `Host` is not one the API answers to", body = ErrorBody),
+        QueryErrors,
         (status = 404, description = "No run with this id, or no snapshot that matches", body = ErrorBody),
         (status = 503, description = "The media store cannot give a media part now (retry after `Retry-After`)", body = ErrorBody),
     )
@@ -520,13 +566,10 @@ async fn get_continuation(
     post,
     path = "/v1/runs/{run_id}/abandon",
     tag = "runs",
-    params(("run_id" = String, Path, description = "A run id, or an alias of one"), AbandonQuery),
+    params(RunIdParam, AbandonQuery),
     responses(
         (status = 200, description = "The run, now abandoned", body = Run),
-        (status = 400, description = "A query parameter or the run id is wrong", body = ErrorBody),
-        (status = 401, description = "Missing or wrong bearer token", body = ErrorBody),
-        (status = 403, description = "The `Host` is not one the API answers to", body = ErrorBody),
-        (status = 404, description = "No run with this id or alias", body = ErrorBody),
+        RunErrors,
         (status = 409, description = "The run is already over", body = ErrorBody),
         (status = 503, description = "The writer cannot take the request now (retry after `Retry-After`)", body = ErrorBody),
     )

@@ -61,96 +61,86 @@ pub trait Signal: Send + Sync + 'static {
     fn with_partial_success(partial: PartialSuccess) -> Self::Response;
 }
 
-/// The trace signal.
-pub struct Traces;
-
-impl Signal for Traces {
-    type Request = ExportTraceServiceRequest;
-    type Response = ExportTraceServiceResponse;
-    const KIND: SignalKind = SignalKind::Traces;
-    const HTTP_PATH: &'static str = "/v1/traces";
-    const REQUEST_TYPE: &'static str = "ExportTraceServiceRequest";
-    const GRPC_SERVICE: &'static str = "opentelemetry.proto.collector.trace.v1.TraceService";
-
-    fn partial_success(response: Self::Response) -> PartialSuccess {
-        response
-            .partial_success
-            .map(|p| PartialSuccess {
-                rejected: p.rejected_spans,
-                message: p.error_message,
-            })
-            .unwrap_or_default()
-    }
-
-    fn with_partial_success(partial: PartialSuccess) -> Self::Response {
-        ExportTraceServiceResponse {
-            partial_success: (!partial.is_empty()).then_some(ExportTracePartialSuccess {
-                rejected_spans: partial.rejected,
-                error_message: partial.message,
-            }),
+/// Declares a signal and implements [`Signal`] for it: its messages, where it is sent, and the
+/// field of its `partial_success` message that counts the rejected items.
+macro_rules! signal {
+    (
+        $(#[$doc:meta])*
+        $signal:ident {
+            kind: $kind:ident,
+            http_path: $path:literal,
+            grpc_service: $service:literal,
+            request: $request:ident,
+            response: $response:ident,
+            partial: $partial:ident { rejected: $rejected:ident },
         }
+    ) => {
+        $(#[$doc])*
+        pub struct $signal;
+
+        impl Signal for $signal {
+            type Request = $request;
+            type Response = $response;
+            const KIND: SignalKind = SignalKind::$kind;
+            const HTTP_PATH: &'static str = $path;
+            const REQUEST_TYPE: &'static str = stringify!($request);
+            const GRPC_SERVICE: &'static str = $service;
+
+            fn partial_success(response: Self::Response) -> PartialSuccess {
+                response
+                    .partial_success
+                    .map(|p| PartialSuccess {
+                        rejected: p.$rejected,
+                        message: p.error_message,
+                    })
+                    .unwrap_or_default()
+            }
+
+            fn with_partial_success(partial: PartialSuccess) -> Self::Response {
+                $response {
+                    partial_success: (!partial.is_empty()).then_some($partial {
+                        $rejected: partial.rejected,
+                        error_message: partial.message,
+                    }),
+                }
+            }
+        }
+    };
+}
+
+signal! {
+    /// The trace signal.
+    Traces {
+        kind: Traces,
+        http_path: "/v1/traces",
+        grpc_service: "opentelemetry.proto.collector.trace.v1.TraceService",
+        request: ExportTraceServiceRequest,
+        response: ExportTraceServiceResponse,
+        partial: ExportTracePartialSuccess { rejected: rejected_spans },
     }
 }
 
-/// The logs signal.
-pub struct Logs;
-
-impl Signal for Logs {
-    type Request = ExportLogsServiceRequest;
-    type Response = ExportLogsServiceResponse;
-    const KIND: SignalKind = SignalKind::Logs;
-    const HTTP_PATH: &'static str = "/v1/logs";
-    const REQUEST_TYPE: &'static str = "ExportLogsServiceRequest";
-    const GRPC_SERVICE: &'static str = "opentelemetry.proto.collector.logs.v1.LogsService";
-
-    fn partial_success(response: Self::Response) -> PartialSuccess {
-        response
-            .partial_success
-            .map(|p| PartialSuccess {
-                rejected: p.rejected_log_records,
-                message: p.error_message,
-            })
-            .unwrap_or_default()
-    }
-
-    fn with_partial_success(partial: PartialSuccess) -> Self::Response {
-        ExportLogsServiceResponse {
-            partial_success: (!partial.is_empty()).then_some(ExportLogsPartialSuccess {
-                rejected_log_records: partial.rejected,
-                error_message: partial.message,
-            }),
-        }
+signal! {
+    /// The logs signal.
+    Logs {
+        kind: Logs,
+        http_path: "/v1/logs",
+        grpc_service: "opentelemetry.proto.collector.logs.v1.LogsService",
+        request: ExportLogsServiceRequest,
+        response: ExportLogsServiceResponse,
+        partial: ExportLogsPartialSuccess { rejected: rejected_log_records },
     }
 }
 
-/// The metrics signal.
-pub struct Metrics;
-
-impl Signal for Metrics {
-    type Request = ExportMetricsServiceRequest;
-    type Response = ExportMetricsServiceResponse;
-    const KIND: SignalKind = SignalKind::Metrics;
-    const HTTP_PATH: &'static str = "/v1/metrics";
-    const REQUEST_TYPE: &'static str = "ExportMetricsServiceRequest";
-    const GRPC_SERVICE: &'static str = "opentelemetry.proto.collector.metrics.v1.MetricsService";
-
-    fn partial_success(response: Self::Response) -> PartialSuccess {
-        response
-            .partial_success
-            .map(|p| PartialSuccess {
-                rejected: p.rejected_data_points,
-                message: p.error_message,
-            })
-            .unwrap_or_default()
-    }
-
-    fn with_partial_success(partial: PartialSuccess) -> Self::Response {
-        ExportMetricsServiceResponse {
-            partial_success: (!partial.is_empty()).then_some(ExportMetricsPartialSuccess {
-                rejected_data_points: partial.rejected,
-                error_message: partial.message,
-            }),
-        }
+signal! {
+    /// The metrics signal.
+    Metrics {
+        kind: Metrics,
+        http_path: "/v1/metrics",
+        grpc_service: "opentelemetry.proto.collector.metrics.v1.MetricsService",
+        request: ExportMetricsServiceRequest,
+        response: ExportMetricsServiceResponse,
+        partial: ExportMetricsPartialSuccess { rejected: rejected_data_points },
     }
 }
 
@@ -218,5 +208,7 @@ mod tests {
             ["/v1/traces", "/v1/logs", "/v1/metrics"]
         );
         assert!(Metrics::GRPC_SERVICE.ends_with(".MetricsService"));
+        assert_eq!(Traces::REQUEST_TYPE, "ExportTraceServiceRequest");
+        assert_eq!(Metrics::REQUEST_TYPE, "ExportMetricsServiceRequest");
     }
 }

@@ -119,6 +119,19 @@ impl<'a> Reader<'a> {
         String::from_utf8(self.bytes()?.to_vec()).map_err(|_| self.corrupt("text is not UTF-8"))
     }
 
+    /// The next part, read by `read`, when `present` (its flag is set); none otherwise.
+    pub(super) fn optional<T>(
+        &mut self,
+        present: bool,
+        read: impl FnOnce(&mut Self) -> Result<T, RecordError>,
+    ) -> Result<Option<T>, RecordError> {
+        if present {
+            read(self).map(Some)
+        } else {
+            Ok(None)
+        }
+    }
+
     /// Bytes not read yet.
     pub(super) fn remaining(&self) -> usize {
         self.bytes.len()

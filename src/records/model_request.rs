@@ -120,26 +120,10 @@ pub fn decode(bytes: &[u8]) -> Result<ModelRequestRecord, RecordError> {
     let span_id = r.text()?;
     let start_ns = r.varint()?;
     let end_ns = r.varint()?;
-    let model = if flags & MODEL != 0 {
-        Some(r.text()?)
-    } else {
-        None
-    };
-    let input_tokens = if flags & INPUT_TOKENS != 0 {
-        Some(r.varint()?)
-    } else {
-        None
-    };
-    let output_tokens = if flags & OUTPUT_TOKENS != 0 {
-        Some(r.varint()?)
-    } else {
-        None
-    };
-    let input_tip = if flags & TIP != 0 {
-        Some(node_of(r.bytes()?)?)
-    } else {
-        None
-    };
+    let model = r.optional(flags & MODEL != 0, Reader::text)?;
+    let input_tokens = r.optional(flags & INPUT_TOKENS != 0, Reader::varint)?;
+    let output_tokens = r.optional(flags & OUTPUT_TOKENS != 0, Reader::varint)?;
+    let input_tip = r.optional(flags & TIP != 0, |r| node_of(r.bytes()?))?;
     let count = r.varint()?;
     // Each hash takes at least its length byte: a count beyond the bytes left is damage.
     if count > r.remaining() as u64 {

@@ -104,24 +104,13 @@ pub fn decode(bytes: &[u8]) -> Result<SnapshotRecord, RecordError> {
         let ns: [u8; 8] = r.take(8)?.try_into().map_err(|_| corrupt("time"))?;
         format_timestamp(u64::from_be_bytes(ns))
     };
-    let tip = if flags & TIP != 0 {
-        Some(NodeId::from_slice(r.bytes()?).ok_or_else(|| corrupt("tip node id"))?)
-    } else {
-        None
-    };
-    let instructions = if flags & INSTRUCTIONS != 0 {
-        Some(
-            MessageHash::from_slice(r.bytes()?)
-                .ok_or_else(|| corrupt("instructions message hash"))?,
-        )
-    } else {
-        None
-    };
-    let reason = if flags & REASON != 0 {
-        Some(r.text()?)
-    } else {
-        None
-    };
+    let tip = r.optional(flags & TIP != 0, |r| {
+        NodeId::from_slice(r.bytes()?).ok_or_else(|| corrupt("tip node id"))
+    })?;
+    let instructions = r.optional(flags & INSTRUCTIONS != 0, |r| {
+        MessageHash::from_slice(r.bytes()?).ok_or_else(|| corrupt("instructions message hash"))
+    })?;
+    let reason = r.optional(flags & REASON != 0, Reader::text)?;
     r.finish()?;
     Ok(SnapshotRecord {
         meta: SnapshotMeta {
