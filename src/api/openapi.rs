@@ -3,10 +3,16 @@
 //! continuation answer per format. The paths come from the `#[utoipa::path]` attributes on the
 //! handlers in `routes`, collected by the router itself, so a route cannot go undescribed.
 
+use std::collections::BTreeMap;
+
 use serde::Serialize;
 use serde_json::Value;
+use utoipa::openapi::path::{Parameter, ParameterBuilder, ParameterIn};
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
-use utoipa::{IntoParams, Modify, OpenApi, ToSchema};
+use utoipa::openapi::{
+    ContentBuilder, Ref, RefOr, Required, Response as ApiResponse, ResponseBuilder,
+};
+use utoipa::{IntoParams, IntoResponses, Modify, OpenApi, PartialSchema, ToSchema};
 
 use crate::continuation::RepairedCall;
 use crate::domain::{
@@ -421,4 +427,66 @@ pub enum Continuation {
     Gemini(GeminiContinuation),
     /// `format=strands`.
     Strands(StrandsContinuation),
+}
+
+/// An error answer in the OpenAPI document: `description`, with an [`ErrorBody`] as JSON.
+fn error_response(description: &str) -> RefOr<ApiResponse> {
+    let body = Ref::from_schema_name(<ErrorBody as ToSchema>::name());
+    ResponseBuilder::new()
+        .description(description)
+        .content(
+            "application/json",
+            ContentBuilder::new().schema(Some(body)).build(),
+        )
+        .build()
+        .into()
+}
+
+/// The `run_id` path parameter of the routes about one run, described once.
+pub(super) struct RunIdParam;
+
+impl IntoParams for RunIdParam {
+    fn into_params(_: impl Fn() -> Option<ParameterIn>) -> Vec<Parameter> {
+        vec![ParameterBuilder::from(Parameter::new("run_id"))
+            .parameter_in(ParameterIn::Path)
+            .description(Some("A run id, or an alias of one"))
+            .schema(Some(String::schema()))
+            .required(Required::True)
+            .build()]
+    }
+}
+
+/// The error answers the paths share, as (status, description), each written once.
+const WRONG_HOST: (&str, &str) = ("403", "The `Host` is not one the API answers to");
+const NO_TOKEN: (&str, &str) = ("401", "Missing or wrong bearer token");
+const BAD_QUERY: (&str, &str) = ("400", "A query parameter or the run id is wrong");
+const NO_RUN: (&str, &str) = ("404", "No run with this id or alias");
+
+/// Declares sets of the shared error answers: each an [`IntoResponses`] that a path's
+/// `responses(...)` names next to its own rows.
+macro_rules! error_sets {
+    ($($(#[$doc:meta])* $set:ident = [$($row:ident),+];)+) => {$(
+        $(#[$doc])*
+        pub(super) struct $set;
+
+        impl IntoResponses for $set {
+            fn responses() -> BTreeMap<String, RefOr<ApiResponse>> {
+                [$($row),+]
+                    .into_iter()
+                    .map(|(status, description)| (status.to_owned(), error_response(description)))
+                    .collect()
+            }
+        }
+    )+};
+}
+
+error_sets! {
+    /// 403: every route checks the `Host`.
+    HostError = [WRONG_HOST];
+    /// 401 and 403: the routes behind the bearer token.
+    GuardErrors = [WRONG_HOST, NO_TOKEN];
+    /// 400, 401 and 403: the token routes that take query parameters.
+    QueryErrors = [WRONG_HOST, NO_TOKEN, BAD_QUERY];
+    /// 400, 401, 403 and 404: the routes about one run, found by its id or alias.
+    RunErrors = [WRONG_HOST, NO_TOKEN, BAD_QUERY, NO_RUN];
 }

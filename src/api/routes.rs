@@ -1,6 +1,6 @@
 //! Routes and handlers of the query API.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use axum::extract::{Extension, State};
@@ -10,11 +10,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::{Json, Router};
 use bytes::Bytes;
-use utoipa::openapi::path::{Parameter, ParameterBuilder, ParameterIn};
-use utoipa::openapi::{
-    ContentBuilder, Ref, RefOr, Required, Response as ApiResponse, ResponseBuilder,
-};
-use utoipa::{IntoParams, IntoResponses, OpenApi as _, PartialSchema, ToSchema};
+use utoipa::OpenApi as _;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
@@ -23,7 +19,8 @@ use super::error::{ApiError, ErrorBody};
 use super::extract::{Params, RunId};
 use super::openapi::{
     AbandonQuery, ApiDoc, Continuation, ContinuationQuery, EffectList, EffectsQuery, EventList,
-    Health, Recovery, RunPage, RunsQuery, SnapshotList,
+    GuardErrors, Health, HostError, QueryErrors, Recovery, RunErrors, RunIdParam, RunPage,
+    RunsQuery, SnapshotList,
 };
 use crate::continuation::{Continuations, Format, MediaMode, Request as ContinuationRequest};
 use crate::domain::{EffectStatus, Run, SnapshotMeta, SnapshotState};
@@ -49,68 +46,6 @@ const MAX_LIMIT: usize = 1000;
 
 /// Longest `reason` an abandon request may give, in bytes.
 const MAX_REASON_BYTES: usize = 1024;
-
-/// An error answer in the OpenAPI document: `description`, with an [`ErrorBody`] as JSON.
-fn error_response(description: &str) -> RefOr<ApiResponse> {
-    let body = Ref::from_schema_name(<ErrorBody as ToSchema>::name());
-    ResponseBuilder::new()
-        .description(description)
-        .content(
-            "application/json",
-            ContentBuilder::new().schema(Some(body)).build(),
-        )
-        .build()
-        .into()
-}
-
-/// The `run_id` path parameter of the routes about one run, described once.
-struct RunIdParam;
-
-impl IntoParams for RunIdParam {
-    fn into_params(_: impl Fn() -> Option<ParameterIn>) -> Vec<Parameter> {
-        vec![ParameterBuilder::from(Parameter::new("run_id"))
-            .parameter_in(ParameterIn::Path)
-            .description(Some("A run id, or an alias of one"))
-            .schema(Some(String::schema()))
-            .required(Required::True)
-            .build()]
-    }
-}
-
-/// The error answers the paths share, as (status, description), each written once.
-const WRONG_HOST: (&str, &str) = ("403", "The `Host` is not one the API answers to");
-const NO_TOKEN: (&str, &str) = ("401", "Missing or wrong bearer token");
-const BAD_QUERY: (&str, &str) = ("400", "A query parameter or the run id is wrong");
-const NO_RUN: (&str, &str) = ("404", "No run with this id or alias");
-
-/// Declares sets of the shared error answers: each an [`IntoResponses`] that a path's
-/// `responses(...)` names next to its own rows.
-macro_rules! error_sets {
-    ($($(#[$doc:meta])* $set:ident = [$($row:ident),+];)+) => {$(
-        $(#[$doc])*
-        struct $set;
-
-        impl IntoResponses for $set {
-            fn responses() -> BTreeMap<String, RefOr<ApiResponse>> {
-                [$($row),+]
-                    .into_iter()
-                    .map(|(status, description)| (status.to_owned(), error_response(description)))
-                    .collect()
-            }
-        }
-    )+};
-}
-
-error_sets! {
-    /// 403: every route checks the `Host`.
-    HostError = [WRONG_HOST];
-    /// 401 and 403: the routes behind the bearer token.
-    GuardErrors = [WRONG_HOST, NO_TOKEN];
-    /// 400, 401 and 403: the token routes that take query parameters.
-    QueryErrors = [WRONG_HOST, NO_TOKEN, BAD_QUERY];
-    /// 400, 401, 403 and 404: the routes about one run, found by its id or alias.
-    RunErrors = [WRONG_HOST, NO_TOKEN, BAD_QUERY, NO_RUN];
-}
 
 /// The `/v1` routes and `/healthz`, with their OpenAPI description.
 fn described_routes() -> (OpenApiRouter<ApiState>, OpenApiRouter<ApiState>) {
