@@ -88,7 +88,8 @@ impl OutboxEntry {
 
     /// Bytes this entry counts for against a queue cap: the size of its stored value.
     pub fn size(&self) -> u64 {
-        (HEADER + self.payload.len()) as u64 + self.run_block_len().map_or(0, |n| 4 + n as u64)
+        (HEADER + self.payload.len()) as u64
+            + run_block(&self.span_runs).map_or(0, |b| 4 + b.len() as u64)
     }
 
     /// The stored key.
@@ -98,7 +99,13 @@ impl OutboxEntry {
 
     /// The stored value.
     pub fn encode(&self) -> Vec<u8> {
-        let block = self.run_block();
+        self.encode_with(&self.span_runs)
+    }
+
+    /// The stored value of this entry with `span_runs` in place of its own (so a writer that
+    /// resolves the runs later need not copy the payload into a new entry).
+    pub fn encode_with(&self, span_runs: &[SpanRun]) -> Vec<u8> {
+        let block = run_block(span_runs);
         let mut value = Vec::with_capacity(
             HEADER + self.payload.len() + block.as_ref().map_or(0, |b| 4 + b.len()),
         );
@@ -133,46 +140,42 @@ impl OutboxEntry {
             span_runs,
         })
     }
+}
 
-    fn run_block_len(&self) -> Option<usize> {
-        self.run_block().map(|b| b.len())
+/// The run block of `span_runs`, none when there are none (or none with a run id short enough).
+fn run_block(span_runs: &[SpanRun]) -> Option<Vec<u8>> {
+    if span_runs.is_empty() {
+        return None;
     }
-
-    /// The run block, none when there are no span runs.
-    fn run_block(&self) -> Option<Vec<u8>> {
-        if self.span_runs.is_empty() {
-            return None;
+    let mut index: HashMap<&str, u32> = HashMap::new();
+    let mut ids: Vec<&str> = Vec::new();
+    let mut spans: Vec<(&SpanRun, u32)> = Vec::with_capacity(span_runs.len());
+    for s in span_runs {
+        if s.run_id.len() > MAX_RUN_ID_BYTES {
+            continue;
         }
-        let mut index: HashMap<&str, u32> = HashMap::new();
-        let mut ids: Vec<&str> = Vec::new();
-        let mut spans: Vec<(&SpanRun, u32)> = Vec::with_capacity(self.span_runs.len());
-        for s in &self.span_runs {
-            if s.run_id.len() > MAX_RUN_ID_BYTES {
-                continue;
-            }
-            let i = *index.entry(s.run_id.as_str()).or_insert_with(|| {
-                ids.push(s.run_id.as_str());
-                (ids.len() - 1) as u32
-            });
-            spans.push((s, i));
-        }
-        if spans.is_empty() {
-            return None;
-        }
-        let mut block = Vec::new();
-        block.extend_from_slice(&(ids.len() as u32).to_be_bytes());
-        for id in &ids {
-            block.extend_from_slice(&(id.len() as u16).to_be_bytes());
-            block.extend_from_slice(id.as_bytes());
-        }
-        block.extend_from_slice(&(spans.len() as u32).to_be_bytes());
-        for (s, i) in spans {
-            block.extend_from_slice(&s.trace_id);
-            block.extend_from_slice(&s.span_id);
-            block.extend_from_slice(&i.to_be_bytes());
-        }
-        Some(block)
+        let i = *index.entry(s.run_id.as_str()).or_insert_with(|| {
+            ids.push(s.run_id.as_str());
+            (ids.len() - 1) as u32
+        });
+        spans.push((s, i));
     }
+    if spans.is_empty() {
+        return None;
+    }
+    let mut block = Vec::new();
+    block.extend_from_slice(&(ids.len() as u32).to_be_bytes());
+    for id in &ids {
+        block.extend_from_slice(&(id.len() as u16).to_be_bytes());
+        block.extend_from_slice(id.as_bytes());
+    }
+    block.extend_from_slice(&(spans.len() as u32).to_be_bytes());
+    for (s, i) in spans {
+        block.extend_from_slice(&s.trace_id);
+        block.extend_from_slice(&s.span_id);
+        block.extend_from_slice(&i.to_be_bytes());
+    }
+    Some(block)
 }
 
 /// What the fixed header of a stored entry says (read without copying the payload).

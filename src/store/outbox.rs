@@ -10,7 +10,7 @@ use super::error::StoreError;
 use super::keys::cf;
 use super::kv::KvBatch;
 use crate::config::SignalKind;
-use crate::outbox::{EntryError, Header, OutboxEntry};
+use crate::outbox::{EntryError, Header, OutboxEntry, SpanRun};
 
 /// An exporter's position in the outbox.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -38,9 +38,20 @@ fn corrupt(e: EntryError) -> StoreError {
 }
 
 impl WriteBatch<'_> {
-    /// Appends an outbox entry.
-    pub fn put_outbox(&mut self, entry: &OutboxEntry) -> Result<(), StoreError> {
-        self.put_raw(cf::OUTBOX, &entry.key(), &entry.encode())
+    /// Appends an outbox entry; returns its stored size.
+    pub fn put_outbox(&mut self, entry: &OutboxEntry) -> Result<u64, StoreError> {
+        self.put_outbox_with(entry, &entry.span_runs)
+    }
+
+    /// Appends an outbox entry with `span_runs` in place of its own; returns its stored size.
+    pub fn put_outbox_with(
+        &mut self,
+        entry: &OutboxEntry,
+        span_runs: &[SpanRun],
+    ) -> Result<u64, StoreError> {
+        let value = entry.encode_with(span_runs);
+        self.put_raw(cf::OUTBOX, &entry.key(), &value)?;
+        Ok(value.len() as u64)
     }
 }
 

@@ -64,18 +64,6 @@ impl SpanRunList {
         shown: impl Fn(&str) -> bool,
     ) -> Result<u64, StoreError> {
         self.runs.retain(|s| shown(&s.run_id));
-        if self.runs.is_empty() {
-            batch.put_outbox(entry)?;
-            return Ok(entry.size());
-        }
-        let entry = OutboxEntry {
-            seq: entry.seq,
-            signal: entry.signal,
-            items: entry.items,
-            payload: entry.payload.clone(),
-            span_runs: self.runs,
-        };
-        batch.put_outbox(&entry)?;
-        Ok(entry.size())
+        batch.put_outbox_with(entry, &self.runs)
     }
 }
