@@ -23,18 +23,28 @@ VENV_TOOLS_PYTHON := $(VENV_TOOLS)/bin/python
 REQUIREMENTS_TOOLS := tests/python/requirements-tools.txt
 VENV_TOOLS_STAMP := $(VENV_TOOLS)/.requirements.sha256
 
+# More venvs, one per file: tests/python/venvs/NAME.txt → $(VENV)-NAME (STEPLINE_VENV_PREFIX-NAME in the
+# tests). A NAME.nodeps.txt beside it is installed after it with --no-deps (for packages whose declared
+# dependencies the package index cannot satisfy).
+VENV_NAMES := $(patsubst tests/python/venvs/%.txt,%,$(filter-out %.nodeps.txt,$(wildcard tests/python/venvs/*.txt)))
+# Node projects for the JavaScript end-to-end tests: tests/node/NAME/package.json (+ package-lock.json) →
+# $(NODE_CACHE)/NAME/node_modules, installed with `npm ci` outside the checkout.
+NODE_CACHE ?= $(HOME)/.cache/stepline/node
+NODE_NAMES := $(patsubst tests/node/%/package.json,%,$(wildcard tests/node/*/package.json))
+
 CONFIG ?= collector.yaml
 BENCH_ARGS ?=
 
-.PHONY: run test deps test-deps venv venv-tools lint bench
+.PHONY: run test deps test-deps venv venv-tools venvs node-deps lint bench
 
 ## run: stepline on the default config (OTLP 127.0.0.1:4317/4318, API 127.0.0.1:4320, data in ./data)
 run: deps
 	cargo run --release -- --config $(CONFIG)
 
 ## test: the whole suite, end-to-end tests included (real binary + real Pydantic AI clients)
-test: deps test-deps venv venv-tools
-	STEPLINE_PYTHON=$(VENV_PYTHON) STEPLINE_PYTHON_PYDANTIC_AI_1=$(VENV_PYDANTIC_AI_1)/bin/python STEPLINE_PYTHON_TOOLS=$(VENV_TOOLS_PYTHON) cargo test --release --lib --bins --tests
+test: deps test-deps venv venv-tools venvs node-deps
+	STEPLINE_PYTHON=$(VENV_PYTHON) STEPLINE_PYTHON_PYDANTIC_AI_1=$(VENV_PYDANTIC_AI_1)/bin/python STEPLINE_PYTHON_TOOLS=$(VENV_TOOLS_PYTHON) \
+	  STEPLINE_VENV_PREFIX=$(VENV) STEPLINE_NODE_CACHE=$(NODE_CACHE) cargo test --release --lib --bins --tests
 
 ## deps: system packages the build needs (libclang for the RocksDB bindings); a no-op when present
 deps:
@@ -100,6 +110,36 @@ venv-tools:
 	$(SYSTEM_PYTHON) -m venv $(VENV_TOOLS) \
 	  && $(VENV_TOOLS_PYTHON) -m pip install --quiet --disable-pip-version-check -r $(REQUIREMENTS_TOOLS) \
 	  && echo "$$want" > $(VENV_TOOLS_STAMP)
+
+## venvs: (re)create $(VENV)-NAME for each tests/python/venvs/NAME.txt that changed (stamp: sha256 of its files)
+venvs:
+	@for name in $(VENV_NAMES); do \
+	  req=tests/python/venvs/$$name.txt; nodeps=tests/python/venvs/$$name.nodeps.txt; dir=$(VENV)-$$name; \
+	  want=$$(cat $$req $$( [ -f $$nodeps ] && echo $$nodeps ) | sha256sum | cut -d' ' -f1); \
+	  have=$$(cat $$dir/.requirements.sha256 2>/dev/null || true); \
+	  if [ -x "$$dir/bin/python" ] && [ "$$want" = "$$have" ]; then continue; fi; \
+	  echo "venvs: installing $$req into $$dir"; \
+	  rm -rf $$dir && $(SYSTEM_PYTHON) -m venv $$dir \
+	    && $$dir/bin/python -m pip install --quiet --disable-pip-version-check -r $$req \
+	    && { [ ! -f $$nodeps ] || $$dir/bin/python -m pip install --quiet --disable-pip-version-check --no-deps -r $$nodeps; } \
+	    && echo "$$want" > $$dir/.requirements.sha256 || exit 1; \
+	done
+
+## node-deps: `npm ci` for each tests/node/NAME into $(NODE_CACHE)/NAME when its package files changed
+node-deps:
+	@for name in $(NODE_NAMES); do \
+	  src=tests/node/$$name; dir=$(NODE_CACHE)/$$name; \
+	  want=$$(cat $$src/package.json $$src/package-lock.json 2>/dev/null | sha256sum | cut -d' ' -f1); \
+	  have=$$(cat $$dir/.package.sha256 2>/dev/null || true); \
+	  if [ -d "$$dir/node_modules" ] && [ "$$want" = "$$have" ]; then continue; fi; \
+	  command -v npm >/dev/null 2>&1 || { echo "node-deps: npm is missing (install nodejs and npm)"; exit 1; }; \
+	  echo "node-deps: installing $$src into $$dir"; \
+	  rm -rf $$dir && mkdir -p $$dir && cp $$src/package.json $$dir/ \
+	    && { [ ! -f $$src/package-lock.json ] || cp $$src/package-lock.json $$dir/; } \
+	    && ( cd $$dir && if [ -f package-lock.json ]; then npm ci --no-audit --no-fund --loglevel=error; \
+	         else npm install --no-audit --no-fund --loglevel=error; fi ) \
+	    && echo "$$want" > $$dir/.package.sha256 || exit 1; \
+	done
 
 ## lint: formatting and clippy (warnings are errors)
 lint: deps

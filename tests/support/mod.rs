@@ -17,6 +17,7 @@ use serde_json::Value;
 use tempfile::TempDir;
 use tokio::io::{AsyncBufReadExt, BufReader};
 
+pub mod deps;
 pub mod token_api;
 
 /// Where the Python end-to-end scripts live.
