@@ -64,6 +64,10 @@ pub struct ToolEffect {
     /// Framework retry details (Pydantic AI `pydantic_ai.tool.retry.*`), when the tool asked for a retry.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub retry: Option<Value>,
+    /// Whole milliseconds from the tool span's start to its end, once it ended (none for a
+    /// call no tool span settled).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub duration_ms: Option<u64>,
 }
 
 /// How a ledger entry ended, as a continuation reads it: the call, the tool, its status and

@@ -1,6 +1,11 @@
 //! A run: one agent invocation.
 
+use std::collections::BTreeMap;
+
 use serde::{Deserialize, Serialize};
+
+use super::rollup::ToolCallCounts;
+use super::trigger::Trigger;
 
 /// Where a run stands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
@@ -87,4 +92,21 @@ pub struct Run {
     pub warnings: Vec<String>,
     /// Start in nanoseconds since the epoch, for ordered indexes.
     pub started_ns: u64,
+    /// Who started the run, from the configured trigger attributes (resource, span or baggage
+    /// attributes; `processors.stepline.trigger`); null when none was seen.
+    #[serde(default)]
+    pub trigger: Option<Trigger>,
+    /// The configured run attributes (`processors.stepline.run_attributes`) the run's spans
+    /// or their resource carry; filter with `GET /v1/runs?attr.<key>=<value>`.
+    #[serde(default)]
+    pub attributes: BTreeMap<String, String>,
+    /// Sum of the ledger entries' `duration_ms` (tool spans' end − start, whole milliseconds).
+    #[serde(default)]
+    pub tool_time_ms: u64,
+    /// Sum of the model requests' durations (span end − start, whole milliseconds each).
+    #[serde(default)]
+    pub model_time_ms: u64,
+    /// The ledger entries by how they ended (adds up to `tool_call_count`).
+    #[serde(default)]
+    pub tool_calls_by_status: ToolCallCounts,
 }

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::domain::{ChainRef, MessageRef};
+use crate::domain::{ChainRef, MessageRef, RunInfo};
 
 /// The role a span plays in a run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -113,6 +113,10 @@ pub struct SpanFact {
     /// nested too deep, kept in part as JSON text); shown on the run.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub warnings: Vec<String>,
+    /// Who started the run and the configured run attributes, as the span and its resource
+    /// say (see [`crate::domain::RunInfoKeys`]); the fold merges them onto the run record.
+    #[serde(default, skip_serializing_if = "RunInfo::is_empty")]
+    pub run_info: RunInfo,
 }
 
 /// A fact as stored: its long histories (a model request's input, the run's final history) by
@@ -181,6 +185,7 @@ impl StoredFact {
             pending,
             content_from_logs,
             warnings,
+            run_info,
         } = fact;
         stored.trace_id = trace_id.clone();
         stored.span_id = span_id.clone();
@@ -210,6 +215,7 @@ impl StoredFact {
         stored.pending = *pending;
         stored.content_from_logs = *content_from_logs;
         stored.warnings = warnings.clone();
+        stored.run_info = run_info.clone();
         StoredFact {
             fact: stored,
             input_chain,
@@ -296,6 +302,7 @@ impl SpanFact {
             pending: false,
             content_from_logs: false,
             warnings: Vec::new(),
+            run_info: RunInfo::default(),
         }
     }
 }

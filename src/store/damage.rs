@@ -65,6 +65,11 @@ pub(super) fn placeholder(run_id: &str, started_ns: u64, reason: &str) -> Run {
         continuation_unavailable: Some(format!("the run's record cannot be read: {reason}")),
         warnings: vec![warning(reason)],
         started_ns,
+        trigger: None,
+        attributes: Default::default(),
+        tool_time_ms: 0,
+        model_time_ms: 0,
+        tool_calls_by_status: Default::default(),
     }
 }
 

@@ -267,6 +267,11 @@ fn run(id: &str, started_ns: u64) -> Run {
         continuation_unavailable: None,
         warnings: Vec::new(),
         started_ns,
+        trigger: None,
+        attributes: Default::default(),
+        tool_time_ms: 0,
+        model_time_ms: 0,
+        tool_calls_by_status: Default::default(),
     }
 }
 
