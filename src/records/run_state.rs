@@ -220,6 +220,11 @@ pub struct RunState {
     /// take (none shown: the default form).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tool_return_form: Option<ToolReturnForm>,
+    /// The run record kept with this state carries the rollups (tool and model time, entries
+    /// by status), so an append may update them; a state written before them reads back
+    /// `false`, and the run is then derived in full once.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub keeps_rollups: bool,
 }
 
 #[cfg(test)]

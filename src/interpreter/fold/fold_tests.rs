@@ -14,8 +14,32 @@ use crate::records::run_state::RunMeta;
 /// A run of `steps` model requests (each sending the whole history so far, one tool call out)
 /// and their tool spans, in arrival order. `variant` bits: 1, a tool fails; 2, a tool span never
 /// comes (the next input answers the call); 4, every third call reuses one id; 8, the second
-/// request asks for two calls at once; 16, odd requests carry system instructions.
+/// request asks for two calls at once; 16, odd requests carry system instructions; 32, times
+/// are in milliseconds rather than nanoseconds (so durations round to whole milliseconds);
+/// 64, spans carry a trigger and a tenant attribute, the later ones a further attribute.
 fn run(steps: u64, variant: u8) -> Vec<SpanFact> {
+    let mut facts = run_ns(steps, variant);
+    if variant & 32 != 0 {
+        for f in &mut facts {
+            f.start_ns *= 1_000_000;
+            f.end_ns *= 1_000_000;
+        }
+    }
+    if variant & 64 != 0 {
+        let n = facts.len();
+        for (i, f) in facts.iter_mut().enumerate() {
+            f.run_info.trigger.kind = Some("schedule".into());
+            f.run_info.attributes.insert("tenant".into(), "acme".into());
+            if i >= n / 2 {
+                f.run_info.attributes.insert("env".into(), "prod".into());
+            }
+        }
+    }
+    facts
+}
+
+/// [`run`]'s facts with times in nanoseconds.
+fn run_ns(steps: u64, variant: u8) -> Vec<SpanFact> {
     let mut history = vec![user()];
     let mut facts = Vec::new();
     for k in 1..=steps {
@@ -165,6 +189,7 @@ fn fold_in_pieces(facts: &[SpanFact], cuts: &[usize]) -> Option<(Composed, HashS
 /// The composed records equal the fold of all facts at once.
 fn assert_same(all: &DerivedRun, got: &Composed, input_nodes: &HashSet<NodeId>) {
     assert_eq!(all.run, got.run);
+    assert_rollups_agree(&got.run, &got.effects);
     assert_eq!(all.events, got.events);
     assert_eq!(all.effects, got.effects);
     assert_eq!(all.snapshots, got.snapshots);
@@ -180,6 +205,22 @@ fn assert_same(all: &DerivedRun, got: &Composed, input_nodes: &HashSet<NodeId>) 
     }
 }
 
+/// The run record's ledger rollups are those of its ledger.
+fn assert_rollups_agree(run: &Run, effects: &[ToolEffect]) {
+    let counts = run.tool_calls_by_status;
+    assert_eq!(counts.total(), run.tool_call_count, "{counts:?}");
+    let completed = effects
+        .iter()
+        .filter(|e| e.status == crate::domain::EffectStatus::Completed)
+        .count() as u32;
+    assert_eq!(counts.completed, completed);
+    let time: u64 = effects.iter().filter_map(|e| e.duration_ms).sum();
+    assert_eq!(run.tool_time_ms, time);
+    assert!(effects
+        .iter()
+        .all(|e| e.duration_ms.unwrap_or(0) <= run.tool_time_ms));
+}
+
 proptest! {
     #![proptest_config(ProptestConfig { cases: 96, ..Default::default() })]
 
@@ -189,11 +230,12 @@ proptest! {
     #[test]
     fn folding_in_pieces_equals_folding_at_once(
         steps in 2u64..8,
-        variant in 0u8..32,
+        variant in 0u8..128,
         cuts in proptest::collection::vec(0usize..64, 1..4),
     ) {
         let facts = run(steps, variant);
         let all = derive("r", &facts, &RunMeta::default());
+        assert_rollups_agree(&all.run, &all.effects);
         let mut cuts: Vec<usize> = cuts.iter().map(|c| 1 + c % facts.len()).collect();
         cuts.sort_unstable();
         if let Some((got, input_nodes)) = fold_in_pieces(&facts, &cuts) {
@@ -204,7 +246,7 @@ proptest! {
 
 #[test]
 fn every_split_of_an_in_order_run_is_appended_and_equals_the_whole() {
-    for variant in [0u8, 1, 4, 8, 16, 31] {
+    for variant in [0u8, 1, 4, 8, 16, 31, 32, 33, 63] {
         let facts = run(6, variant);
         let all = derive("r", &facts, &RunMeta::default());
         assert!(
@@ -221,4 +263,54 @@ fn every_split_of_an_in_order_run_is_appended_and_equals_the_whole() {
         let (got, input_nodes) = fold_in_pieces(&facts, &each).unwrap();
         assert_same(&all, &got, &input_nodes);
     }
+}
+
+#[test]
+fn rollups_follow_the_ledger_through_appends() {
+    // Times in milliseconds: tools take 5 ms, model requests 10 ms; one tool fails.
+    let facts = run(5, 32 | 1);
+    let all = derive("r", &facts, &RunMeta::default());
+    assert_eq!(all.run.model_time_ms, 5 * 10);
+    assert_eq!(all.run.tool_time_ms, 4 * 5);
+    assert!(all.effects.iter().all(|e| e.duration_ms == Some(5)));
+    assert_eq!(all.run.tool_calls_by_status.completed, 3);
+    assert_eq!(all.run.tool_calls_by_status.failed, 1);
+    assert_eq!(all.run.tool_calls_by_status.unresolved, 0);
+    // Cut after a model request whose tool span has not come: that call is unresolved, and
+    // turns completed when its span is appended.
+    let cut = 3; // m1, t1, m2
+    let first = derive("r", &facts[..cut], &RunMeta::default());
+    assert_eq!(first.run.tool_calls_by_status.unresolved, 1);
+    assert_eq!(first.run.tool_time_ms, 5);
+    let (got, input_nodes) = fold_in_pieces(&facts, &[cut, cut + 1]).unwrap();
+    assert_same(&all, &got, &input_nodes);
+}
+
+#[test]
+fn trigger_and_attributes_merge_and_new_ones_are_derived_in_full() {
+    let facts = run(4, 64);
+    let all = derive("r", &facts, &RunMeta::default());
+    assert_eq!(
+        all.run.trigger.as_ref().and_then(|t| t.kind.as_deref()),
+        Some("schedule")
+    );
+    assert_eq!(all.run.attributes["tenant"], "acme");
+    assert_eq!(all.run.attributes["env"], "prod");
+    // Facts that repeat what the run has are appended; one that adds an attribute is not.
+    let half = facts.len() / 2;
+    assert!(fold_in_pieces(&facts[..half], &[1]).is_some());
+    assert!(fold_in_pieces(&facts, &[half]).is_none());
+}
+
+#[test]
+fn a_state_from_before_the_rollups_is_never_appended_to() {
+    let facts = run(3, 32);
+    let first = derive("r", &facts[..1], &RunMeta::default());
+    let current = first.state.clone().unwrap();
+    assert!(current.keeps_rollups);
+    let mut before = current.clone();
+    before.keeps_rollups = false;
+    let new: Vec<NewFact<'_>> = facts[1..].iter().map(NewFact::bare).collect();
+    assert!(append(&first.run, &stored(&before), &new, |_| Some(0)).is_none());
+    assert!(append(&first.run, &stored(&current), &new, |_| Some(0)).is_some());
 }

@@ -28,6 +28,7 @@ fn entry(id: &str, name: &str, status: EffectStatus, occurrence: u32) -> ToolEff
         occurrence,
         span_id: None,
         retry: None,
+        duration_ms: None,
     }
 }
 
@@ -75,6 +76,7 @@ fn bind(entry: &mut EffectBuild, tool: &SpanFact) {
         // Running: an answer an input showed is not its end.
         e.status = EffectStatus::Started;
         e.ended_at = None;
+        e.duration_ms = None;
         return;
     }
     settle(entry, tool);
@@ -85,6 +87,7 @@ fn bind(entry: &mut EffectBuild, tool: &SpanFact) {
 fn settle(entry: &mut EffectBuild, tool: &SpanFact) {
     let e = &mut entry.effect;
     e.ended_at = Some(format_timestamp(tool.end_ns));
+    e.duration_ms = Some(crate::domain::duration_ms(tool.start_ns, tool.end_ns));
     e.result = tool.result.clone();
     e.error = tool.error.clone();
     e.retry = tool.retry.clone();

@@ -11,9 +11,11 @@
 //! - [`state`]: the accumulator, and its conversion to and from the stored [`RunState`];
 //! - [`step`]: one fold step (ledger, events, snapshots) and the run record's counters;
 //! - [`ledger`]: the tool-effect ledger's rules; [`snapshots`]: the snapshot step;
-//!   [`timeline`]: step events.
+//!   [`timeline`]: step events; [`rollup`]: trigger, attributes, model and tool time, entries
+//!   by status.
 
 mod ledger;
+mod rollup;
 mod run;
 mod snapshots;
 mod state;
@@ -195,6 +197,9 @@ pub fn derive(run_id: &str, facts: &[SpanFact], meta: &RunMeta) -> DerivedRun {
         effects.len() as u32,
         records.len() as u32,
     );
+    rollup::set_info(&mut run, rollup::run_info(agent.or(started), facts));
+    run.model_time_ms = rollup::model_time(&models);
+    rollup::set_ledger(&mut run, &effects);
     DerivedRun {
         run,
         events: stepped.events,
@@ -214,9 +219,14 @@ fn same_or_new(old: &Option<String>, new: &Option<String>) -> bool {
 /// The guard: true when `new` facts can extend the running run `old` (whose stored state is
 /// `state`) without changing what earlier steps derived.
 fn appendable(old: &Run, state: &RunState, new: &[NewFact<'_>]) -> bool {
-    if old.status != RunStatus::Running || state.standalone || new.is_empty() {
+    if old.status != RunStatus::Running
+        || state.standalone
+        || !state.keeps_rollups
+        || new.is_empty()
+    {
         return false;
     }
+    let info = rollup::info_of(old);
     new.iter().all(|n| {
         let f = n.fact;
         // A fact with warnings changes the run record's warnings: derived in full.
@@ -230,6 +240,8 @@ fn appendable(old: &Run, state: &RunState, new: &[NewFact<'_>]) -> bool {
                 .is_none_or(|a| old.aliases.contains(a))
             && same_or_new(&old.agent_name, &f.agent_name)
             && same_or_new(&old.conversation_id, &f.conversation_id)
+            // New trigger or attribute values change the run's index keys: derived in full.
+            && info.covers(&f.run_info)
             && (f.kind != FactKind::ToolCall
                 || f.tool_call_id.as_ref().is_some_and(|id| !id.is_empty()))
             && match f.kind {
@@ -270,6 +282,7 @@ pub fn append(
     tools.sort_by_key(|f| state::key(f));
 
     let mut acc = Acc::resume(state);
+    let before = rollup::before(&acc);
     let step = Step {
         models: &models,
         tools: &tools,
@@ -297,6 +310,10 @@ pub fn append(
         stepped.snapshots.mark.next_seq,
     );
     run.continuation_unavailable = None;
+    run.model_time_ms = run
+        .model_time_ms
+        .saturating_add(rollup::model_time(&models));
+    rollup::update_ledger(&mut run, &before, &acc, &stepped.changed);
     let effects = stepped
         .changed
         .iter()

@@ -123,5 +123,10 @@ pub(super) fn record(p: Parts<'_, '_>) -> Run {
         continuation_unavailable,
         warnings,
         started_ns,
+        trigger: None,
+        attributes: Default::default(),
+        tool_time_ms: 0,
+        model_time_ms: 0,
+        tool_calls_by_status: Default::default(),
     }
 }

@@ -104,6 +104,7 @@ impl Acc {
             has_complete: self.has_complete,
             instructions: self.instructions,
             tool_return_form: self.form,
+            keeps_rollups: true,
         })
     }
 }
