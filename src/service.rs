@@ -69,7 +69,8 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
     let ingest = Arc::new(
         Ingest::new(store.clone(), outbox.clone())
             .with_media(media.clone())
-            .with_limits(config.interpreter.limits),
+            .with_limits(config.interpreter.limits)
+            .with_run_info(config.interpreter.run_info.clone()),
     );
     let (stop_tx, stop_rx) = watch::channel(false);
     let stopped = move || {

@@ -32,6 +32,7 @@ mod load;
 mod media;
 mod model;
 mod raw;
+mod run_info;
 mod telemetry;
 mod text;
 mod validate;

@@ -142,6 +142,8 @@ pub struct InterpreterConfig {
     pub limits: crate::limits::Limits,
     /// The byte budgets of the in-memory caches (`memory`).
     pub memory: super::limits::CacheBudgets,
+    /// The attribute keys of a run's trigger and attributes (`trigger`, `run_attributes`).
+    pub run_info: crate::domain::RunInfoKeys,
 }
 
 impl Default for InterpreterConfig {
@@ -150,6 +152,7 @@ impl Default for InterpreterConfig {
             inactivity_timeout: Some(DEFAULT_INACTIVITY_TIMEOUT),
             limits: Default::default(),
             memory: Default::default(),
+            run_info: Default::default(),
         }
     }
 }

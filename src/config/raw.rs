@@ -85,6 +85,10 @@ pub(crate) struct RawSteplineProcessor {
     pub(crate) limits: Option<super::limits::RawLimits>,
     /// `memory`: the byte budgets of the in-memory caches.
     pub(crate) memory: Option<super::limits::RawMemory>,
+    /// `trigger`: the attribute keys that say who started a run.
+    pub(crate) trigger: Option<super::run_info::RawTrigger>,
+    /// `run_attributes`: attribute keys copied onto the run record.
+    pub(crate) run_attributes: Option<Vec<Text>>,
 }
 
 /// `processors.batch`: accepted for compatibility with Collector configs, without effect.

@@ -608,10 +608,16 @@ impl Validator {
                 let memory = validate_memory(raw.memory, &mut |key, message| {
                     self.problem(format!("{path}.memory.{key}"), message)
                 });
+                let run_info = super::run_info::validate_run_info(
+                    raw.trigger,
+                    raw.run_attributes,
+                    &mut |key, message| self.problem(format!("{path}.{key}"), message),
+                );
                 Some(ProcessorSettings::Stepline(InterpreterConfig {
                     inactivity_timeout,
                     limits: limits?,
                     memory: memory?,
+                    run_info: run_info?,
                 }))
             }
             _ => {

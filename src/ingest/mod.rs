@@ -28,8 +28,11 @@ pub use apply::{
 use writer::Writer;
 
 use crate::config::SignalKind;
+use crate::domain::RunInfoKeys;
 use crate::exporter::Outbox;
-use crate::interpreter::{interpret_log, interpret_span_with, NotInterpreted, PrefixMemo};
+use crate::interpreter::{
+    interpret_log, interpret_span_with, note_run_info, NotInterpreted, PrefixMemo, ResourceInfo,
+};
 use crate::limits::Limits;
 use crate::media::{Blob, Media, MediaError};
 use crate::service_error::{ServiceError, ServiceErrorCode};
@@ -145,6 +148,8 @@ pub struct Ingest {
     memo: Arc<PrefixMemo>,
     /// The per-span caps the interpreter applies.
     limits: Limits,
+    /// The attribute keys of a run's trigger and attributes.
+    run_info: Arc<RunInfoKeys>,
 }
 
 /// Requests that may wait for the writer before new ones are refused with a retryable error.
@@ -216,7 +221,14 @@ impl Ingest {
             media: None,
             memo: Arc::new(PrefixMemo::default()),
             limits: Limits::default(),
+            run_info: Arc::new(RunInfoKeys::default()),
         }
+    }
+
+    /// Reads runs' triggers and attributes with `keys` (default: `RunInfoKeys::default()`).
+    pub fn with_run_info(mut self, keys: RunInfoKeys) -> Self {
+        self.run_info = Arc::new(keys);
+        self
     }
 
     /// Interprets spans and log records within `limits` (default: `Limits::default()`).
@@ -306,25 +318,34 @@ impl Ingest {
         let media = self.media.clone();
         let memo = self.memo.clone();
         let limits = self.limits;
+        let run_info = self.run_info.clone();
         let (interpreted, blobs, total, invalid, over, payload) =
             tokio::task::spawn_blocking(move || {
                 let mut out = Vec::new();
                 let (mut total, mut invalid) = (0u64, 0u64);
                 let mut over = OverLimits::default();
-                for span in request
-                    .resource_spans
-                    .iter()
-                    .flat_map(|r| &r.scope_spans)
-                    .flat_map(|s| &s.spans)
-                {
-                    total += 1;
-                    if span.trace_id.len() != 16 || span.span_id.len() != 8 {
-                        invalid += 1;
-                        continue;
-                    }
-                    match interpret_span_with(span, &memo, &limits) {
-                        Ok(i) => out.push(i),
-                        Err(reason) => over.note(reason),
+                for resource_spans in &request.resource_spans {
+                    // The resource's trigger and attributes, read once for all of its spans.
+                    let resource = ResourceInfo::read(
+                        &run_info,
+                        resource_spans
+                            .resource
+                            .as_ref()
+                            .map_or(&[][..], |r| &r.attributes),
+                    );
+                    for span in resource_spans.scope_spans.iter().flat_map(|s| &s.spans) {
+                        total += 1;
+                        if span.trace_id.len() != 16 || span.span_id.len() != 8 {
+                            invalid += 1;
+                            continue;
+                        }
+                        match interpret_span_with(span, &memo, &limits) {
+                            Ok(mut i) => {
+                                note_run_info(&mut i, &run_info, &resource, &span.attributes);
+                                out.push(i)
+                            }
+                            Err(reason) => over.note(reason),
+                        }
                     }
                 }
                 // Large blobs leave the messages here, on the blocking pool, before anything is stored.

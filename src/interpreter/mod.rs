@@ -20,6 +20,7 @@ mod openai_items;
 mod openinference;
 mod openllmetry;
 pub mod prefix_memo;
+mod run_info;
 mod tool_return;
 mod validity;
 
@@ -33,6 +34,7 @@ pub use fact::{FactKind, Interpreted, RequestedCall, SpanFact, StoredFact};
 pub use fold::{append, derive, Append, DerivedRun, NewFact};
 pub use logs::{interpret_log, with_log_content, with_log_content_within, LogEvent};
 pub use prefix_memo::{PrefixMemo, SharedMessages};
+pub use run_info::{note_run_info, ResourceInfo};
 pub use tool_return::{ResultKey, ToolReturnForm, ToolReturnRole};
 pub use validity::{walk, Walk, WalkState};
 
