@@ -8,6 +8,7 @@ mod extract;
 mod metrics;
 mod openapi;
 mod routes;
+mod run_filters;
 
 pub use auth::ApiAccess;
 pub use error::{ApiError, ErrorBody};

@@ -129,6 +129,15 @@ pub struct RunsQuery {
     status: Option<RunStatus>,
     /// Runs of this trace (hex).
     trace_id: Option<String>,
+    /// Runs whose attribute `<key>` (one of `processors.stepline.run_attributes`) is this
+    /// value: `attr.tenant=acme`. Several combine with AND; served by an index.
+    #[param(rename = "attr.<key>", max_length = 256)]
+    attr: Option<String>,
+    /// Runs with at least this many tool calls (ledger entries). No index serves it: a page
+    /// reads at most 10000 index entries, so it may hold fewer runs than `limit` (even none)
+    /// and still have a `next_cursor`.
+    #[param(minimum = 0, maximum = 4294967295_u64)]
+    min_tool_calls: Option<u32>,
     /// Page size (default 100).
     #[param(minimum = 1, maximum = 1000)]
     limit: Option<u32>,

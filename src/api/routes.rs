@@ -22,6 +22,7 @@ use super::openapi::{
     GuardErrors, Health, HostError, QueryErrors, Recovery, RunErrors, RunIdParam, RunPage,
     RunsQuery, SnapshotList,
 };
+use super::run_filters;
 use crate::continuation::{Continuations, Format, MediaMode, Request as ContinuationRequest};
 use crate::domain::{EffectStatus, Run, SnapshotMeta, SnapshotState};
 use crate::ingest::{AbandonOutcome, Ingest};
@@ -234,14 +235,20 @@ async fn list_runs(
     State(state): State<ApiState>,
     Params(params): Params,
 ) -> Result<Json<RunPage>, ApiError> {
+    let (attributes, plain): (HashMap<_, _>, HashMap<_, _>) = params
+        .clone()
+        .into_iter()
+        .partition(|(k, _)| run_filters::is_attribute(k));
     check_params(
-        &params,
+        &plain,
         &[
             "conversation_id",
             "parent_run_id",
             "agent_name",
             "status",
             "trace_id",
+            "min_tool_calls",
+            "attr.<key>",
             "limit",
             "cursor",
         ],
@@ -277,6 +284,8 @@ async fn list_runs(
         agent_name: params.get("agent_name").cloned(),
         status: params.get("status").cloned(),
         trace_id: params.get("trace_id").cloned(),
+        attributes: run_filters::attributes(&attributes)?,
+        min_tool_calls: run_filters::min_tool_calls(&params)?,
     };
     let (runs, next) = blocking(&state, move |s| {
         Ok(s.list_runs(&filter, cursor.as_deref(), limit)?)

@@ -143,6 +143,10 @@ pub struct RunFilter {
     pub status: Option<String>,
     /// `trace_id=`
     pub trace_id: Option<String>,
+    /// `attr.<key>=<value>`: the run's attribute `key` is `value`, for every pair.
+    pub attributes: Vec<(String, String)>,
+    /// `min_tool_calls=`: at least this many ledger entries.
+    pub min_tool_calls: Option<u32>,
 }
 
 impl RunFilter {
@@ -156,6 +160,30 @@ impl RunFilter {
             && eq(&self.agent_name, run.agent_name.as_deref())
             && eq(&self.status, Some(run.status.as_str()))
             && eq(&self.trace_id, Some(run.trace_id.as_str()))
+            && self
+                .attributes
+                .iter()
+                .all(|(k, v)| run.attributes.get(k) == Some(v))
+            && self.min_tool_calls.is_none_or(|n| run.tool_call_count >= n)
+    }
+
+    /// True when a filter no index serves is set (`min_tool_calls`): a page then scans at
+    /// most a bounded number of index entries (see [`crate::store::Store::list_runs`]).
+    pub fn scans(&self) -> bool {
+        self.min_tool_calls.is_some()
+    }
+
+    /// The prefix of the most selective index to scan: a conversation, parent, trace, the
+    /// first attribute, an agent, a status, else every run.
+    pub fn scan_prefix(&self) -> Vec<u8> {
+        if self.conversation_id.is_none() && self.parent_run_id.is_none() && self.trace_id.is_none()
+        {
+            if let Some((k, v)) = self.attributes.first() {
+                return super::attribute_index::attribute_prefix(k, v);
+            }
+        }
+        let (tag, value) = self.index();
+        index_prefix(tag, value)
     }
 
     /// The most selective index to scan: its tag and value (`t` and empty for all runs).
@@ -212,6 +240,7 @@ pub fn index_keys(run: &Run) -> Vec<Vec<u8>> {
             k.extend_from_slice(&position);
             k
         })
+        .chain(super::attribute_index::attribute_keys(run, &position))
         .collect()
 }
 

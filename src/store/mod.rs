@@ -10,6 +10,7 @@
 
 mod activity;
 mod aliases;
+mod attribute_index;
 mod chain_cache;
 mod column;
 mod core;

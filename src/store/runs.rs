@@ -9,6 +9,9 @@ use super::error::StoreError;
 use super::keys::{self, cf, RunFilter};
 use crate::domain::{EffectOutcome, Run, StepEvent, ToolEffect};
 
+/// Index entries one page of a filter no index serves reads at most.
+pub const SCANNED_PER_PAGE: usize = 10_000;
+
 impl Store {
     /// A run by its id, for readers: a run marked damaged (see [`super::damage`]) carries a
     /// `damaged: <reason>` warning, and a run whose record cannot be decoded is given as a
@@ -52,15 +55,18 @@ impl Store {
     }
 
     /// Runs passing `filter`, in start order, after `cursor` (a value from a previous page),
-    /// at most `limit`; with the cursor of the next page when there is one.
+    /// at most `limit`; with the cursor of the next page when there is one. A filter no index
+    /// serves (`min_tool_calls`) reads at most [`SCANNED_PER_PAGE`] index entries: a page may
+    /// then hold fewer than `limit` runs (even none) and still have a next cursor.
     pub fn list_runs(
         &self,
         filter: &RunFilter,
         cursor: Option<&[u8]>,
         limit: usize,
     ) -> Result<(Vec<Run>, Option<Vec<u8>>), StoreError> {
-        let (tag, value) = filter.index();
-        let prefix = keys::index_prefix(tag, value);
+        let prefix = filter.scan_prefix();
+        // A filter no index serves reads at most this many index entries per page.
+        let mut budget = filter.scans().then_some(SCANNED_PER_PAGE);
         let mut start = prefix.clone();
         if let Some(c) = cursor {
             start.extend_from_slice(c);
@@ -68,8 +74,18 @@ impl Store {
         }
         let mut runs = Vec::new();
         let mut next = None;
+        let mut last: Option<Vec<u8>> = None;
         self.scan(cf::RUN_INDEX, &prefix, &start, |key, _| {
             let position = &key[prefix.len()..];
+            if let Some(left) = budget.as_mut() {
+                if *left == 0 {
+                    // Out of budget: the next page goes on after the last entry read.
+                    next = last.take();
+                    return Ok(false);
+                }
+                *left -= 1;
+                last = Some(position.to_vec());
+            }
             let Some(run_id) = position.get(8..).and_then(|b| std::str::from_utf8(b).ok()) else {
                 return Ok(true);
             };
