@@ -181,11 +181,11 @@ async fn trigger_attributes_and_rollups_from_a_real_pydantic_ai_agent() {
     );
     assert_eq!(
         listed(&stepline, "attr.tenant=acme&min_tool_calls=1").await,
-        [tools_id.clone()]
+        std::slice::from_ref(&tools_id)
     );
     assert_eq!(
         listed(&stepline, "min_tool_calls=3").await,
-        [tools_id.clone()]
+        std::slice::from_ref(&tools_id)
     );
     assert_eq!(
         listed(&stepline, "min_tool_calls=4").await,

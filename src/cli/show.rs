@@ -97,6 +97,19 @@ pub fn run(run: &Value) -> Result<String, CliError> {
         ("input_tokens", text(run, "input_tokens")),
         ("output_tokens", text(run, "output_tokens")),
     ];
+    // Who started it, its attributes and its rollups, when the server has them.
+    for key in [
+        "tool_time_ms",
+        "model_time_ms",
+        "tool_calls_by_status",
+        "trigger",
+        "attributes",
+    ] {
+        let shown = text(run, key);
+        if !shown.is_empty() && shown != "{}" {
+            pairs.push((key, shown));
+        }
+    }
     let unavailable = text(run, "continuation_unavailable");
     if !unavailable.is_empty() {
         pairs.push(("continuation_unavailable", unavailable));
@@ -276,6 +289,29 @@ mod tests {
         assert!(matches!(events(&json!([1])), Err(CliError::Server(_))));
         assert!(matches!(run(&json!("x")), Err(CliError::Server(_))));
         assert!(matches!(continuation(&json!(3)), Err(CliError::Server(_))));
+    }
+
+    #[test]
+    fn trigger_attributes_and_rollups_are_shown_when_present() {
+        let shown = run(&json!({
+            "run_id": "r",
+            "trigger": {"kind": "schedule", "meta": {"job": "nightly"}},
+            "attributes": {"tenant": "acme"},
+            "tool_time_ms": 50,
+        }))
+        .unwrap();
+        assert!(shown.contains(r#"trigger:"#), "{shown}");
+        assert!(
+            shown.contains(r#"{"kind":"schedule","meta":{"job":"nightly"}}"#),
+            "{shown}"
+        );
+        assert!(shown.contains(r#"{"tenant":"acme"}"#), "{shown}");
+        assert!(shown.contains("tool_time_ms:"), "{shown}");
+        let bare = run(&json!({"run_id": "r", "attributes": {}, "trigger": null})).unwrap();
+        assert!(
+            !bare.contains("trigger") && !bare.contains("attributes"),
+            "{bare}"
+        );
     }
 
     #[test]

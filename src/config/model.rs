@@ -142,8 +142,9 @@ pub struct InterpreterConfig {
     pub limits: crate::limits::Limits,
     /// The byte budgets of the in-memory caches (`memory`).
     pub memory: super::limits::CacheBudgets,
-    /// The attribute keys of a run's trigger and attributes (`trigger`, `run_attributes`).
-    pub run_info: crate::domain::RunInfoKeys,
+    /// The attribute keys of a run's trigger and attributes (`trigger`, `run_attributes`);
+    /// shared, as the interpreter tasks read it.
+    pub run_info: std::sync::Arc<crate::domain::RunInfoKeys>,
 }
 
 impl Default for InterpreterConfig {

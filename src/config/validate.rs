@@ -617,7 +617,7 @@ impl Validator {
                     inactivity_timeout,
                     limits: limits?,
                     memory: memory?,
-                    run_info: run_info?,
+                    run_info: std::sync::Arc::new(run_info?),
                 }))
             }
             _ => {

@@ -226,8 +226,8 @@ impl Ingest {
     }
 
     /// Reads runs' triggers and attributes with `keys` (default: `RunInfoKeys::default()`).
-    pub fn with_run_info(mut self, keys: RunInfoKeys) -> Self {
-        self.run_info = Arc::new(keys);
+    pub fn with_run_info(mut self, keys: Arc<RunInfoKeys>) -> Self {
+        self.run_info = keys;
         self
     }
 
