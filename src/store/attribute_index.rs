@@ -34,6 +34,129 @@ pub fn attribute_keys<'a>(run: &'a Run, position: &'a [u8]) -> impl Iterator<Ite
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::domain::RunStatus;
+    use crate::store::keys::{cf, index_keys};
+    use crate::store::runs::SCANNED_PER_PAGE;
+    use crate::store::{RunFilter, Store};
+
+    fn run(id: &str, started_ns: u64, tenant: Option<&str>, tool_calls: u32) -> Run {
+        Run {
+            run_id: id.into(),
+            aliases: Vec::new(),
+            trace_id: "t".repeat(32),
+            agent_name: None,
+            conversation_id: None,
+            parent_run_id: None,
+            status: RunStatus::Completed,
+            started_at: crate::domain::format_timestamp(started_ns),
+            ended_at: None,
+            error: None,
+            model_request_count: 0,
+            tool_call_count: tool_calls,
+            snapshot_count: 0,
+            event_count: 0,
+            input_tokens: 0,
+            output_tokens: 0,
+            continuation_unavailable: None,
+            warnings: Vec::new(),
+            started_ns,
+            trigger: None,
+            attributes: tenant
+                .map(|t| [("tenant".to_string(), t.to_string())].into())
+                .unwrap_or_default(),
+            tool_time_ms: 0,
+            model_time_ms: 0,
+            tool_calls_by_status: Default::default(),
+        }
+    }
+
+    fn store_of(runs: &[Run]) -> Store {
+        let store = Store::in_memory();
+        let mut batch = store.batch();
+        for r in runs {
+            batch.put_json(cf::RUNS, r.run_id.as_bytes(), r).unwrap();
+            for key in index_keys(r) {
+                batch.put_raw(cf::RUN_INDEX, &key, b"").unwrap();
+            }
+        }
+        let ids: Vec<String> = runs.iter().map(|r| r.run_id.clone()).collect();
+        store.commit_runs(batch, &ids).unwrap();
+        store
+    }
+
+    /// Every page of `filter`, `limit` runs at most each: the ids per page.
+    fn pages(store: &Store, filter: &RunFilter, limit: usize) -> Vec<Vec<String>> {
+        let mut out = Vec::new();
+        let mut cursor: Option<Vec<u8>> = None;
+        loop {
+            let (runs, next) = store.list_runs(filter, cursor.as_deref(), limit).unwrap();
+            out.push(runs.into_iter().map(|r| r.run_id).collect());
+            match next {
+                Some(c) => cursor = Some(c),
+                None => return out,
+            }
+        }
+    }
+
+    fn filter(attributes: &[(&str, &str)], min_tool_calls: Option<u32>) -> RunFilter {
+        RunFilter {
+            attributes: attributes
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+            min_tool_calls,
+            ..RunFilter::default()
+        }
+    }
+
+    #[test]
+    fn attribute_filters_page_through_their_index() {
+        let store = store_of(&[
+            run("r1", 10, Some("acme"), 2),
+            run("r2", 20, Some("acme"), 0),
+            run("r3", 30, Some("globex"), 5),
+            run("r4", 40, None, 1),
+            run("r5", 50, Some("acme"), 3),
+        ]);
+        let acme = filter(&[("tenant", "acme")], None);
+        assert_eq!(pages(&store, &acme, 2), [vec!["r1", "r2"], vec!["r5"]]);
+        assert_eq!(
+            pages(&store, &filter(&[("tenant", "acme")], Some(1)), 100),
+            [vec!["r1", "r5"]]
+        );
+        assert_eq!(
+            pages(&store, &filter(&[("tenant", "acm")], None), 100),
+            [Vec::<String>::new()]
+        );
+        assert_eq!(
+            pages(
+                &store,
+                &filter(&[("tenant", "acme"), ("env", "prod")], None),
+                100
+            ),
+            [Vec::<String>::new()]
+        );
+        assert_eq!(
+            pages(&store, &filter(&[], Some(3)), 100),
+            [vec!["r3", "r5"]]
+        );
+    }
+
+    #[test]
+    fn min_tool_calls_reads_a_bounded_number_of_entries_per_page() {
+        let mut runs: Vec<Run> = (0..SCANNED_PER_PAGE as u64 + 5)
+            .map(|i| run(&format!("q{i:06}"), 100 + i, None, 0))
+            .collect();
+        runs.push(run("last", u64::MAX / 2, None, 4));
+        let store = store_of(&runs);
+        // The first page reads its budget and finds nothing; the next one goes on from there.
+        let got = pages(&store, &filter(&[], Some(1)), 10);
+        assert_eq!(got, [vec![], vec!["last".to_string()]]);
+        // Without the filter, pages are full as before.
+        let (all, next) = store.list_runs(&RunFilter::default(), None, 10).unwrap();
+        assert_eq!(all.len(), 10);
+        assert!(next.is_some());
+    }
 
     #[test]
     fn prefixes_split_key_and_value_unambiguously() {
