@@ -8,6 +8,7 @@
 pub(crate) mod attributes;
 pub mod budget;
 mod call_join;
+mod chat_shape;
 pub mod convention;
 mod events;
 mod fact;
