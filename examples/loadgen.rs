@@ -1648,14 +1648,22 @@ fn to_adk(run: Vec<GeneratedSpan>, rng: &mut Rng) -> Result<Vec<GeneratedSpan>> 
     let trace = c.root.trace_id.clone();
     let agent = c.root.name.trim_start_matches("invoke_agent ").to_string();
     let session = kv_str("gen_ai.conversation.id", rng.uuid_v4());
-    let invocation = kv_str("gcp.vertex.agent.invocation_id", format!("e-{}", rng.uuid_v4()));
+    let invocation = kv_str(
+        "gcp.vertex.agent.invocation_id",
+        format!("e-{}", rng.uuid_v4()),
+    );
     let workflow_id: [u8; 8] = rng.id();
     let system = serde_json::to_string(&[Part::Text {
         content: &c.instructions,
     }])
     .context("serialising system instructions")?;
     let convert = |v: &serde_json::Value| -> serde_json::Value {
-        json!(v.as_array().into_iter().flatten().map(adk_message).collect::<Vec<_>>())
+        json!(v
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(adk_message)
+            .collect::<Vec<_>>())
     };
     let mut out = Vec::with_capacity(c.children.len() + 3);
     let mut merged = None;

@@ -107,7 +107,11 @@ async fn adk(capture: &str) {
     let in_trace = stepline
         .get_list(&format!("/v1/runs?trace_id={trace}"), "runs")
         .await;
-    assert_eq!(in_trace.len(), 1, "no run for the workflow span: {in_trace:?}");
+    assert_eq!(
+        in_trace.len(),
+        1,
+        "no run for the workflow span: {in_trace:?}"
+    );
     // The tool spans' `adk-` ids were joined to the messages' calls, with a warning.
     let warnings = runs[0]["warnings"].to_string();
     assert!(
@@ -127,7 +131,12 @@ async fn adk(capture: &str) {
     };
     let first = effects(&runs[0]).await;
     let summary_of = |e: &Value| {
-        json!([e["tool_call_id"], e["tool_name"], e["status"], e["arguments"]])
+        json!([
+            e["tool_call_id"],
+            e["tool_name"],
+            e["status"],
+            e["arguments"]
+        ])
     };
     let got: Vec<Value> = first.iter().map(summary_of).collect();
     assert_eq!(
@@ -201,7 +210,10 @@ async fn adk(capture: &str) {
         .map(summary)
         .collect();
     assert_eq!(contents.len(), 10, "{cont}");
-    assert_eq!(contents, session_events, "continuation differs from ADK's session");
+    assert_eq!(
+        contents, session_events,
+        "continuation differs from ADK's session"
+    );
     let system = cont["system_instruction"].to_string();
     assert!(system.contains("You plan trips."), "{system}");
 
@@ -224,7 +236,10 @@ async fn adk(capture: &str) {
         .collect();
     let mut expected = session_events.clone();
     expected.push(json!({"role": "user", "parts": [{"text": "And in Oslo?"}]}));
-    assert_eq!(received, expected, "ADK's model did not see stepline's history");
+    assert_eq!(
+        received, expected,
+        "ADK's model did not see stepline's history"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -65,7 +65,14 @@ async fn check_calc_run(stepline: &Stepline, run: &Value, tool_result_weather: V
         .await;
     let got: Vec<Value> = effects
         .iter()
-        .map(|e| json!([e["tool_call_id"], e["tool_name"], e["status"], e["arguments"]]))
+        .map(|e| {
+            json!([
+                e["tool_call_id"],
+                e["tool_name"],
+                e["status"],
+                e["arguments"]
+            ])
+        })
         .collect();
     assert_eq!(
         got,
@@ -96,7 +103,11 @@ async fn check_calc_run(stepline: &Stepline, run: &Value, tool_result_weather: V
                 .flatten()
                 .map(|c| {
                     let args = c["function"]["arguments"].as_str().unwrap_or("null");
-                    json!([c["id"], c["function"]["name"], serde_json::from_str::<Value>(args).ok()])
+                    json!([
+                        c["id"],
+                        c["function"]["name"],
+                        serde_json::from_str::<Value>(args).ok()
+                    ])
                 })
                 .collect();
             json!({"role": m["role"], "content": m["content"], "calls": calls,

@@ -488,7 +488,13 @@ mod tests {
         // reverse; per-span time at n and 64n stays about the same (16x allowed for noise).
         let facts = |n: usize| {
             let calls: Vec<(String, String, Value)> = (0..n)
-                .map(|i| (format!("c{i}"), format!("f{}", i % (n / 4)), json!({ "i": i })))
+                .map(|i| {
+                    (
+                        format!("c{i}"),
+                        format!("f{}", i % (n / 4)),
+                        json!({ "i": i }),
+                    )
+                })
                 .collect();
             let refs: Vec<(&str, &str, Value)> = calls
                 .iter()

@@ -16,7 +16,9 @@ pub fn is_chat_message(item: &Value) -> bool {
     };
     m.get("role").is_some_and(Value::is_string)
         && !m.contains_key("parts")
-        && (m.contains_key("content") || m.contains_key("tool_calls") || m.contains_key("tool_call_id"))
+        && (m.contains_key("content")
+            || m.contains_key("tool_calls")
+            || m.contains_key("tool_call_id"))
 }
 
 /// A Chat Completions message as a GenAI message. Only call with [`is_chat_message`] true.

@@ -741,7 +741,11 @@ mod tests {
             ],
         );
         let i = interpret_span(&s, None, &mut test_cut()).unwrap();
-        assert!(i.fact.content_problem.is_none(), "{:?}", i.fact.content_problem);
+        assert!(
+            i.fact.content_problem.is_none(),
+            "{:?}",
+            i.fact.content_problem
+        );
         assert_eq!(i.fact.input.as_ref().unwrap().len(), 3);
         assert_eq!(i.messages[1].1["parts"][0]["arguments"]["a"], 1);
         assert_eq!(i.messages[2].1["parts"][0]["id"], "call_1");
@@ -752,7 +756,10 @@ mod tests {
     fn operation_details_log_records_fill_a_model_request() {
         use serde_json::json;
         let fact = |s: &Span| interpret_span(s, None, &mut test_cut()).unwrap().fact;
-        let bare = span("generate_content m", vec![kv("gen_ai.operation.name", "generate_content")]);
+        let bare = span(
+            "generate_content m",
+            vec![kv("gen_ai.operation.name", "generate_content")],
+        );
         let body = |v: Value| v.as_object().cloned().unwrap_or_default();
         let details = body(json!({
             "gen_ai.input.messages": [{"role": "user", "parts": [{"type": "text", "content": "go"}]}],
@@ -762,7 +769,12 @@ mod tests {
         }));
         let mut f = fact(&bare);
         let mut bodies = Vec::new();
-        apply_legacy_events(&[(DETAILS_EVENT.into(), details)], &mut f, &mut bodies, &mut test_cut());
+        apply_legacy_events(
+            &[(DETAILS_EVENT.into(), details)],
+            &mut f,
+            &mut bodies,
+            &mut test_cut(),
+        );
         assert_eq!(f.input.as_ref().map(|i| i.len()), Some(1));
         assert_eq!(f.output.as_ref().map(|o| o.len()), Some(1));
         assert_eq!(f.system_instructions.unwrap()[0]["content"], "be brief");
@@ -770,16 +782,29 @@ mod tests {
         let off = body(json!({"gen_ai.tool.definitions": [{"name": "f", "type": "function"}]}));
         let mut f = fact(&bare);
         f.content_problem = None;
-        apply_legacy_events(&[(DETAILS_EVENT.into(), off)], &mut f, &mut Vec::new(), &mut test_cut());
+        apply_legacy_events(
+            &[(DETAILS_EVENT.into(), off)],
+            &mut f,
+            &mut Vec::new(),
+            &mut test_cut(),
+        );
         assert!(f.input.is_none());
         assert!(f.content_problem.unwrap().contains("only tool definitions"));
         // Messages without parts are refused with a reason, not taken.
         let bad = body(json!({"gen_ai.input.messages": [{"role": "user"}]}));
         let mut f = fact(&bare);
         f.content_problem = None;
-        apply_legacy_events(&[(DETAILS_EVENT.into(), bad)], &mut f, &mut Vec::new(), &mut test_cut());
+        apply_legacy_events(
+            &[(DETAILS_EVENT.into(), bad)],
+            &mut f,
+            &mut Vec::new(),
+            &mut test_cut(),
+        );
         assert!(f.input.is_none());
-        assert!(f.content_problem.unwrap().contains("without role and parts"));
+        assert!(f
+            .content_problem
+            .unwrap()
+            .contains("without role and parts"));
     }
 
     #[test]

@@ -181,7 +181,10 @@ mod tests {
             kv("name", "f"),
             attr("arguments", kvlist(vec![kv("x", "1")])),
         ]);
-        let model = kvlist(vec![kv("role", "assistant"), attr("parts", array(vec![call]))]);
+        let model = kvlist(vec![
+            kv("role", "assistant"),
+            attr("parts", array(vec![call])),
+        ]);
         let record = LogRecord {
             trace_id: vec![7; 16],
             span_id: vec![2; 8],

@@ -1206,15 +1206,31 @@ fn adk_scenario() -> Vec<Work> {
     let op = |v: &str| kv("gen_ai.operation.name", v);
     let session = || kv("gen_ai.conversation.id", "adk-session");
     let mut spans = vec![
-        span(1, 0, "invoke_workflow trip", 0, vec![op("invoke_workflow"), session()]),
+        span(
+            1,
+            0,
+            "invoke_workflow trip",
+            0,
+            vec![op("invoke_workflow"), session()],
+        ),
         span(
             2,
             1,
             "invoke_agent trip",
             5,
-            vec![op("invoke_agent"), session(), kv("gen_ai.agent.name", "trip")],
+            vec![
+                op("invoke_agent"),
+                session(),
+                kv("gen_ai.agent.name", "trip"),
+            ],
         ),
-        span(3, 2, "generate_content m", 20, vec![op("generate_content"), session()]),
+        span(
+            3,
+            2,
+            "generate_content m",
+            20,
+            vec![op("generate_content"), session()],
+        ),
         span(
             4,
             2,
@@ -1249,7 +1265,13 @@ fn adk_scenario() -> Vec<Work> {
                 kv("gen_ai.tool.call.id", "ev-1"),
             ],
         ),
-        span(7, 2, "generate_content m", 60, vec![op("generate_content"), session()]),
+        span(
+            7,
+            2,
+            "generate_content m",
+            60,
+            vec![op("generate_content"), session()],
+        ),
     ];
     for s in &mut spans {
         s.trace_id = trace.to_vec();
@@ -1265,8 +1287,8 @@ fn adk_scenario() -> Vec<Work> {
         {"type": "tool_call_response", "id": "add_1", "response": {"result": 5}}]});
     let answer = json!({"role": "assistant", "parts": [{"type": "text", "content": "Sunny; 5."}]});
     let system = json!([{"type": "text", "content": "You plan trips."}]);
-    let details = |span_id: u8, time: u64, input: serde_json::Value, output: serde_json::Value| {
-        LogEvent {
+    let details =
+        |span_id: u8, time: u64, input: serde_json::Value, output: serde_json::Value| LogEvent {
             trace_id: hex::encode(trace),
             span_id: hex::encode([span_id; 8]),
             message_index: None,
@@ -1281,8 +1303,7 @@ fn adk_scenario() -> Vec<Work> {
             .as_object()
             .cloned()
             .unwrap_or_default(),
-        }
-    };
+        };
     let logs = vec![
         details(3, 30, json!([user]), json!([calls])),
         details(7, 70, json!([user, calls, results]), json!([answer])),
