@@ -6,7 +6,8 @@
 //!
 //! The scripted model gives no function-call ids, as Gemini usually does: ADK then runs the tools
 //! under invented `adk-<uuid>` ids while its messages call them `get_weather_0`, so every tool
-//! span is joined to its call by name, arguments and order (with a warning).
+//! span is joined to its call by name, arguments and order (with a warning). A call after a text
+//! part is `book_table_1` in the messages and its response `book_table_0`: stepline pairs them.
 
 mod support;
 
@@ -144,7 +145,7 @@ async fn adk(capture: &str) {
         vec![
             json!(["get_weather_0", "get_weather", "completed", {"city": "Paris"}]),
             json!(["add_1", "add", "completed", {"a": 2, "b": 3}]),
-            json!(["book_table_0", "book_table", "failed", {"party": 4}]),
+            json!(["book_table_1", "book_table", "failed", {"party": 4}]),
         ],
         "{first:?}"
     );

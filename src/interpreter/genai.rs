@@ -17,6 +17,7 @@ use opentelemetry_proto::tonic::common::v1::KeyValue;
 use opentelemetry_proto::tonic::trace::v1::{status::StatusCode, Span};
 use serde_json::{Map, Value};
 
+use super::adk;
 use super::attributes::{any_to_json, Attributes};
 use super::budget::{within_depth, Cut};
 use super::chat_shape;
@@ -132,10 +133,25 @@ pub fn interpret_span(
                 parent_span_id.as_deref().unwrap_or(&span_id)
             );
             let depth = cut.max_depth();
+            // ADK's response ids are repaired against the calls before them (see `adk`), which
+            // needs the whole history: its inputs do not go through the memo.
+            let adk = adk::is_adk(span.attributes.iter().map(|kv| kv.key.as_str()));
+            let memo = memo.filter(|_| !adk);
             match memo.and_then(|memo| read_memoised(memo, &memo_key, &attrs, key, depth)) {
                 Some(read) => {
                     fact.input = Some(read.references);
                     shared = read.messages;
+                }
+                None if adk => {
+                    fact.input = read_messages_with(
+                        &attrs,
+                        key,
+                        &mut fact,
+                        &mut messages,
+                        cut,
+                        adk::repair_response_ids,
+                    )
+                    .map(Arc::new);
                 }
                 None => {
                     fact.input =
@@ -302,7 +318,10 @@ pub(crate) fn apply_legacy_events(
                 continue;
             }
             match map_details(body) {
-                Ok(details) => {
+                Ok(mut details) => {
+                    if adk::is_adk(body.keys()) {
+                        adk::repair_response_ids(&mut details.input);
+                    }
                     input.extend(details.input);
                     output.extend(details.output);
                     if let Some(Value::Array(p)) = details.system {
@@ -483,6 +502,19 @@ fn read_messages(
     bodies: &mut Vec<(MessageHash, Value)>,
     cut: &mut Cut,
 ) -> Option<Vec<MessageRef>> {
+    read_messages_with(attrs, key, fact, bodies, cut, |_| {})
+}
+
+/// [`read_messages`], with `fix` applied to the messages (mapped to the GenAI shape) before
+/// they are cut and hashed.
+fn read_messages_with(
+    attrs: &Attributes<'_>,
+    key: &str,
+    fact: &mut SpanFact,
+    bodies: &mut Vec<(MessageHash, Value)>,
+    cut: &mut Cut,
+    fix: impl FnOnce(&mut [Value]),
+) -> Option<Vec<MessageRef>> {
     let parsed = match attrs.json(key)? {
         Ok(v) => v,
         Err(reason) => {
@@ -495,16 +527,24 @@ fn read_messages(
             .get_or_insert(format!("{key} is not an array of messages"));
         return None;
     };
+    let mut items: Vec<Value> = items
+        .into_iter()
+        .map(|item| {
+            if chat_shape::is_chat_message(&item) {
+                chat_shape::to_genai(&item)
+            } else {
+                item
+            }
+        })
+        .collect();
+    if !items.iter().all(is_message) {
+        fact.content_problem
+            .get_or_insert(format!("{key} holds a message without role and parts"));
+        return None;
+    }
+    fix(&mut items);
     let mut refs = Vec::with_capacity(items.len());
     for mut item in items {
-        if chat_shape::is_chat_message(&item) {
-            item = chat_shape::to_genai(&item);
-        }
-        if !is_message(&item) {
-            fact.content_problem
-                .get_or_insert(format!("{key} holds a message without role and parts"));
-            return None;
-        }
         cut.apply("message content", &mut item);
         let reference = MessageRef::of(&item);
         bodies.push((reference.hash, item));

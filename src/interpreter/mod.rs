@@ -5,6 +5,7 @@
 //! from the set of its facts, whatever the convention, as one fold ([`fold`]) that [`append`]
 //! continues with new facts, so arrival order and duplicate delivery cannot change the outcome.
 
+mod adk;
 pub(crate) mod attributes;
 pub mod budget;
 mod call_join;

@@ -3,7 +3,8 @@
 The "trip" agent (an `LlmAgent` whose model is a `BaseLlm` subclass that answers from a script, giving
 no function-call ids, as Gemini usually does) runs two user turns on one session of an `InMemoryRunner`:
   turn 1: two parallel calls `get_weather` {city: Paris} and `add` {a: 2, b: 3}; then one more,
-          `book_table` {party: 4}, which raises (the agent's `on_tool_error_callback` turns the error
+          after a text part, `book_table` {party: 4} (ADK's telemetry then calls it `book_table_1`
+          and its response `book_table_0`), which raises (the agent's `on_tool_error_callback` turns the error
           into the tool's response, so the turn goes on, and ADK marks the tool span failed);
           then a text answer;
   turn 2: `get_weather` {city: Rome}, then a text answer.
@@ -72,7 +73,7 @@ def main() -> int:
 
     script: list[list[types.Part]] = [
         [call("get_weather", city="Paris"), call("add", a=2, b=3)],
-        [call("book_table", party=4)],
+        [types.Part(text="Booking now."), call("book_table", party=4)],
         text("Paris is sunny, 2 + 3 = 5, and no table is free."),
         [call("get_weather", city="Rome")],
         text("Rome is sunny too."),
