@@ -111,7 +111,8 @@ struct Args {
     /// Producer conventions to generate, one phase each per transport (comma-separated):
     /// `pydantic-ai` (GenAI attributes), `strands` (Strands default mode: event-loop cycle spans,
     /// content in span events as Converse blocks), `openinference` (OpenAI Agents SDK via
-    /// OpenInference) and/or `openllmetry` (Traceloop, legacy flattened content).
+    /// OpenInference), `openllmetry` (Traceloop, legacy flattened content) and/or `adk` (Google
+    /// ADK: workflow span, invented tool ids the messages do not use).
     #[arg(long, value_enum, value_delimiter = ',', default_value = "pydantic-ai")]
     conventions: Vec<Convention>,
     /// Timeout of one export request, in seconds.
@@ -274,6 +275,11 @@ enum Convention {
     /// OpenLLMetry (Traceloop): `agent` span → legacy flattened `openai.chat` and `tool` spans
     /// without ids, session as an association property.
     Openllmetry,
+    /// Google ADK (schema v2, `SPAN_ONLY` capture): `invoke_workflow` → `invoke_agent` →
+    /// `generate_content` / `execute_tool`, tool results as `user` parts, tool spans under
+    /// invented `adk-<uuid>` ids that the messages call `{name}_{index}` (joined by name,
+    /// arguments and order), and an `execute_tool (merged)` span per run.
+    Adk,
 }
 
 impl Convention {
@@ -284,6 +290,7 @@ impl Convention {
             Convention::Strands => "strands",
             Convention::Openinference => "openinference",
             Convention::Openllmetry => "openllmetry",
+            Convention::Adk => "adk",
         }
     }
 }
@@ -1605,6 +1612,170 @@ struct Workload {
 }
 
 /// Compresses an HTTP body.
+/// ADK's message form of a GenAI message: tool-call ids become `{name}_{index}` (index of the
+/// part in its message, as ADK falls back to when the model gives none), and tool results are
+/// `{type: tool_call_response, id, response: {result}}` in a `user` message.
+fn adk_message(message: &serde_json::Value) -> serde_json::Value {
+    let mut out = message.clone();
+    if let Some(parts) = out.get_mut("parts").and_then(|p| p.as_array_mut()) {
+        for (index, part) in parts.iter_mut().enumerate() {
+            let name = part["name"].as_str().unwrap_or("").to_string();
+            match part["type"].as_str() {
+                Some("tool_call") => part["id"] = json!(format!("{name}_{index}")),
+                Some("tool_call_response") => {
+                    let result = part["result"].take();
+                    *part = json!({"type": "tool_call_response", "id": format!("{name}_{index}"),
+                                   "response": {"result": result}});
+                }
+                _ => {}
+            }
+        }
+    }
+    if let Some(map) = out.as_object_mut() {
+        if map.get("finish_reason").is_some() {
+            map.insert("finish_reason".into(), json!(""));
+        }
+    }
+    out
+}
+
+/// Rewrites a generated Pydantic-AI-shaped run as Google ADK (schema v2, `SPAN_ONLY`) emits it:
+/// an `invoke_workflow` root over the `invoke_agent` span, `generate_content` spans with ADK's
+/// message form ([`adk_message`]), `execute_tool` spans under `adk-<uuid>` ids, and the
+/// `execute_tool (merged)` span ADK adds for parallel calls.
+fn to_adk(run: Vec<GeneratedSpan>, rng: &mut Rng) -> Result<Vec<GeneratedSpan>> {
+    let c = canonical(run)?;
+    let trace = c.root.trace_id.clone();
+    let agent = c.root.name.trim_start_matches("invoke_agent ").to_string();
+    let session = kv_str("gen_ai.conversation.id", rng.uuid_v4());
+    let invocation = kv_str(
+        "gcp.vertex.agent.invocation_id",
+        format!("e-{}", rng.uuid_v4()),
+    );
+    let workflow_id: [u8; 8] = rng.id();
+    let system = serde_json::to_string(&[Part::Text {
+        content: &c.instructions,
+    }])
+    .context("serialising system instructions")?;
+    let convert = |v: &serde_json::Value| -> serde_json::Value {
+        json!(v
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(adk_message)
+            .collect::<Vec<_>>())
+    };
+    let mut out = Vec::with_capacity(c.children.len() + 3);
+    let mut merged = None;
+    for (mut span, a, b) in c.children {
+        let message_bytes;
+        if span.name.starts_with("chat") {
+            let model = attribute(&span, "gen_ai.request.model");
+            let (input, output) = (convert(&a).to_string(), convert(&b).to_string());
+            message_bytes = (input.len() + output.len()) as u64;
+            let mut attrs = vec![
+                kv_str("gen_ai.operation.name", "generate_content"),
+                kv_str("gen_ai.request.model", model.clone()),
+                kv_str("gen_ai.agent.name", agent.clone()),
+                session.clone(),
+                kv_str("gcp.vertex.agent.event_id", rng.uuid_v4()),
+                invocation.clone(),
+                kv_str("gen_ai.provider.name", "gcp.gemini"),
+                kv_str("gen_ai.input.messages", input),
+                kv_str("gen_ai.system_instructions", system.clone()),
+                kv_str("gen_ai.output.messages", output),
+            ];
+            for key in ["gen_ai.usage.input_tokens", "gen_ai.usage.output_tokens"] {
+                if let Some(kv) = span.attributes.iter().find(|kv| kv.key == key) {
+                    attrs.push(kv.clone());
+                }
+            }
+            span.name = format!("generate_content {model}");
+            span.kind = SpanKind::Internal as i32;
+            span.attributes = attrs;
+        } else {
+            message_bytes = 0;
+            let tool = span.name.trim_start_matches("execute_tool ").to_string();
+            let result = json!({"result": b}).to_string();
+            span.attributes = vec![
+                kv_str("gen_ai.operation.name", "execute_tool"),
+                kv_str("gen_ai.tool.description", format!("The {tool} tool.")),
+                kv_str("gen_ai.tool.name", tool),
+                kv_str("gen_ai.tool.type", "FunctionTool"),
+                kv_str("gen_ai.agent.name", agent.clone()),
+                kv_str("gen_ai.tool.call.id", format!("adk-{}", rng.uuid_v4())),
+                kv_str("gcp.vertex.agent.event_id", rng.uuid_v4()),
+                kv_str("gen_ai.tool.call.arguments", a.to_string()),
+                kv_str("gen_ai.tool.call.result", result),
+            ];
+            if merged.is_none() {
+                let event = rng.uuid_v4();
+                let mut m = span.clone();
+                m.span_id = rng.id::<8>().to_vec();
+                m.name = "execute_tool (merged)".into();
+                m.start_time_unix_nano = span.end_time_unix_nano;
+                m.end_time_unix_nano = span.end_time_unix_nano;
+                m.attributes = vec![
+                    kv_str("gen_ai.operation.name", "execute_tool"),
+                    kv_str("gen_ai.tool.name", "(merged tools)"),
+                    kv_str("gen_ai.tool.description", "(merged tools)"),
+                    kv_str("gen_ai.tool.call.id", event.clone()),
+                    kv_str("gcp.vertex.agent.event_id", event),
+                ];
+                merged = Some(m);
+            }
+        }
+        out.push(GeneratedSpan {
+            span,
+            message_bytes,
+            root_of: None,
+        });
+        if let Some(m) = merged.as_mut().filter(|m| !m.name.is_empty()) {
+            out.push(GeneratedSpan {
+                span: std::mem::take(m),
+                message_bytes: 0,
+                root_of: None,
+            });
+        }
+    }
+    let mut root = c.root;
+    let (start, end) = (root.start_time_unix_nano, root.end_time_unix_nano);
+    let run_id = format!("{}-{}", hex::encode(&trace), hex::encode(&root.span_id));
+    root.parent_span_id = workflow_id.to_vec();
+    root.attributes = vec![
+        kv_str("gen_ai.operation.name", "invoke_agent"),
+        kv_str("gen_ai.agent.description", format!("The {agent} agent.")),
+        kv_str("gen_ai.agent.name", agent.clone()),
+        session.clone(),
+    ];
+    out.push(GeneratedSpan {
+        span: root,
+        message_bytes: 0,
+        root_of: None,
+    });
+    let workflow = Span {
+        trace_id: trace,
+        span_id: workflow_id.to_vec(),
+        name: format!("invoke_workflow {agent}"),
+        kind: SpanKind::Internal as i32,
+        start_time_unix_nano: start,
+        end_time_unix_nano: end,
+        attributes: vec![
+            kv_str("gen_ai.operation.name", "invoke_workflow"),
+            session,
+            kv_str("gen_ai.workflow.name", agent),
+        ],
+        ..Default::default()
+    };
+    // The workflow span comes last: the run (its agent span) is complete with it.
+    out.push(GeneratedSpan {
+        span: workflow,
+        message_bytes: 0,
+        root_of: Some(run_id),
+    });
+    Ok(out)
+}
+
 fn compress(body: Vec<u8>, compression: Compression) -> Result<Vec<u8>> {
     match compression {
         Compression::None => Ok(body),
@@ -1697,6 +1868,7 @@ fn generate(
             Convention::Strands => to_strands(run, &mut rng)?,
             Convention::Openinference => to_openinference(run, &mut rng)?,
             Convention::Openllmetry => to_openllmetry(run, &mut rng)?,
+            Convention::Adk => to_adk(run, &mut rng)?,
         };
         if workload.batch_spans == 0 {
             if jobs.blocking_send(make_job(run, &workload)?).is_err() {

@@ -24,6 +24,68 @@ pub enum Slot {
     ToolResult(Value),
 }
 
+/// The event that carries the latest convention's content when a producer writes it as an
+/// event rather than as span attributes: a span event (Strands with
+/// `gen_ai_latest_experimental`) or an OTLP log record (Google ADK with `EVENT_ONLY` capture),
+/// with `gen_ai.input.messages`, `gen_ai.output.messages` and `gen_ai.system_instructions` as
+/// attributes (structured values or JSON strings).
+pub const DETAILS_EVENT: &str = "gen_ai.client.inference.operation.details";
+
+/// The content of one [`DETAILS_EVENT`], as GenAI messages (Chat-shaped ones mapped).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Details {
+    /// `gen_ai.input.messages`.
+    pub input: Vec<Value>,
+    /// `gen_ai.output.messages`.
+    pub output: Vec<Value>,
+    /// `gen_ai.system_instructions`, as an array of parts.
+    pub system: Option<Value>,
+}
+
+/// Whether a log record of this event name carries GenAI content stepline reads.
+pub fn is_log_event(name: &str) -> bool {
+    name == DETAILS_EVENT || is_legacy_event(name)
+}
+
+/// Maps the body of a [`DETAILS_EVENT`]. `Err` says why its messages could not be read.
+pub fn map_details(body: &Map<String, Value>) -> Result<Details, String> {
+    let messages = |key: &str| -> Result<Vec<Value>, String> {
+        let Some(value) = parse_if_json(body.get(key))? else {
+            return Ok(Vec::new());
+        };
+        let Value::Array(items) = value else {
+            return Err(format!("{key} is not an array of messages"));
+        };
+        items
+            .into_iter()
+            .map(|item| {
+                let item = if super::chat_shape::is_chat_message(&item) {
+                    super::chat_shape::to_genai(&item)
+                } else {
+                    item
+                };
+                let ok = item.get("role").is_some_and(Value::is_string)
+                    && item.get("parts").is_some_and(Value::is_array);
+                ok.then_some(item)
+                    .ok_or_else(|| format!("{key} holds a message without role and parts"))
+            })
+            .collect()
+    };
+    let system = match parse_if_json(body.get("gen_ai.system_instructions"))? {
+        None | Some(Value::Null) => None,
+        Some(Value::String(s)) if s.is_empty() => None,
+        Some(Value::String(s)) => Some(json!([{"type": "text", "content": s}])),
+        Some(Value::Array(parts)) if parts.is_empty() => None,
+        Some(v @ Value::Array(_)) => Some(v),
+        Some(other) => Some(Value::Array(vec![other])),
+    };
+    Ok(Details {
+        input: messages("gen_ai.input.messages")?,
+        output: messages("gen_ai.output.messages")?,
+        system,
+    })
+}
+
 /// The legacy event names this module understands.
 pub fn is_legacy_event(name: &str) -> bool {
     matches!(

@@ -1,6 +1,14 @@
 //! The OTel GenAI convention, as Pydantic AI 2.x (instrumentation versions 2 to 6) and other
 //! GenAI-instrumented producers emit it: which spans are agent runs, model requests and tool
 //! calls, and where their ids, messages and results live.
+//!
+//! Google ADK (schema v2): `invoke_workflow` groups one invocation and is not interpreted (it
+//! has no parent run to group under, and its `invoke_agent` child is the run); `invoke_agent` is
+//! the run, `generate_content` a model request, `execute_tool` a tool call. An agent whose span
+//! is nested in another agent's span (a sub-agent, an `AgentTool`) is a delegate run of it, as
+//! for every producer. The `execute_tool (merged)` span ADK adds for parallel calls is not a
+//! tool call and is passed by. Microsoft Agent Framework writes the convention as it is; AG2
+//! writes OpenAI Chat message dicts in the message attributes, which [`super::chat_shape`] maps.
 
 use std::sync::Arc;
 
@@ -9,9 +17,11 @@ use opentelemetry_proto::tonic::common::v1::KeyValue;
 use opentelemetry_proto::tonic::trace::v1::{status::StatusCode, Span};
 use serde_json::{Map, Value};
 
+use super::adk;
 use super::attributes::{any_to_json, Attributes};
 use super::budget::{within_depth, Cut};
-use super::events::{is_legacy_event, map_event, Slot};
+use super::chat_shape;
+use super::events::{is_legacy_event, map_details, map_event, Slot};
 use super::fact::{FactKind, Interpreted, RequestedCall, SpanFact};
 use super::prefix_memo::{MemoRead, PrefixMemo, SharedMessages};
 use crate::domain::{MessageHash, MessageRef};
@@ -22,9 +32,11 @@ const MODEL_OPERATIONS: &[&str] = &["chat", "generate_content", "text_completion
 /// (Strands' event-loop cycle).
 const GROUP_OPERATIONS: &[&str] = &["execute_event_loop_cycle"];
 
-/// The event that carries the latest convention's content when a producer writes it as an event
-/// rather than as span attributes (Strands with `gen_ai_latest_experimental`).
-const DETAILS_EVENT: &str = "gen_ai.client.inference.operation.details";
+use super::events::DETAILS_EVENT;
+
+/// The tool name of Google ADK's `execute_tool (merged)` span, which stands for parallel calls
+/// that have spans of their own.
+const ADK_MERGED_TOOLS: &str = "(merged tools)";
 
 /// Interprets one span. Spans that are not agent runs, model requests or tool calls give `None`.
 /// With a memo, a model request's input history reuses what the last input of its run left
@@ -121,10 +133,25 @@ pub fn interpret_span(
                 parent_span_id.as_deref().unwrap_or(&span_id)
             );
             let depth = cut.max_depth();
+            // ADK's response ids are repaired against the calls before them (see `adk`), which
+            // needs the whole history: its inputs do not go through the memo.
+            let adk = adk::is_adk(span.attributes.iter().map(|kv| kv.key.as_str()));
+            let memo = memo.filter(|_| !adk);
             match memo.and_then(|memo| read_memoised(memo, &memo_key, &attrs, key, depth)) {
                 Some(read) => {
                     fact.input = Some(read.references);
                     shared = read.messages;
+                }
+                None if adk => {
+                    fact.input = read_messages_with(
+                        &attrs,
+                        key,
+                        &mut fact,
+                        &mut messages,
+                        cut,
+                        adk::repair_response_ids,
+                    )
+                    .map(Arc::new);
                 }
                 None => {
                     fact.input =
@@ -283,7 +310,31 @@ pub(crate) fn apply_legacy_events(
 ) {
     let on_tool = fact.kind == FactKind::ToolCall;
     let (mut input, mut output, mut system) = (Vec::new(), Vec::new(), Vec::new());
+    let mut details_seen = false;
     for (name, body) in events {
+        if name == DETAILS_EVENT {
+            details_seen = true;
+            if on_tool {
+                continue;
+            }
+            match map_details(body) {
+                Ok(mut details) => {
+                    if adk::is_adk(body.keys()) {
+                        adk::repair_response_ids(&mut details.input);
+                    }
+                    input.extend(details.input);
+                    output.extend(details.output);
+                    if let Some(Value::Array(p)) = details.system {
+                        system.extend(p);
+                    }
+                }
+                Err(reason) => {
+                    fact.content_problem.get_or_insert(reason);
+                    return;
+                }
+            }
+            continue;
+        }
         match map_event(name, body, on_tool) {
             Ok(Some(Slot::Input(m))) => input.push(m),
             Ok(Some(Slot::Output(m))) => output.push(m),
@@ -314,11 +365,20 @@ pub(crate) fn apply_legacy_events(
     if !system.is_empty() && fact.system_instructions.is_none() {
         fact.system_instructions = Some(Value::Array(system));
     }
+    let no_messages = input.is_empty() && output.is_empty();
     if !input.is_empty() {
         fact.input = Some(Arc::new(store_bodies(input, bodies, cut)));
     }
     if !output.is_empty() {
         fact.output = Some(store_bodies(output, bodies, cut));
+    }
+    if details_seen && no_messages && fact.input.is_none() {
+        fact.content_problem.get_or_insert_with(|| {
+            format!(
+                "{DETAILS_EVENT} carries no messages, only tool definitions (content capture is \
+                 off: OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT)"
+            )
+        });
     }
 }
 
@@ -365,6 +425,9 @@ pub(crate) fn requested_calls(message: &Value) -> Vec<RequestedCall> {
 
 fn classify(span: &Span, attrs: &Attributes<'_>) -> Option<FactKind> {
     let op = attrs.str(&["gen_ai.operation.name"]);
+    if attrs.str(&["gen_ai.tool.name"]).as_deref() == Some(ADK_MERGED_TOOLS) {
+        return None;
+    }
     match op.as_deref() {
         Some("invoke_agent") => return Some(FactKind::AgentRun),
         Some("execute_tool") => return Some(FactKind::ToolCall),
@@ -413,11 +476,20 @@ pub(crate) fn error_text(span: &Span, attrs: &Attributes<'_>) -> Option<String> 
     )
 }
 
+/// `gen_ai.system_instructions`: an array of parts, or plain text (Mastra, OpenLLMetry's
+/// `create_agent`) given as a JSON string or as the attribute's own string.
 fn read_instructions(attrs: &Attributes<'_>) -> Option<Value> {
+    let text = |s: &str| serde_json::json!([{"type": "text", "content": s}]);
     match attrs.json("gen_ai.system_instructions")? {
-        Ok(Value::String(s)) => Some(serde_json::json!([{"type": "text", "content": s}])),
-        Ok(v) => Some(v),
-        Err(_) => None,
+        Ok(Value::String(s)) => Some(text(&s)),
+        Ok(v @ (Value::Array(_) | Value::Object(_))) => Some(v),
+        Ok(Value::Null) => None,
+        Ok(_) | Err(_) => {
+            let raw = attrs.str(&["gen_ai.system_instructions"])?;
+            // Damaged JSON is not taken for text.
+            let t = raw.trim_start();
+            (!t.starts_with('[') && !t.starts_with('{') && !raw.is_empty()).then(|| text(&raw))
+        }
     }
 }
 
@@ -429,6 +501,19 @@ fn read_messages(
     fact: &mut SpanFact,
     bodies: &mut Vec<(MessageHash, Value)>,
     cut: &mut Cut,
+) -> Option<Vec<MessageRef>> {
+    read_messages_with(attrs, key, fact, bodies, cut, |_| {})
+}
+
+/// [`read_messages`], with `fix` applied to the messages (mapped to the GenAI shape) before
+/// they are cut and hashed.
+fn read_messages_with(
+    attrs: &Attributes<'_>,
+    key: &str,
+    fact: &mut SpanFact,
+    bodies: &mut Vec<(MessageHash, Value)>,
+    cut: &mut Cut,
+    fix: impl FnOnce(&mut [Value]),
 ) -> Option<Vec<MessageRef>> {
     let parsed = match attrs.json(key)? {
         Ok(v) => v,
@@ -442,13 +527,24 @@ fn read_messages(
             .get_or_insert(format!("{key} is not an array of messages"));
         return None;
     };
+    let mut items: Vec<Value> = items
+        .into_iter()
+        .map(|item| {
+            if chat_shape::is_chat_message(&item) {
+                chat_shape::to_genai(&item)
+            } else {
+                item
+            }
+        })
+        .collect();
+    if !items.iter().all(is_message) {
+        fact.content_problem
+            .get_or_insert(format!("{key} holds a message without role and parts"));
+        return None;
+    }
+    fix(&mut items);
     let mut refs = Vec::with_capacity(items.len());
     for mut item in items {
-        if !is_message(&item) {
-            fact.content_problem
-                .get_or_insert(format!("{key} holds a message without role and parts"));
-            return None;
-        }
         cut.apply("message content", &mut item);
         let reference = MessageRef::of(&item);
         bodies.push((reference.hash, item));
@@ -632,6 +728,123 @@ mod tests {
         ];
         let i = interpret_span(&span("chat m", attrs), None, &mut test_cut()).unwrap();
         assert_eq!(i.messages[0].1["parts"][0]["content"], "hi");
+    }
+
+    #[test]
+    fn adk_merged_tool_span_is_passed_by_and_plain_text_instructions_are_read() {
+        let merged = span(
+            "execute_tool (merged)",
+            vec![
+                kv("gen_ai.operation.name", "execute_tool"),
+                kv("gen_ai.tool.name", "(merged tools)"),
+                kv("gen_ai.tool.call.id", "ev-1"),
+            ],
+        );
+        assert!(interpret_span(&merged, None, &mut test_cut()).is_none());
+        let workflow = span(
+            "invoke_workflow trip",
+            vec![kv("gen_ai.operation.name", "invoke_workflow")],
+        );
+        assert!(interpret_span(&workflow, None, &mut test_cut()).is_none());
+        for (raw, want) in [
+            ("You add numbers.", Some("You add numbers.")),
+            ("\"You add.\"", Some("You add.")),
+            ("[{\"type\":\"te", None),
+        ] {
+            let agent = span(
+                "invoke_agent a",
+                vec![
+                    kv("gen_ai.operation.name", "invoke_agent"),
+                    kv("gen_ai.system_instructions", raw),
+                ],
+            );
+            let i = interpret_span(&agent, None, &mut test_cut()).unwrap();
+            let got = i.fact.system_instructions.map(|v| v[0]["content"].clone());
+            assert_eq!(got, want.map(|w| Value::String(w.into())), "{raw}");
+        }
+    }
+
+    #[test]
+    fn ag2_chat_shaped_messages_are_mapped() {
+        let s = span(
+            "chat m",
+            vec![
+                kv("gen_ai.operation.name", "chat"),
+                kv(
+                    "gen_ai.input.messages",
+                    r#"[{"content": "hi", "role": "user"}, {"content": null, "role": "assistant", "tool_calls": [{"id": "call_1", "type": "function", "function": {"arguments": "{\"a\": 1}", "name": "f"}}]}, {"role": "tool", "tool_call_id": "call_1", "content": "2"}]"#,
+                ),
+                kv(
+                    "gen_ai.output.messages",
+                    r#"[{"content": "done", "role": "assistant"}]"#,
+                ),
+            ],
+        );
+        let i = interpret_span(&s, None, &mut test_cut()).unwrap();
+        assert!(
+            i.fact.content_problem.is_none(),
+            "{:?}",
+            i.fact.content_problem
+        );
+        assert_eq!(i.fact.input.as_ref().unwrap().len(), 3);
+        assert_eq!(i.messages[1].1["parts"][0]["arguments"]["a"], 1);
+        assert_eq!(i.messages[2].1["parts"][0]["id"], "call_1");
+        assert_eq!(i.messages[3].1["parts"][0]["content"], "done");
+    }
+
+    #[test]
+    fn operation_details_log_records_fill_a_model_request() {
+        use serde_json::json;
+        let fact = |s: &Span| interpret_span(s, None, &mut test_cut()).unwrap().fact;
+        let bare = span(
+            "generate_content m",
+            vec![kv("gen_ai.operation.name", "generate_content")],
+        );
+        let body = |v: Value| v.as_object().cloned().unwrap_or_default();
+        let details = body(json!({
+            "gen_ai.input.messages": [{"role": "user", "parts": [{"type": "text", "content": "go"}]}],
+            "gen_ai.output.messages": [{"role": "assistant", "parts": [
+                {"type": "tool_call", "id": "f_0", "name": "f", "arguments": {"x": 1}}]}],
+            "gen_ai.system_instructions": [{"type": "text", "content": "be brief"}],
+        }));
+        let mut f = fact(&bare);
+        let mut bodies = Vec::new();
+        apply_legacy_events(
+            &[(DETAILS_EVENT.into(), details)],
+            &mut f,
+            &mut bodies,
+            &mut test_cut(),
+        );
+        assert_eq!(f.input.as_ref().map(|i| i.len()), Some(1));
+        assert_eq!(f.output.as_ref().map(|o| o.len()), Some(1));
+        assert_eq!(f.system_instructions.unwrap()[0]["content"], "be brief");
+        // Content capture off: only the tool definitions; the reason says so.
+        let off = body(json!({"gen_ai.tool.definitions": [{"name": "f", "type": "function"}]}));
+        let mut f = fact(&bare);
+        f.content_problem = None;
+        apply_legacy_events(
+            &[(DETAILS_EVENT.into(), off)],
+            &mut f,
+            &mut Vec::new(),
+            &mut test_cut(),
+        );
+        assert!(f.input.is_none());
+        assert!(f.content_problem.unwrap().contains("only tool definitions"));
+        // Messages without parts are refused with a reason, not taken.
+        let bad = body(json!({"gen_ai.input.messages": [{"role": "user"}]}));
+        let mut f = fact(&bare);
+        f.content_problem = None;
+        apply_legacy_events(
+            &[(DETAILS_EVENT.into(), bad)],
+            &mut f,
+            &mut Vec::new(),
+            &mut test_cut(),
+        );
+        assert!(f.input.is_none());
+        assert!(f
+            .content_problem
+            .unwrap()
+            .contains("without role and parts"));
     }
 
     #[test]

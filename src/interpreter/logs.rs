@@ -1,4 +1,6 @@
-//! Legacy GenAI events sent as OTLP log records, correlated to their span by trace and span id.
+//! GenAI events sent as OTLP log records (the legacy per-message events, and the latest
+//! convention's `gen_ai.client.inference.operation.details` that Google ADK emits), correlated
+//! to their span by trace and span id.
 //!
 //! A log record becomes a [`LogEvent`]; the store keeps the events of each span, and the content
 //! of a model request whose span carries none is built from all of them, whichever arrived first.
@@ -8,15 +10,15 @@ use serde_json::{Map, Value};
 
 use super::attributes::{any_to_json, Attributes};
 use super::budget::{check_log, Cut, NotInterpreted};
-use super::events::is_legacy_event;
+use super::events::is_log_event;
 use super::fact::SpanFact;
 use super::tool_return::ToolReturnForm;
 use crate::domain::MessageHash;
 use crate::limits::Limits;
 pub use crate::records::log_event::LogEvent;
 
-/// Interprets one log record within `limits`: legacy GenAI events with a valid trace and span
-/// id give an event; a record over a per-span cap gives the cap. Body values are cut to
+/// Interprets one log record within `limits`: GenAI events ([`is_log_event`]) with a valid
+/// trace and span id give an event; a record over a per-span cap gives the cap. Body values are cut to
 /// `limits.max_nesting_depth` (a warning is logged when one is).
 pub fn interpret_log(record: &LogRecord, limits: &Limits) -> Result<LogEvent, NotInterpreted> {
     if record.trace_id.len() != 16 || record.span_id.len() != 8 {
@@ -30,7 +32,7 @@ pub fn interpret_log(record: &LogRecord, limits: &Limits) -> Result<LogEvent, No
     } else {
         record.event_name.clone()
     };
-    if !is_legacy_event(&name) {
+    if !is_log_event(&name) {
         return Err(NotInterpreted::NotAgentSpan);
     }
     check_log(record, limits)?;
@@ -139,4 +141,84 @@ pub fn with_log_content_within(
             .collect();
     }
     (fact, bodies)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::test_fixtures::kv;
+    use opentelemetry_proto::tonic::common::v1::{any_value::Value as V, AnyValue, ArrayValue};
+    use opentelemetry_proto::tonic::common::v1::{KeyValue, KeyValueList};
+
+    fn kvlist(values: Vec<KeyValue>) -> AnyValue {
+        AnyValue {
+            value: Some(V::KvlistValue(KeyValueList { values })),
+        }
+    }
+
+    fn array(values: Vec<AnyValue>) -> AnyValue {
+        AnyValue {
+            value: Some(V::ArrayValue(ArrayValue { values })),
+        }
+    }
+
+    fn attr(key: &str, value: AnyValue) -> KeyValue {
+        KeyValue {
+            key: key.into(),
+            value: Some(value),
+            key_strindex: 0,
+        }
+    }
+
+    /// Google ADK's `EVENT_ONLY` record: structured AnyValue messages on the record's attributes.
+    #[test]
+    fn an_operation_details_record_gives_the_model_request_its_content() {
+        let text = kvlist(vec![kv("type", "text"), kv("content", "go")]);
+        let user = kvlist(vec![kv("role", "user"), attr("parts", array(vec![text]))]);
+        let call = kvlist(vec![
+            kv("type", "tool_call"),
+            kv("id", "f_0"),
+            kv("name", "f"),
+            attr("arguments", kvlist(vec![kv("x", "1")])),
+        ]);
+        let model = kvlist(vec![
+            kv("role", "assistant"),
+            attr("parts", array(vec![call])),
+        ]);
+        let record = LogRecord {
+            trace_id: vec![7; 16],
+            span_id: vec![2; 8],
+            time_unix_nano: 5,
+            event_name: "gen_ai.client.inference.operation.details".into(),
+            attributes: vec![
+                kv("gen_ai.agent.name", "trip"),
+                attr("gen_ai.input.messages", array(vec![user])),
+                attr("gen_ai.output.messages", array(vec![model])),
+            ],
+            ..Default::default()
+        };
+        let event = interpret_log(&record, &Limits::default()).unwrap();
+        assert_eq!(event.span_id, hex::encode([2u8; 8]));
+        let span = crate::test_fixtures::span(
+            2,
+            1,
+            "generate_content m",
+            1,
+            vec![kv("gen_ai.operation.name", "generate_content")],
+        );
+        let fact = crate::interpreter::interpret_span(&span).unwrap().fact;
+        assert!(fact.content_problem.is_some());
+        let (fact, bodies) = with_log_content(&fact, &[event]);
+        assert!(fact.content_problem.is_none(), "{:?}", fact.content_problem);
+        assert_eq!(fact.input.as_ref().map(|i| i.len()), Some(1));
+        assert_eq!(fact.requested_calls.len(), 1);
+        assert_eq!(fact.requested_calls[0].id, "f_0");
+        assert_eq!(bodies.len(), 2);
+        // Other event names are still not read.
+        let other = LogRecord {
+            event_name: "app.something".into(),
+            ..record
+        };
+        assert!(interpret_log(&other, &Limits::default()).is_err());
+    }
 }

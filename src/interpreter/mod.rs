@@ -5,9 +5,11 @@
 //! from the set of its facts, whatever the convention, as one fold ([`fold`]) that [`append`]
 //! continues with new facts, so arrival order and duplicate delivery cannot change the outcome.
 
+mod adk;
 pub(crate) mod attributes;
 pub mod budget;
 mod call_join;
+mod chat_shape;
 pub mod convention;
 mod events;
 mod fact;

@@ -1193,3 +1193,201 @@ fn a_run_whose_record_is_garbage_stays_listed_next_to_the_others() {
     assert!(other.warnings.is_empty());
     assert_eq!(store.check_readable().unwrap().len(), 1);
 }
+
+/// Google ADK with `EVENT_ONLY` capture, in its own trace: `invoke_workflow` (1, not a run) →
+/// `invoke_agent trip` (2) → `generate_content` (3, 7; content only in their
+/// `gen_ai.client.inference.operation.details` log records) and `execute_tool` get_weather (4)
+/// and add (5) under invented `adk-` ids the messages call `get_weather_0` / `add_1`, plus the
+/// `execute_tool (merged)` span (6) of the parallel calls. Items are spans or single log records.
+fn adk_scenario() -> Vec<Work> {
+    use crate::test_fixtures::{kv, span};
+    use serde_json::json;
+    let trace = [11u8; 16];
+    let op = |v: &str| kv("gen_ai.operation.name", v);
+    let session = || kv("gen_ai.conversation.id", "adk-session");
+    let mut spans = vec![
+        span(
+            1,
+            0,
+            "invoke_workflow trip",
+            0,
+            vec![op("invoke_workflow"), session()],
+        ),
+        span(
+            2,
+            1,
+            "invoke_agent trip",
+            5,
+            vec![
+                op("invoke_agent"),
+                session(),
+                kv("gen_ai.agent.name", "trip"),
+            ],
+        ),
+        span(
+            3,
+            2,
+            "generate_content m",
+            20,
+            vec![op("generate_content"), session()],
+        ),
+        span(
+            4,
+            2,
+            "execute_tool get_weather",
+            40,
+            vec![
+                op("execute_tool"),
+                kv("gen_ai.tool.name", "get_weather"),
+                kv("gen_ai.tool.call.id", "adk-aaa"),
+                kv("gen_ai.tool.call.arguments", r#"{"city": "Paris"}"#),
+            ],
+        ),
+        span(
+            5,
+            2,
+            "execute_tool add",
+            41,
+            vec![
+                op("execute_tool"),
+                kv("gen_ai.tool.name", "add"),
+                kv("gen_ai.tool.call.id", "adk-bbb"),
+            ],
+        ),
+        span(
+            6,
+            2,
+            "execute_tool (merged)",
+            42,
+            vec![
+                op("execute_tool"),
+                kv("gen_ai.tool.name", "(merged tools)"),
+                kv("gen_ai.tool.call.id", "ev-1"),
+            ],
+        ),
+        span(
+            7,
+            2,
+            "generate_content m",
+            60,
+            vec![op("generate_content"), session()],
+        ),
+    ];
+    for s in &mut spans {
+        s.trace_id = trace.to_vec();
+    }
+    spans[1].end_time_unix_nano = 80;
+    spans[0].end_time_unix_nano = 81;
+    let user = json!({"role": "user", "parts": [{"type": "text", "content": "Paris, 2 + 3?"}]});
+    let calls = json!({"role": "assistant", "parts": [
+        {"type": "tool_call", "id": "get_weather_0", "name": "get_weather", "arguments": {"city": "Paris"}},
+        {"type": "tool_call", "id": "add_1", "name": "add", "arguments": {"a": 2, "b": 3}}]});
+    let results = json!({"role": "user", "parts": [
+        {"type": "tool_call_response", "id": "get_weather_0", "response": {"sky": "sunny"}},
+        {"type": "tool_call_response", "id": "add_1", "response": {"result": 5}}]});
+    let answer = json!({"role": "assistant", "parts": [{"type": "text", "content": "Sunny; 5."}]});
+    let system = json!([{"type": "text", "content": "You plan trips."}]);
+    let details =
+        |span_id: u8, time: u64, input: serde_json::Value, output: serde_json::Value| LogEvent {
+            trace_id: hex::encode(trace),
+            span_id: hex::encode([span_id; 8]),
+            message_index: None,
+            time_ns: time,
+            name: "gen_ai.client.inference.operation.details".into(),
+            body: json!({
+                "gen_ai.input.messages": input,
+                "gen_ai.output.messages": output,
+                "gen_ai.system_instructions": system,
+                "gen_ai.conversation.id": "adk-session",
+            })
+            .as_object()
+            .cloned()
+            .unwrap_or_default(),
+        };
+    let logs = vec![
+        details(3, 30, json!([user]), json!([calls])),
+        details(7, 70, json!([user, calls, results]), json!([answer])),
+    ];
+    let mut work: Vec<Work> = spans
+        .iter()
+        .map(|s| spans_work(interpreted(std::slice::from_ref(s))))
+        .collect();
+    work.extend(logs.into_iter().map(|l| logs_work(vec![l])));
+    work
+}
+
+fn work_clone(w: &Work) -> Work {
+    match w {
+        Work::Received { spans, logs, .. } => Work::Received {
+            spans: spans.clone(),
+            logs: logs.clone(),
+            outbox: None,
+        },
+        _ => unreachable!("only received work in the ADK scenario"),
+    }
+}
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig { cases: 32, ..Default::default() })]
+
+    /// Google ADK: spans and log records in any arrival order, split into any commits, with
+    /// duplicates, give the run the whole scenario gives at once: one run (not one for the
+    /// workflow), the tool spans' `adk-` ids joined to the messages' calls, the content from the
+    /// log records, a complete snapshot.
+    #[test]
+    fn adk_any_arrival_order_of_spans_and_logs_gives_the_same_run(
+        order in proptest::strategy::Strategy::prop_shuffle(proptest::strategy::Just((0..9usize).collect::<Vec<_>>())),
+        commit_cuts in proptest::collection::vec(proptest::bool::ANY, 9),
+        dups in proptest::collection::vec(0..9usize, 0..3),
+    ) {
+        let all = adk_scenario();
+        proptest::prop_assert_eq!(all.len(), 9);
+        let reference = {
+            let store = Store::in_memory();
+            let group: Vec<Work> = all.iter().map(work_clone).collect();
+            apply_group(&store, &group, 1).unwrap();
+            everything(&store)
+        };
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path(), false).unwrap();
+        let mut group: Vec<Work> = Vec::new();
+        for (n, &i) in order.iter().chain(dups.iter()).enumerate() {
+            group.push(work_clone(&all[i]));
+            if commit_cuts[n % commit_cuts.len()] {
+                apply_group(&store, &group, n as u64).unwrap();
+                group.clear();
+            }
+        }
+        apply_group(&store, &group, 99).unwrap();
+        assert_readable(&store);
+        proptest::prop_assert_eq!(&reference, &everything(&store));
+        proptest::prop_assert_eq!(reference.len(), 1);
+        let run_id = format!("{}-{}", hex::encode([11u8; 16]), hex::encode([2u8; 8]));
+        let run = store.run(&run_id).unwrap().unwrap();
+        proptest::prop_assert_eq!(run.status, RunStatus::Completed);
+        proptest::prop_assert_eq!(run.model_request_count, 2);
+        proptest::prop_assert_eq!(run.conversation_id.as_deref(), Some("adk-session"));
+        proptest::prop_assert!(
+            run.warnings.iter().any(|w| w.contains("adk-aaa")),
+            "{:?}", run.warnings
+        );
+        let effects = store.effects(&run_id).unwrap();
+        let joined: Vec<(&str, Option<&str>, EffectStatus)> = effects
+            .iter()
+            .map(|e| (e.tool_call_id.as_str(), e.span_id.as_deref(), e.status))
+            .collect();
+        let (s4, s5) = (hex::encode([4u8; 8]), hex::encode([5u8; 8]));
+        proptest::prop_assert_eq!(
+            joined,
+            vec![
+                ("get_weather_0", Some(s4.as_str()), EffectStatus::Completed),
+                ("add_1", Some(s5.as_str()), EffectStatus::Completed),
+            ]
+        );
+        let snapshots = store.snapshots(&run_id).unwrap();
+        proptest::prop_assert_eq!(
+            snapshots.last().map(|s| (s.meta.state, s.meta.message_count)),
+            Some((crate::domain::SnapshotState::Complete, 4))
+        );
+    }
+}

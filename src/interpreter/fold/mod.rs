@@ -110,7 +110,7 @@ fn sorted(facts: &[SpanFact], kind: FactKind) -> Vec<&SpanFact> {
 pub fn derive(run_id: &str, facts: &[SpanFact], meta: &RunMeta) -> DerivedRun {
     // Joins of id-less tool spans depend on every fact of the run (a later call or tool span
     // can move them), so such runs are never appended to: no working state is kept for them.
-    let appendable = !facts.iter().any(super::call_join::missing);
+    let appendable = !super::call_join::needs_join(facts);
     let (facts, join_warnings) = &super::call_join::join(facts);
     let first = |pending: bool| {
         facts
