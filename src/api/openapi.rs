@@ -16,7 +16,7 @@ use utoipa::{IntoParams, IntoResponses, Modify, OpenApi, PartialSchema, ToSchema
 
 use crate::continuation::RepairedCall;
 use crate::domain::{
-    EffectStatus, EventKind, Run, RunStatus, SnapshotMeta, SnapshotSource, SnapshotState,
+    ContinuedFrom, EffectStatus, EventKind, LineageKind, Run, RunStatus, SnapshotMeta, SnapshotSource, SnapshotState,
     StepEvent, ToolEffect,
 };
 
@@ -35,7 +35,8 @@ use super::error::ErrorBody;
     security(("bearer" = [])),
     components(schemas(
         ErrorBody, Run, RunStatus, StepEvent, EventKind, ToolEffect, EffectStatus, SnapshotMeta,
-        SnapshotState, SnapshotSource, RepairedCall, ContinuationSnapshot, FormatName, MediaName, Flag
+        SnapshotState, SnapshotSource, RepairedCall, ContinuationSnapshot, FormatName, MediaName, Flag,
+        ContinuedFrom, LineageKind
     )),
     tags((name = "runs", description = "Run state derived from agent traces"))
 )]
@@ -129,6 +130,9 @@ pub struct RunsQuery {
     status: Option<RunStatus>,
     /// Runs of this trace (hex).
     trace_id: Option<String>,
+    /// Runs whose first model request starts from a stored snapshot of this run (continuations
+    /// and forks, found by content).
+    continued_from: Option<String>,
     /// Page size (default 100).
     #[param(minimum = 1, maximum = 1000)]
     limit: Option<u32>,

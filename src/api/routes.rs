@@ -242,6 +242,7 @@ async fn list_runs(
             "agent_name",
             "status",
             "trace_id",
+            "continued_from",
             "limit",
             "cursor",
         ],
@@ -277,6 +278,7 @@ async fn list_runs(
         agent_name: params.get("agent_name").cloned(),
         status: params.get("status").cloned(),
         trace_id: params.get("trace_id").cloned(),
+        continued_from: params.get("continued_from").cloned(),
     };
     let (runs, next) = blocking(&state, move |s| {
         Ok(s.list_runs(&filter, cursor.as_deref(), limit)?)

@@ -142,6 +142,8 @@ pub struct InterpreterConfig {
     pub limits: crate::limits::Limits,
     /// The byte budgets of the in-memory caches (`memory`).
     pub memory: super::limits::CacheBudgets,
+    /// Where a new run's source is looked for (`lineage_scope`).
+    pub lineage_scope: crate::domain::LineageScope,
 }
 
 impl Default for InterpreterConfig {
@@ -150,6 +152,7 @@ impl Default for InterpreterConfig {
             inactivity_timeout: Some(DEFAULT_INACTIVITY_TIMEOUT),
             limits: Default::default(),
             memory: Default::default(),
+            lineage_scope: Default::default(),
         }
     }
 }

@@ -85,6 +85,8 @@ pub(crate) struct RawSteplineProcessor {
     pub(crate) limits: Option<super::limits::RawLimits>,
     /// `memory`: the byte budgets of the in-memory caches.
     pub(crate) memory: Option<super::limits::RawMemory>,
+    /// `lineage_scope`: `conversation` (default), `service` or `off`.
+    pub(crate) lineage_scope: Option<Text>,
 }
 
 /// `processors.batch`: accepted for compatibility with Collector configs, without effect.

@@ -608,10 +608,24 @@ impl Validator {
                 let memory = validate_memory(raw.memory, &mut |key, message| {
                     self.problem(format!("{path}.memory.{key}"), message)
                 });
+                let lineage_scope = match raw.lineage_scope {
+                    None => Default::default(),
+                    Some(Text(text)) => match crate::domain::LineageScope::parse(&text) {
+                        Some(scope) => scope,
+                        None => {
+                            self.problem(
+                                format!("{path}.lineage_scope"),
+                                format!("must be conversation, service or off, not {text:?}"),
+                            );
+                            return None;
+                        }
+                    },
+                };
                 Some(ProcessorSettings::Stepline(InterpreterConfig {
                     inactivity_timeout,
                     limits: limits?,
                     memory: memory?,
+                    lineage_scope,
                 }))
             }
             _ => {

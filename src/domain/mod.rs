@@ -14,6 +14,6 @@ pub use effect::{EffectOutcome, EffectStatus, ToolEffect};
 pub use event::{EventKind, StepEvent};
 pub use history::{ChainIds, ChainRef, HistoryNode, NodeId, NODE_ID_BYTES};
 pub use message::{MessageHash, MessageRef, MessageShape, MESSAGE_HASH_BYTES};
-pub use run::{Run, RunStatus};
+pub use run::{ContinuedFrom, LineageKind, LineageScope, Run, RunStatus};
 pub use snapshot::{SnapshotMeta, SnapshotRecord, SnapshotSource, SnapshotState};
 pub use time::{format_timestamp, Nanos};

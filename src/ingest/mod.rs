@@ -311,19 +311,22 @@ impl Ingest {
                 let mut out = Vec::new();
                 let (mut total, mut invalid) = (0u64, 0u64);
                 let mut over = OverLimits::default();
-                for span in request
-                    .resource_spans
-                    .iter()
-                    .flat_map(|r| &r.scope_spans)
-                    .flat_map(|s| &s.spans)
-                {
+                for (resource, span) in request.resource_spans.iter().flat_map(|r| {
+                    r.scope_spans
+                        .iter()
+                        .flat_map(|s| &s.spans)
+                        .map(move |span| (r.resource.as_ref(), span))
+                }) {
                     total += 1;
                     if span.trace_id.len() != 16 || span.span_id.len() != 8 {
                         invalid += 1;
                         continue;
                     }
                     match interpret_span_with(span, &memo, &limits) {
-                        Ok(i) => out.push(i),
+                        Ok(mut i) => {
+                            apply::note_service(&mut i.fact, resource);
+                            out.push(i)
+                        }
                         Err(reason) => over.note(reason),
                     }
                 }

@@ -50,6 +50,8 @@ pub mod cf {
     pub const MODEL_REQUESTS: Cf = Cf::ModelRequests;
     /// [`Cf::Damaged`].
     pub const DAMAGED: Cf = Cf::Damaged;
+    /// [`Cf::Lineage`].
+    pub const LINEAGE: Cf = Cf::Lineage;
     /// All column families besides `default` ([`Cf::Meta`]).
     pub const ALL: &[Cf] = &Cf::NAMED;
 }
@@ -143,6 +145,8 @@ pub struct RunFilter {
     pub status: Option<String>,
     /// `trace_id=`
     pub trace_id: Option<String>,
+    /// `continued_from=`: runs whose first request starts from a snapshot of this run.
+    pub continued_from: Option<String>,
 }
 
 impl RunFilter {
@@ -156,11 +160,16 @@ impl RunFilter {
             && eq(&self.agent_name, run.agent_name.as_deref())
             && eq(&self.status, Some(run.status.as_str()))
             && eq(&self.trace_id, Some(run.trace_id.as_str()))
+            && eq(
+                &self.continued_from,
+                run.continued_from.as_ref().map(|c| c.run_id.as_str()),
+            )
     }
 
     /// The most selective index to scan: its tag and value (`t` and empty for all runs).
     pub fn index(&self) -> (u8, &str) {
         let pick = [
+            (CONTINUED_FROM_TAG, &self.continued_from),
             (b'c', &self.conversation_id),
             (b'p', &self.parent_run_id),
             (b'r', &self.trace_id),
@@ -172,6 +181,10 @@ impl RunFilter {
             .unwrap_or((b't', ""))
     }
 }
+
+/// The index tag of runs by the run they continue (written by the lineage index, not by
+/// [`index_keys`]: the link is found by content, not kept in the run record).
+pub const CONTINUED_FROM_TAG: u8 = b'f';
 
 /// The prefix of an index: `tag \0 value \0`.
 pub fn index_prefix(tag: u8, value: &str) -> Vec<u8> {

@@ -123,5 +123,6 @@ pub(super) fn record(p: Parts<'_, '_>) -> Run {
         continuation_unavailable,
         warnings,
         started_ns,
+        continued_from: None,
     }
 }
