@@ -109,6 +109,15 @@ impl History {
             .find_map(|p| p.sent_at.get(hash).copied())
     }
 
+    /// The framework's id of the run the message at `index` was made in: the earliest continued
+    /// run whose history holds it, else this run.
+    pub fn run_alias_at(&self, index: usize) -> Option<&str> {
+        match self.ancestors.iter().rev().find(|a| index < a.upto) {
+            Some(a) => a.alias.as_deref(),
+            None => self.run.aliases.first().map(String::as_str),
+        }
+    }
+
     /// The system instructions in force when the message at `index` was sent: those of the
     /// earliest continued run whose history holds it, else the snapshot's.
     pub fn instructions_at(&self, index: usize) -> Option<&Value> {

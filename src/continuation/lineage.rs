@@ -18,6 +18,9 @@ const MAX_ANCESTORS: usize = 32;
 pub struct Ancestor {
     /// The source run.
     pub run_id: String,
+    /// The source's first alias (the framework's run id: Pydantic AI stamps it on the messages
+    /// that run made).
+    pub alias: Option<String>,
     /// The messages `0..upto` of the history are the source's snapshot.
     pub upto: usize,
     /// The system instructions in force at that snapshot (array of parts).
@@ -74,8 +77,12 @@ pub fn ancestors(
             Arc::default()
         };
         let next = store.lineage_link(&source.run_id)?;
+        let alias = store
+            .run_record(&source.run_id)?
+            .and_then(|r| r.aliases.into_iter().next());
         out.push(Ancestor {
             run_id: source.run_id,
+            alias,
             upto: len,
             instructions,
             provenance,

@@ -15,18 +15,19 @@ use crate::obj;
 
 /// What every message of the run carries besides its parts.
 struct Common<'h> {
-    run_alias: Option<&'h str>,
+    history: &'h History,
     conversation: Option<&'h str>,
 }
 
 impl<'h> Common<'h> {
     /// Adds `instructions` (requests only: those in force when the request was sent), `run_id`
-    /// and `conversation_id` to a message.
-    fn stamp(&self, message: &mut Out<'h>, request: Option<Option<String>>) {
-        if let Some(instructions) = request {
+    /// (of the run the message at `index` was made in) and `conversation_id` to a message.
+    fn stamp(&self, message: &mut Out<'h>, index: usize, request: bool) {
+        if request {
+            let instructions = instructions_text(self.history.instructions_at(index));
             message.set("instructions", instructions);
         }
-        if let Some(id) = self.run_alias {
+        if let Some(id) = self.history.run_alias_at(index) {
             message.set("run_id", id);
         }
         if let Some(c) = self.conversation {
@@ -39,7 +40,7 @@ impl<'h> Common<'h> {
 pub fn render<'h>(history: &'h History) -> (Fields<'h>, Vec<String>) {
     let mut warnings = Vec::new();
     let common = Common {
-        run_alias: history.run.aliases.first().map(String::as_str),
+        history,
         conversation: history.run.conversation_id.as_deref(),
     };
     let fallback_ns = history.models().last().map(|m| m.end_ns).unwrap_or(0);
@@ -56,7 +57,7 @@ pub fn render<'h>(history: &'h History) -> (Fields<'h>, Vec<String>) {
                 "parts" => parts,
                 "timestamp" => format_timestamp(at),
             };
-            common.stamp(&mut m, Some(instructions_text(history.instructions_at(first))));
+            common.stamp(&mut m, first, true);
             out.push(m);
         }
     };
@@ -75,7 +76,7 @@ pub fn render<'h>(history: &'h History) -> (Fields<'h>, Vec<String>) {
         if role == "assistant" {
             flush(&mut request, &mut out);
             let mut m = response(history, hash, parts, index, &mut warnings, fallback_ns);
-            common.stamp(&mut m, None);
+            common.stamp(&mut m, index, false);
             out.push(m);
             continue;
         }
