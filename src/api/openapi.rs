@@ -16,8 +16,8 @@ use utoipa::{IntoParams, IntoResponses, Modify, OpenApi, PartialSchema, ToSchema
 
 use crate::continuation::RepairedCall;
 use crate::domain::{
-    ContinuedFrom, EffectStatus, EventKind, LineageKind, Run, RunStatus, SnapshotMeta, SnapshotSource, SnapshotState,
-    StepEvent, ToolEffect,
+    ContinuedFrom, EffectStatus, EventKind, LineageKind, Run, RunStatus, SnapshotMeta,
+    SnapshotSource, SnapshotState, StepEvent, ToolEffect,
 };
 
 use super::error::ErrorBody;

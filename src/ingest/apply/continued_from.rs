@@ -109,7 +109,7 @@ fn service_of(
         .min_by_key(|f| (f.start_ns, &f.span_id))
         .and_then(|f| f.service.clone());
     match named {
-        Some(name) if known.as_ref() != Some(&name) && known.is_none() => {
+        Some(name) if known.is_none() => {
             batch.put_lineage_service(run_id, &name)?;
             group.services.insert(run_id.to_string(), name.clone());
             Ok(Some(name))

@@ -308,3 +308,94 @@ fn scopes_keep_conversations_apart_and_off_links_nothing() {
         assert_eq!(link(&store, 2).is_some(), linked, "{scope:?}");
     }
 }
+
+/// What the index costs the writer: runs applied one span per commit, with lineage looked for
+/// and without. Run with `cargo test --release --lib lineage_overhead -- --ignored --nocapture`.
+#[test]
+#[ignore]
+fn lineage_overhead() {
+    // A conversation of `turns` runs, each continuing the one before with `steps` requests.
+    fn conversation(turns: u8, steps: usize) -> Vec<Vec<Span>> {
+        let mut history = Vec::new();
+        let mut out = Vec::new();
+        for t in 0..turns {
+            let mut requests = Vec::new();
+            for s in 0..steps {
+                history.push(text("user", &format!("question {t}.{s}")));
+                let answer = text("assistant", &format!("answer {t}.{s}"));
+                requests.push((history.clone(), answer.clone()));
+                history.push(answer);
+            }
+            out.push(run(t + 1, 1_000 * (u64::from(t) + 1), Some("c"), &requests));
+        }
+        out
+    }
+    let runs = conversation(60, 8);
+    for scope in [LineageScope::Off, LineageScope::Conversation] {
+        let mut best = f64::MAX;
+        for _ in 0..3 {
+            let store = Store::in_memory();
+            store.set_lineage_scope(scope);
+            let start = std::time::Instant::now();
+            for spans in &runs {
+                for span in spans {
+                    apply(&store, std::slice::from_ref(span));
+                }
+            }
+            best = best.min(start.elapsed().as_secs_f64());
+            if scope == LineageScope::Conversation {
+                assert_eq!(
+                    link(&store, 60).map(|l| (l.run_id, l.kind)),
+                    Some((id(59), LineageKind::Continuation))
+                );
+            }
+        }
+        let spans: usize = runs.iter().map(Vec::len).sum();
+        println!(
+            "lineage {scope:?}: {spans} spans (60 runs x 8 requests, histories up to 960 messages) in {:.1} ms, {:.1} us/span",
+            best * 1e3,
+            best * 1e6 / spans as f64
+        );
+    }
+}
+
+#[test]
+fn the_first_request_decides_whichever_of_a_runs_requests_arrives_first() {
+    let (u1, a1) = (text("user", "hi"), text("assistant", "hello"));
+    let source = run(1, 100, None, &[(vec![u1.clone()], a1.clone())]);
+    let first = vec![u1, a1, text("user", "more")];
+    let second = [
+        first.clone(),
+        vec![text("assistant", "sure"), text("user", "again")],
+    ]
+    .concat();
+    let continued = run(
+        2,
+        1_000,
+        None,
+        &[
+            (first, text("assistant", "sure")),
+            (second, text("assistant", "ok")),
+        ],
+    );
+    for order in [[0usize, 1, 2], [1, 0, 2], [2, 1, 0]] {
+        let store = Store::in_memory();
+        apply(&store, &source);
+        for n in order {
+            apply(&store, std::slice::from_ref(&continued[n]));
+        }
+        let link = store.lineage_link(&id(2)).unwrap().unwrap();
+        assert_eq!(link.first_start, 1_010, "order {order:?}");
+        assert_eq!(link.source.map(|s| (s.run_id, s.len)), Some((id(1), 2)));
+        assert_eq!(
+            store
+                .run(&id(2))
+                .unwrap()
+                .unwrap()
+                .continued_from
+                .map(|c| c.kind),
+            Some(LineageKind::Continuation),
+            "order {order:?}"
+        );
+    }
+}

@@ -193,7 +193,7 @@ pub fn apply_group(store: &Store, works: &[Work], now_ns: u64) -> Result<Vec<App
             run_id,
             now_ns,
         )
-            .map_err(|e| e.in_run(run_id, None))?;
+        .map_err(|e| e.in_run(run_id, None))?;
     }
     store.commit_runs(batch, &dirty)?;
     store.note_alias_conflicts(claims.conflicts());
