@@ -66,6 +66,7 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
     crate::interpreter::prefix_memo::set_default_budget(budgets.prefix_memo);
     store.set_history_cache_budget(budgets.history);
     store.set_chain_cache_budget(budgets.chain);
+    store.set_lineage_scope(config.interpreter.lineage_scope);
     let ingest = Arc::new(
         Ingest::new(store.clone(), outbox.clone())
             .with_media(media.clone())

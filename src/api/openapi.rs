@@ -16,8 +16,8 @@ use utoipa::{IntoParams, IntoResponses, Modify, OpenApi, PartialSchema, ToSchema
 
 use crate::continuation::RepairedCall;
 use crate::domain::{
-    EffectStatus, EventKind, Run, RunStatus, SnapshotMeta, SnapshotSource, SnapshotState,
-    StepEvent, ToolEffect,
+    ContinuedFrom, EffectStatus, EventKind, LineageKind, Run, RunStatus, SnapshotMeta,
+    SnapshotSource, SnapshotState, StepEvent, ToolEffect,
 };
 
 use super::error::ErrorBody;
@@ -35,7 +35,8 @@ use super::error::ErrorBody;
     security(("bearer" = [])),
     components(schemas(
         ErrorBody, Run, RunStatus, StepEvent, EventKind, ToolEffect, EffectStatus, SnapshotMeta,
-        SnapshotState, SnapshotSource, RepairedCall, ContinuationSnapshot, FormatName, MediaName, Flag
+        SnapshotState, SnapshotSource, RepairedCall, ContinuationSnapshot, FormatName, MediaName, Flag,
+        ContinuedFrom, LineageKind
     )),
     tags((name = "runs", description = "Run state derived from agent traces"))
 )]
@@ -138,6 +139,9 @@ pub struct RunsQuery {
     /// and still have a `next_cursor`.
     #[param(minimum = 0, maximum = 4294967295_u64)]
     min_tool_calls: Option<u32>,
+    /// Runs whose first model request starts from a stored snapshot of this run (continuations
+    /// and forks, found by content).
+    continued_from: Option<String>,
     /// Page size (default 100).
     #[param(minimum = 1, maximum = 1000)]
     limit: Option<u32>,

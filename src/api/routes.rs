@@ -249,6 +249,7 @@ async fn list_runs(
             "trace_id",
             "min_tool_calls",
             "attr.<key>",
+            "continued_from",
             "limit",
             "cursor",
         ],
@@ -286,6 +287,7 @@ async fn list_runs(
         trace_id: params.get("trace_id").cloned(),
         attributes: run_filters::attributes(&attributes)?,
         min_tool_calls: run_filters::min_tool_calls(&params)?,
+        continued_from: params.get("continued_from").cloned(),
     };
     let (runs, next) = blocking(&state, move |s| {
         Ok(s.list_runs(&filter, cursor.as_deref(), limit)?)

@@ -257,6 +257,34 @@ service:
     }
 
     #[test]
+    fn lineage_scope_is_read_and_checked() {
+        use crate::domain::LineageScope;
+        assert_eq!(
+            load(MINIMAL).unwrap().interpreter.lineage_scope,
+            LineageScope::Conversation
+        );
+        for (text, scope) in [
+            ("conversation", LineageScope::Conversation),
+            ("service", LineageScope::Service),
+            ("off", LineageScope::Off),
+        ] {
+            let config = load(&format!(
+                "{MINIMAL}processors:\n  stepline:\n    lineage_scope: {text}\n"
+            ))
+            .unwrap();
+            assert_eq!(config.interpreter.lineage_scope, scope);
+        }
+        let lines = error_lines(&format!(
+            "{MINIMAL}processors:\n  stepline:\n    lineage_scope: trace\n"
+        ));
+        assert_has(
+            &lines,
+            "collector.yaml: processors.stepline.lineage_scope: must be conversation, service or \
+             off, not \"trace\"",
+        );
+    }
+
+    #[test]
     fn unreferenced_single_instances_are_still_used() {
         // Not listed in service.extensions / not in a pipeline: still the one configured.
         let config = load(&format!(

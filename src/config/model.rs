@@ -145,6 +145,8 @@ pub struct InterpreterConfig {
     /// The attribute keys of a run's trigger and attributes (`trigger`, `run_attributes`);
     /// shared, as the interpreter tasks read it.
     pub run_info: std::sync::Arc<crate::domain::RunInfoKeys>,
+    /// Where a new run's source is looked for (`lineage_scope`).
+    pub lineage_scope: crate::domain::LineageScope,
 }
 
 impl Default for InterpreterConfig {
@@ -154,6 +156,7 @@ impl Default for InterpreterConfig {
             limits: Default::default(),
             memory: Default::default(),
             run_info: Default::default(),
+            lineage_scope: Default::default(),
         }
     }
 }

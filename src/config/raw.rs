@@ -89,6 +89,8 @@ pub(crate) struct RawSteplineProcessor {
     pub(crate) trigger: Option<super::run_info::RawTrigger>,
     /// `run_attributes`: attribute keys copied onto the run record.
     pub(crate) run_attributes: Option<Vec<Text>>,
+    /// `lineage_scope`: `conversation` (default), `service` or `off`.
+    pub(crate) lineage_scope: Option<Text>,
 }
 
 /// `processors.batch`: accepted for compatibility with Collector configs, without effect.

@@ -613,11 +613,25 @@ impl Validator {
                     raw.run_attributes,
                     &mut |key, message| self.problem(format!("{path}.{key}"), message),
                 );
+                let lineage_scope = match raw.lineage_scope {
+                    None => Default::default(),
+                    Some(Text(text)) => match crate::domain::LineageScope::parse(&text) {
+                        Some(scope) => scope,
+                        None => {
+                            self.problem(
+                                format!("{path}.lineage_scope"),
+                                format!("must be conversation, service or off, not {text:?}"),
+                            );
+                            return None;
+                        }
+                    },
+                };
                 Some(ProcessorSettings::Stepline(InterpreterConfig {
                     inactivity_timeout,
                     limits: limits?,
                     memory: memory?,
                     run_info: std::sync::Arc::new(run_info?),
+                    lineage_scope,
                 }))
             }
             _ => {

@@ -5,6 +5,7 @@ use std::sync::Arc;
 use serde_json::Value;
 
 use super::context::{ContextCache, Effects, Provenance};
+pub use super::lineage::Ancestor;
 use crate::domain::{MessageHash, Run, SnapshotRecord, SnapshotState, ToolEffect};
 use crate::media::MediaError;
 use crate::records::ModelRequestRecord;
@@ -83,18 +84,50 @@ pub struct History {
     /// Which model request sent and produced each message (empty unless
     /// [`Selector::provenance`] asked for it).
     pub provenance: Arc<Provenance>,
+    /// The runs this run continues (see [`super::lineage`]), nearest first: what their records
+    /// say of the messages they sent and produced, which this run's own telemetry does not carry.
+    pub ancestors: Vec<Ancestor>,
 }
 
 impl History {
-    /// The model request whose output contains the message, if any.
+    /// The model request whose output contains the message, if any: the run's own, else the
+    /// nearest continued run's.
     pub fn producer_of(&self, hash: &MessageHash) -> Option<&ModelRequestRecord> {
-        let p = &self.provenance;
-        p.produced_by.get(hash).and_then(|&i| p.models.get(i))
+        std::iter::once(&self.provenance)
+            .chain(self.ancestors.iter().map(|a| &a.provenance))
+            .find_map(|p| p.produced_by.get(hash).and_then(|&i| p.models.get(i)))
     }
 
-    /// Start of the first model request whose input contains the message, if any.
+    /// Start of the first model request whose input contains the message, if any (the
+    /// earliest continued run that sent it first).
     pub fn first_sent(&self, hash: &MessageHash) -> Option<u64> {
-        self.provenance.sent_at.get(hash).copied()
+        self.ancestors
+            .iter()
+            .rev()
+            .map(|a| &a.provenance)
+            .chain(std::iter::once(&self.provenance))
+            .find_map(|p| p.sent_at.get(hash).copied())
+    }
+
+    /// The framework's id of the run the message at `index` was made in: the earliest continued
+    /// run whose history holds it, else this run.
+    pub fn run_alias_at(&self, index: usize) -> Option<&str> {
+        match self.ancestors.iter().rev().find(|a| index < a.upto) {
+            Some(a) => a.alias.as_deref(),
+            None => self.run.aliases.first().map(String::as_str),
+        }
+    }
+
+    /// The system instructions in force when the message at `index` was sent: those of the
+    /// earliest continued run whose history holds it, else the snapshot's.
+    pub fn instructions_at(&self, index: usize) -> Option<&Value> {
+        self.ancestors
+            .iter()
+            .rev()
+            .find(|a| index < a.upto)
+            .map_or(self.system_instructions.as_ref(), |a| {
+                a.instructions.as_ref()
+            })
     }
 
     /// The run's model requests, in start order (empty without provenance).
@@ -146,6 +179,13 @@ pub fn load(
         None => None,
     };
     let context = contexts.get(store, &run.run_id, revision, selector.provenance)?;
+    let ancestors = super::lineage::ancestors(
+        store,
+        contexts,
+        &run.run_id,
+        &resolved.hashes,
+        selector.provenance,
+    )?;
     Ok(History {
         run,
         snapshot: chosen,
@@ -155,5 +195,6 @@ pub fn load(
         effects: context.effects,
         unresolved: context.unresolved,
         provenance: context.provenance.unwrap_or_default(),
+        ancestors,
     })
 }

@@ -7,6 +7,7 @@ mod context;
 mod gemini;
 mod history;
 mod json_writer;
+mod lineage;
 mod openai_chat;
 mod openai_responses;
 mod otel;
@@ -143,6 +144,7 @@ mod tests {
             effects: Default::default(),
             unresolved: Arc::from(Vec::new()),
             provenance: Default::default(),
+            ancestors: Vec::new(),
         }
     }
 

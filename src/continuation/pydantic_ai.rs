@@ -15,18 +15,19 @@ use crate::obj;
 
 /// What every message of the run carries besides its parts.
 struct Common<'h> {
-    instructions: Option<String>,
-    run_alias: Option<&'h str>,
+    history: &'h History,
     conversation: Option<&'h str>,
 }
 
 impl<'h> Common<'h> {
-    /// Adds `instructions` (requests only), `run_id` and `conversation_id` to a message.
-    fn stamp(&self, message: &mut Out<'h>, request: bool) {
+    /// Adds `instructions` (requests only: those in force when the request was sent), `run_id`
+    /// (of the run the message at `index` was made in) and `conversation_id` to a message.
+    fn stamp(&self, message: &mut Out<'h>, index: usize, request: bool) {
         if request {
-            message.set("instructions", self.instructions.clone());
+            let instructions = instructions_text(self.history.instructions_at(index));
+            message.set("instructions", instructions);
         }
-        if let Some(id) = self.run_alias {
+        if let Some(id) = self.history.run_alias_at(index) {
             message.set("run_id", id);
         }
         if let Some(c) = self.conversation {
@@ -39,8 +40,7 @@ impl<'h> Common<'h> {
 pub fn render<'h>(history: &'h History) -> (Fields<'h>, Vec<String>) {
     let mut warnings = Vec::new();
     let common = Common {
-        instructions: instructions_text(history.system_instructions.as_ref()),
-        run_alias: history.run.aliases.first().map(String::as_str),
+        history,
         conversation: history.run.conversation_id.as_deref(),
     };
     let fallback_ns = history.models().last().map(|m| m.end_ns).unwrap_or(0);
@@ -48,15 +48,16 @@ pub fn render<'h>(history: &'h History) -> (Fields<'h>, Vec<String>) {
     let mut seen_returns: FxHashMap<&str, usize> = FxHashMap::default();
 
     let mut out: Vec<Out> = Vec::new();
-    let mut request: Option<(Vec<Out>, u64)> = None;
-    let flush = |request: &mut Option<(Vec<Out<'h>>, u64)>, out: &mut Vec<Out<'h>>| {
-        if let Some((parts, at)) = request.take() {
+    // A request's parts, its time and the index of its first message.
+    let mut request: Option<(Vec<Out>, u64, usize)> = None;
+    let flush = |request: &mut Option<(Vec<Out<'h>>, u64, usize)>, out: &mut Vec<Out<'h>>| {
+        if let Some((parts, at, first)) = request.take() {
             let mut m = obj! {
                 "kind" => "request",
                 "parts" => parts,
                 "timestamp" => format_timestamp(at),
             };
-            common.stamp(&mut m, true);
+            common.stamp(&mut m, first, true);
             out.push(m);
         }
     };
@@ -75,13 +76,13 @@ pub fn render<'h>(history: &'h History) -> (Fields<'h>, Vec<String>) {
         if role == "assistant" {
             flush(&mut request, &mut out);
             let mut m = response(history, hash, parts, index, &mut warnings, fallback_ns);
-            common.stamp(&mut m, false);
+            common.stamp(&mut m, index, false);
             out.push(m);
             continue;
         }
         let at = history.first_sent(hash).unwrap_or(fallback_ns);
         let stamp = format_timestamp(at);
-        let (parts_out, _) = request.get_or_insert_with(|| (Vec::new(), at));
+        let (parts_out, _, _) = request.get_or_insert_with(|| (Vec::new(), at, index));
         // A user message with media was one multimodal user prompt (a list of text and media).
         let multimodal = role == "user"
             && parts

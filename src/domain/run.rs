@@ -109,4 +109,55 @@ pub struct Run {
     /// The ledger entries by how they ended (adds up to `tool_call_count`).
     #[serde(default)]
     pub tool_calls_by_status: ToolCallCounts,
+    /// The stored snapshot of another run this run's first model request starts from (found by
+    /// content when the run is read; never stored in the run record).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub continued_from: Option<ContinuedFrom>,
+}
+
+/// Whether a run continues a snapshot or forks from it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum LineageKind {
+    /// The source's latest snapshot, continued by no run that started earlier.
+    Continuation,
+    /// An earlier snapshot of the source, or one another run continued first.
+    Fork,
+}
+
+/// The snapshot of another run a run starts from: its first model request begins with that
+/// snapshot's exact history.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct ContinuedFrom {
+    /// The source run.
+    pub run_id: String,
+    /// The source's snapshot (the last one with that history).
+    pub snapshot_seq: u32,
+    /// Continuation or fork.
+    pub kind: LineageKind,
+}
+
+/// Where runs are looked for when a new run may continue one
+/// (`processors.stepline.lineage_scope`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum LineageScope {
+    /// Runs of the same conversation; runs without a conversation id: of the same service.
+    #[default]
+    Conversation,
+    /// Runs of the same service (`service.name`), whatever their conversation.
+    Service,
+    /// No lineage is looked for.
+    Off,
+}
+
+impl LineageScope {
+    /// Parses the configuration value (`conversation`, `service`, `off`).
+    pub fn parse(text: &str) -> Option<Self> {
+        match text {
+            "conversation" => Some(Self::Conversation),
+            "service" => Some(Self::Service),
+            "off" => Some(Self::Off),
+            _ => None,
+        }
+    }
 }

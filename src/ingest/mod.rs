@@ -342,6 +342,7 @@ impl Ingest {
                         match interpret_span_with(span, &memo, &limits) {
                             Ok(mut i) => {
                                 note_run_info(&mut i, &run_info, &resource, &span.attributes);
+                                apply::note_service(&mut i.fact, resource_spans.resource.as_ref());
                                 out.push(i)
                             }
                             Err(reason) => over.note(reason),

@@ -49,6 +49,10 @@ pub struct SpanFact {
     pub agent_call_id: Option<String>,
     /// `gen_ai.conversation.id`.
     pub conversation_id: Option<String>,
+    /// The resource's `service.name` (model requests only: where lineage is looked for when
+    /// the run has no conversation id).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub service: Option<String>,
     /// Model request input history (shared: consecutive requests of a run mostly repeat the
     /// same long history, which the interpreter's memo hands out without copying it).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -165,6 +169,7 @@ impl StoredFact {
             agent_name,
             agent_call_id,
             conversation_id,
+            service,
             input: _,
             output,
             tool_return_form,
@@ -197,6 +202,7 @@ impl StoredFact {
         stored.agent_name = agent_name.clone();
         stored.agent_call_id = agent_call_id.clone();
         stored.conversation_id = conversation_id.clone();
+        stored.service = service.clone();
         stored.output = output.clone();
         stored.tool_return_form = *tool_return_form;
         stored.system_instructions = system_instructions.clone();
@@ -282,6 +288,7 @@ impl SpanFact {
             agent_name: None,
             agent_call_id: None,
             conversation_id: None,
+            service: None,
             input: None,
             output: None,
             tool_return_form: None,

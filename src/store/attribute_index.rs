@@ -67,6 +67,7 @@ mod tests {
             tool_time_ms: 0,
             model_time_ms: 0,
             tool_calls_by_status: Default::default(),
+            continued_from: None,
         }
     }
 

@@ -50,11 +50,13 @@ pub enum Cf {
     ModelRequests,
     /// run_id → why the run's records could not be read (UTF-8 text; see `store::damage`).
     Damaged,
+    /// The lineage index of continued and forked runs (see `store::lineage_index`).
+    Lineage,
 }
 
 impl Cf {
     /// Every named column family (all but [`Cf::Meta`]), in the order they are opened.
-    pub const NAMED: [Cf; 20] = [
+    pub const NAMED: [Cf; 21] = [
         Cf::Runs,
         Cf::Events,
         Cf::Snapshots,
@@ -75,10 +77,11 @@ impl Cf {
         Cf::RunKeys,
         Cf::ModelRequests,
         Cf::Damaged,
+        Cf::Lineage,
     ];
 
     /// Every column family, in declaration order ([`Cf::Meta`] first).
-    pub const EVERY: [Cf; 21] = [
+    pub const EVERY: [Cf; 22] = [
         Cf::Meta,
         Cf::Runs,
         Cf::Events,
@@ -100,6 +103,7 @@ impl Cf {
         Cf::SpanLogs,
         Cf::ModelRequests,
         Cf::Damaged,
+        Cf::Lineage,
     ];
 
     /// The column family's name in the database (unchanged since the string names).
@@ -126,6 +130,7 @@ impl Cf {
             Cf::SpanLogs => "span_logs",
             Cf::ModelRequests => "model_requests",
             Cf::Damaged => "damaged",
+            Cf::Lineage => "lineage",
         }
     }
 

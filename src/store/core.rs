@@ -3,7 +3,7 @@
 //! build on. Opening is in `store::open`; the domain reads and writes are in the modules named
 //! after what they read and write.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
 use std::sync::Mutex;
 
 use serde::de::DeserializeOwned;
@@ -39,6 +39,8 @@ pub struct Store {
     pub(super) recent: Mutex<RecentWrites>,
     /// Claims of an alias another run owns, refused since opening (see [`super::aliases`]).
     pub(super) alias_conflicts: AtomicU64,
+    /// Where lineage is looked for (see `store::lineage_index`).
+    pub(super) lineage_mode: AtomicU8,
 }
 
 /// A set of writes committed atomically by [`Store::commit`].
@@ -130,6 +132,7 @@ impl Store {
             run_keys: Mutex::new(Default::default()),
             recent: Mutex::new(Default::default()),
             alias_conflicts: AtomicU64::new(0),
+            lineage_mode: AtomicU8::new(0),
         }
     }
 

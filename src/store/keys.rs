@@ -50,6 +50,8 @@ pub mod cf {
     pub const MODEL_REQUESTS: Cf = Cf::ModelRequests;
     /// [`Cf::Damaged`].
     pub const DAMAGED: Cf = Cf::Damaged;
+    /// [`Cf::Lineage`].
+    pub const LINEAGE: Cf = Cf::Lineage;
     /// All column families besides `default` ([`Cf::Meta`]).
     pub const ALL: &[Cf] = &Cf::NAMED;
 }
@@ -147,6 +149,8 @@ pub struct RunFilter {
     pub attributes: Vec<(String, String)>,
     /// `min_tool_calls=`: at least this many ledger entries.
     pub min_tool_calls: Option<u32>,
+    /// `continued_from=`: runs whose first request starts from a snapshot of this run.
+    pub continued_from: Option<String>,
 }
 
 impl RunFilter {
@@ -165,6 +169,10 @@ impl RunFilter {
                 .iter()
                 .all(|(k, v)| run.attributes.get(k) == Some(v))
             && self.min_tool_calls.is_none_or(|n| run.tool_call_count >= n)
+            && eq(
+                &self.continued_from,
+                run.continued_from.as_ref().map(|c| c.run_id.as_str()),
+            )
     }
 
     /// True when a filter no index serves is set (`min_tool_calls`): a page then scans at
@@ -176,7 +184,10 @@ impl RunFilter {
     /// The prefix of the most selective index to scan: a conversation, parent, trace, the
     /// first attribute, an agent, a status, else every run.
     pub fn scan_prefix(&self) -> Vec<u8> {
-        if self.conversation_id.is_none() && self.parent_run_id.is_none() && self.trace_id.is_none()
+        if self.continued_from.is_none()
+            && self.conversation_id.is_none()
+            && self.parent_run_id.is_none()
+            && self.trace_id.is_none()
         {
             if let Some((k, v)) = self.attributes.first() {
                 return super::attribute_index::attribute_prefix(k, v);
@@ -189,6 +200,7 @@ impl RunFilter {
     /// The most selective index to scan: its tag and value (`t` and empty for all runs).
     pub fn index(&self) -> (u8, &str) {
         let pick = [
+            (CONTINUED_FROM_TAG, &self.continued_from),
             (b'c', &self.conversation_id),
             (b'p', &self.parent_run_id),
             (b'r', &self.trace_id),
@@ -200,6 +212,10 @@ impl RunFilter {
             .unwrap_or((b't', ""))
     }
 }
+
+/// The index tag of runs by the run they continue (written by the lineage index, not by
+/// [`index_keys`]: the link is found by content, not kept in the run record).
+pub const CONTINUED_FROM_TAG: u8 = b'f';
 
 /// The prefix of an index: `tag \0 value \0`.
 pub fn index_prefix(tag: u8, value: &str) -> Vec<u8> {

@@ -85,6 +85,7 @@ fn check(cf: Cf, key: &[u8], value: &[u8]) -> Result<(), String> {
         Cf::RunKeys => sized(value, 8),
         Cf::Aliases | Cf::SpanRuns | Cf::GroupSpans | Cf::Damaged => text(value),
         Cf::RunIndex | Cf::PendingParents => empty(value),
+        Cf::Lineage => super::lineage_index::check_record(key, value),
     }
 }
 

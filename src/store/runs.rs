@@ -28,6 +28,7 @@ impl Store {
                 if let Some(reason) = damage {
                     run.warnings.push(damage::warning(&reason));
                 }
+                run.continued_from = self.continued_from(run_id)?;
                 Ok(Some(run))
             }
             Ok(None) => Ok(None),

@@ -272,6 +272,7 @@ fn run(id: &str, started_ns: u64) -> Run {
         tool_time_ms: 0,
         model_time_ms: 0,
         tool_calls_by_status: Default::default(),
+        continued_from: None,
     }
 }
 

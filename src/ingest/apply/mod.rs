@@ -16,6 +16,9 @@
 //! - [`span_runs`]: the span→run block of a request's outbox entry.
 
 mod abandon;
+mod continued_from;
+#[cfg(test)]
+mod continued_from_tests;
 mod facts;
 mod lineage;
 mod logs;
@@ -32,6 +35,8 @@ use crate::store::{AliasClaims, Store, StoreError, WriteBatch};
 
 pub use request::{AbandonOutcome, Applied, PrunedLogs, Stored, SweepOutcome, Work};
 pub use span_runs::run_block_bound;
+
+pub(super) use continued_from::note_service;
 
 use lineage::{Groups, Links, SpanRuns};
 use span_runs::SpanRunList;
@@ -55,6 +60,7 @@ pub fn apply_group(store: &Store, works: &[Work], now_ns: u64) -> Result<Vec<App
     let mut batch = store.batch();
     let mut runs = Runs::new();
     let mut claims = AliasClaims::default();
+    let mut lineage = continued_from::Group::default();
 
     // Log records first, so a span of this group finds the logs sent with it.
     let logs = logs::put_logs(
@@ -178,8 +184,16 @@ pub fn apply_group(store: &Store, works: &[Work], now_ns: u64) -> Result<Vec<App
     dirty.sort_unstable();
     let dirty: Vec<String> = dirty.into_iter().map(|(_, id)| id).collect();
     for run_id in &dirty {
-        persist::write_run(store, &mut batch, &mut runs, &mut claims, run_id, now_ns)
-            .map_err(|e| e.in_run(run_id, None))?;
+        persist::write_run(
+            store,
+            &mut batch,
+            &mut runs,
+            &mut claims,
+            &mut lineage,
+            run_id,
+            now_ns,
+        )
+        .map_err(|e| e.in_run(run_id, None))?;
     }
     store.commit_runs(batch, &dirty)?;
     store.note_alias_conflicts(claims.conflicts());

@@ -9,6 +9,7 @@ use crate::interpreter::{append, derive, NewFact, SpanFact};
 use crate::store::keys::{self, cf};
 use crate::store::{conflict_warning, AliasClaims, Store, StoreError, WriteBatch};
 
+use super::continued_from::{self, Written};
 use super::work_set::{load, load_full, Runs};
 
 /// Writes what the group changed in a run: incrementally when its new facts extend it (see
@@ -18,12 +19,13 @@ pub(super) fn write_run(
     batch: &mut WriteBatch<'_>,
     runs: &mut Runs,
     claims: &mut AliasClaims,
+    lineage: &mut continued_from::Group,
     run_id: &str,
     now_ns: u64,
 ) -> Result<(), StoreError> {
     let meta = &mut load(store, runs, run_id)?.meta;
     meta.revision = meta.revision.saturating_add(1).max(now_ns);
-    if try_append(store, batch, runs, run_id)? {
+    if try_append(store, batch, runs, lineage, run_id)? {
         return Ok(());
     }
     let work = load_full(store, runs, run_id)?;
@@ -112,7 +114,12 @@ pub(super) fn write_run(
             &count.to_be_bytes(),
         )?;
     }
-    Ok(())
+    let written = Written {
+        run,
+        added: &work.added,
+        snapshots: &derived.snapshots,
+    };
+    continued_from::note_run(store, batch, lineage, written)
 }
 
 /// Appends the group's new facts to the run without deriving it again, when they extend it
@@ -121,6 +128,7 @@ fn try_append(
     store: &Store,
     batch: &mut WriteBatch<'_>,
     runs: &mut Runs,
+    lineage: &mut continued_from::Group,
     run_id: &str,
 ) -> Result<bool, StoreError> {
     let work = load(store, runs, run_id)?;
@@ -215,6 +223,12 @@ fn try_append(
         )?;
     }
     batch.put_json(cf::RUN_STATE, run_id.as_bytes(), &a.state)?;
+    let written = Written {
+        run: &a.run,
+        added: &work.added,
+        snapshots: &a.snapshots,
+    };
+    continued_from::note_run(store, batch, lineage, written)?;
     Ok(true)
 }
 

@@ -128,5 +128,6 @@ pub(super) fn record(p: Parts<'_, '_>) -> Run {
         tool_time_ms: 0,
         model_time_ms: 0,
         tool_calls_by_status: Default::default(),
+        continued_from: None,
     }
 }
