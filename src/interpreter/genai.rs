@@ -370,6 +370,7 @@ fn classify(span: &Span, attrs: &Attributes<'_>) -> Option<FactKind> {
         Some("execute_tool") => return Some(FactKind::ToolCall),
         Some(op) if MODEL_OPERATIONS.contains(&op) => return Some(FactKind::ModelRequest),
         Some(op) if GROUP_OPERATIONS.contains(&op) => return Some(FactKind::Group),
+        Some(op) if super::mastra::is_group_operation(op) => return Some(FactKind::Group),
         _ => {}
     }
     // Pydantic AI instrumentation version 2 names.

@@ -16,8 +16,10 @@ mod genai;
 #[cfg(test)]
 mod hardening_tests;
 mod logs;
+mod mastra;
 mod openai_items;
 mod openinference;
+mod openinference_frameworks;
 mod openllmetry;
 pub mod prefix_memo;
 mod tool_return;
