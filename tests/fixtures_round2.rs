@@ -139,7 +139,10 @@ fn check_events(events: &[Value], requested: bool) {
     assert_eq!(kinds.last(), Some(&"run_completed"), "{kinds:?}");
     let seqs: Vec<u64> = events.iter().filter_map(|e| e["seq"].as_u64()).collect();
     assert!(seqs.windows(2).all(|w| w[0] < w[1]), "seq order: {seqs:?}");
-    let times: Vec<u64> = events.iter().filter_map(|e| e["time_ns"].as_u64()).collect();
+    let times: Vec<u64> = events
+        .iter()
+        .filter_map(|e| e["time_ns"].as_u64())
+        .collect();
     assert!(
         times.windows(2).all(|w| w[0] <= w[1]),
         "time order: {times:?}"
@@ -234,8 +237,10 @@ fn llamaindex_message(m: &Value) -> Value {
     let calls: Vec<Value> = blocks
         .iter()
         .filter(|b| b["block_type"] == "tool_call")
-        .map(|b| json!({"id": b["tool_call_id"], "type": "function",
-            "function": {"name": b["tool_name"], "arguments": b["tool_kwargs"].to_string()}}))
+        .map(|b| {
+            json!({"id": b["tool_call_id"], "type": "function",
+            "function": {"name": b["tool_name"], "arguments": b["tool_kwargs"].to_string()}})
+        })
         .collect();
     let mut out = json!({"role": m["role"], "content": text});
     if !calls.is_empty() {
@@ -314,8 +319,10 @@ async fn smolagents_tool_calling_agent() {
         })
         .collect();
     // The model's last call was final_answer, which then ran: its result closes the history.
-    expected.push(chat_message(&json!({"role": "tool", "tool_call_id": "call_final_2",
-        "content": "Still 5 and 20."})));
+    expected.push(chat_message(
+        &json!({"role": "tool", "tool_call_id": "call_final_2",
+        "content": "Still 5 and 20."}),
+    ));
     let cont = continuation(&stepline, &runs[1]).await;
     assert_same_history(&cont, expected, "smolagents");
 }
@@ -409,7 +416,11 @@ async fn mastra_agent() {
     // Mastra's chat spans lose the tool calls of their answer: the calls are not "requested".
     check_events(&list(&stepline, &runs[0], "events").await, false);
     for run in &runs {
-        assert_eq!(run["model_request_count"], if run == &runs[0] { 3 } else { 1 }, "{run}");
+        assert_eq!(
+            run["model_request_count"],
+            if run == &runs[0] { 3 } else { 1 },
+            "{run}"
+        );
         let reason = run["continuation_unavailable"].as_str().unwrap_or_default();
         assert!(reason.contains("Mastra"), "the reason is given: {run}");
     }

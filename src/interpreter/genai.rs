@@ -148,6 +148,7 @@ pub fn interpret_span(
                     .flat_map(|(_, m)| requested_calls(m))
                     .collect();
             }
+            super::mastra::note_missing_input(&attrs, &mut fact);
             if fact.input.is_none() && fact.content_problem.is_none() && fact.error.is_none() {
                 fact.content_problem = Some(
                     "model request spans carry no message content (content capture is off)".into(),

@@ -6,8 +6,9 @@
 //! - run spans: LlamaIndex's root `FunctionAgent.run` is a CHAIN and smolagents' `calc.run` an
 //!   AGENT without `agent.name`; both become agent runs named after the span;
 //! - LLM spans: LlamaIndex's `…._prepare_chat_with_tools` is not a model call (dropped); an
-//!   `input.value` / `output.value` that is not a provider body (Python reprs of messages,
-//!   framework objects) gives way to the flattened `llm.input_messages` / `llm.output_messages`;
+//!   `input.value` / `output.value` holding the framework's own message objects (Python reprs of
+//!   LlamaIndex / smolagents `ChatMessage`s, Agno `Message`s) gives way to the flattened
+//!   `llm.input_messages` / `llm.output_messages`;
 //!   CrewAI's event listener writes tool-call names and arguments as Python reprs (`'add'`) and a
 //!   tool-calling answer as a bare list of calls in `output.value`; smolagents' `tool-call` /
 //!   `tool-response` roles are sent to the model as `assistant` / `user`;
@@ -188,7 +189,7 @@ fn model_call(attrs: &Attributes<'_>, edits: &mut Edits) {
         }
     }
     match attrs.json(INPUT) {
-        Some(Ok(Value::Object(body))) if has_input && !is_request_body(&body) => {
+        Some(Ok(Value::Object(body))) if has_input && holds_framework_messages(&body) => {
             edits.remove.push(INPUT.into());
         }
         Some(Ok(Value::Array(mut items))) => {
@@ -199,7 +200,10 @@ fn model_call(attrs: &Attributes<'_>, edits: &mut Edits) {
         _ => {}
     }
     match attrs.json(OUTPUT) {
-        Some(Ok(Value::Object(body))) if has_output && !is_response_body(&body) => {
+        Some(Ok(Value::Object(body)))
+            if has_output && body.contains_key("role") && body.contains_key("raw") =>
+        {
+            // smolagents' ChatMessage, with the provider's raw response as a Python repr.
             edits.remove.push(OUTPUT.into());
         }
         Some(Ok(Value::Array(items))) if !has_output && is_call_list(&items) => {
@@ -220,14 +224,16 @@ fn model_call(attrs: &Attributes<'_>, edits: &mut Edits) {
     }
 }
 
-/// A provider request body (Responses `input`, or a Chat Completions request naming its model).
-fn is_request_body(body: &Map<String, Value>) -> bool {
-    body.contains_key("input") || (body.contains_key("model") && body.contains_key("messages"))
-}
-
-/// A provider response body (Chat Completions `choices`, Responses `output`).
-fn is_response_body(body: &Map<String, Value>) -> bool {
-    body.contains_key("choices") || body.contains_key("output")
+/// An `input.value` whose `messages` are the framework's own objects rather than provider
+/// messages: Python reprs (LlamaIndex and smolagents `ChatMessage`s) or Agno `Message`s, with
+/// their bookkeeping (`from_history`). The flattened messages say the same in OpenInference's form.
+fn holds_framework_messages(body: &Map<String, Value>) -> bool {
+    let Some(messages) = body.get("messages").and_then(Value::as_array) else {
+        return false;
+    };
+    messages
+        .iter()
+        .any(|m| m.is_string() || m.get("from_history").is_some())
 }
 
 /// A non-empty list of OpenAI-style tool calls (`{id, function: {name, arguments}}`).
@@ -360,7 +366,11 @@ mod tests {
             attr(&normalise(&agent).unwrap(), "agent.name").as_deref(),
             Some("calc")
         );
-        let named = span("calc.run", 0, vec![kv(KIND, "AGENT"), kv("agent.name", "x")]);
+        let named = span(
+            "calc.run",
+            0,
+            vec![kv(KIND, "AGENT"), kv("agent.name", "x")],
+        );
         assert!(matches!(normalise(&named), Some(Cow::Borrowed(_))));
         let llm = span(
             "OpenAIModel.generate",
@@ -377,6 +387,19 @@ mod tests {
         let out = normalise(&llm).unwrap();
         assert_eq!(attr(&out, INPUT), None);
         assert_eq!(attr(&out, OUTPUT), None);
+        let agno = span(
+            "OpenAIChat.invoke",
+            1,
+            vec![
+                kv(KIND, "LLM"),
+                kv(
+                    INPUT,
+                    r#"{"messages": [{"role": "user", "from_history": false}]}"#,
+                ),
+                kv("llm.input_messages.0.message.role", "user"),
+            ],
+        );
+        assert_eq!(attr(&normalise(&agno).unwrap(), INPUT), None);
         assert_eq!(
             attr(&out, "llm.input_messages.0.message.role").as_deref(),
             Some("assistant")
@@ -388,19 +411,28 @@ mod tests {
     }
 
     #[test]
-    fn provider_bodies_are_kept() {
-        let llm = span(
-            "response",
-            1,
-            vec![
-                kv(KIND, "LLM"),
-                kv(INPUT, r#"{"input": [], "model": "m"}"#),
-                kv("llm.input_messages.0.message.role", "user"),
-                kv(OUTPUT, r#"{"output": []}"#),
-                kv("llm.output_messages.0.message.role", "assistant"),
-            ],
-        );
-        assert!(matches!(normalise(&llm), Some(Cow::Borrowed(_))));
+    fn provider_bodies_and_other_values_are_kept() {
+        for (input, output) in [
+            (r#"{"input": [], "model": "m"}"#, r#"{"output": []}"#),
+            (
+                r#"{"messages": [{"role": "user", "content": "hi"}]}"#,
+                r#"{"choices": []}"#,
+            ),
+            (r#"{"messages": [[{"lc": 1}]]}"#, r#"{"generations": [[]]}"#),
+        ] {
+            let llm = span(
+                "response",
+                1,
+                vec![
+                    kv(KIND, "LLM"),
+                    kv(INPUT, input),
+                    kv("llm.input_messages.0.message.role", "user"),
+                    kv(OUTPUT, output),
+                    kv("llm.output_messages.0.message.role", "assistant"),
+                ],
+            );
+            assert!(matches!(normalise(&llm), Some(Cow::Borrowed(_))), "{input}");
+        }
     }
 
     #[test]
@@ -427,15 +459,25 @@ mod tests {
         let out = normalise(&llm).unwrap();
         let input: Value = serde_json::from_str(&attr(&out, INPUT).unwrap()).unwrap();
         assert_eq!(input[0]["tool_calls"][0]["function"]["name"], "add");
-        assert_eq!(input[0]["tool_calls"][0]["function"]["arguments"], r#"{"a": 1}"#);
         assert_eq!(
-            attr(&out, "llm.input_messages.0.message.tool_calls.0.tool_call.function.name")
-                .as_deref(),
+            input[0]["tool_calls"][0]["function"]["arguments"],
+            r#"{"a": 1}"#
+        );
+        assert_eq!(
+            attr(
+                &out,
+                "llm.input_messages.0.message.tool_calls.0.tool_call.function.name"
+            )
+            .as_deref(),
             Some("add")
         );
         assert_eq!(attr(&out, OUTPUT), None);
         assert_eq!(
-            attr(&out, "llm.output_messages.0.message.tool_calls.0.tool_call.id").as_deref(),
+            attr(
+                &out,
+                "llm.output_messages.0.message.tool_calls.0.tool_call.id"
+            )
+            .as_deref(),
             Some("c2")
         );
         assert_eq!(
@@ -460,7 +502,10 @@ mod tests {
             vec![
                 kv(KIND, "TOOL"),
                 kv("tool.id", "call_1"),
-                kv(INPUT, r#"{"args": [], "sanitize_inputs_outputs": true, "kwargs": {"a": 2}}"#),
+                kv(
+                    INPUT,
+                    r#"{"args": [], "sanitize_inputs_outputs": true, "kwargs": {"a": 2}}"#,
+                ),
                 kv(
                     OUTPUT,
                     r#"{"blocks":[{"text":"5"}],"tool_name":"add","raw_output":5,"is_error":false}"#,
@@ -475,7 +520,10 @@ mod tests {
         let own = span(
             "t",
             1,
-            vec![kv(KIND, "TOOL"), kv(INPUT, r#"{"kwargs": {"a": 1}, "b": 2}"#)],
+            vec![
+                kv(KIND, "TOOL"),
+                kv(INPUT, r#"{"kwargs": {"a": 1}, "b": 2}"#),
+            ],
         );
         assert!(matches!(normalise(&own), Some(Cow::Borrowed(_))));
     }
