@@ -192,11 +192,7 @@ fn model_call(attrs: &Attributes<'_>, edits: &mut Edits) {
         Some(Ok(Value::Object(body))) if has_input && holds_framework_messages(&body) => {
             edits.remove.push(INPUT.into());
         }
-        Some(Ok(Value::Array(mut items))) => {
-            if unquote_tool_calls(&mut items) {
-                edits.set(INPUT, Value::Array(items).to_string());
-            }
-        }
+        Some(Ok(Value::Array(items))) => repair_input_list(items, edits),
         _ => {}
     }
     match attrs.json(OUTPUT) {
@@ -263,6 +259,14 @@ fn unquoted(text: String) -> String {
     match python_quoted(&text) {
         Some(inner) => inner.to_string(),
         None => text,
+    }
+}
+
+/// Sets `input.value` to the chat messages `items` without Python repr quotes in their tool
+/// calls, when there were any.
+fn repair_input_list(mut items: Vec<Value>, edits: &mut Edits) {
+    if unquote_tool_calls(&mut items) {
+        edits.set(INPUT, Value::Array(items).to_string());
     }
 }
 
