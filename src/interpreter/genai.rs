@@ -175,6 +175,7 @@ pub fn interpret_span(
                     .flat_map(|(_, m)| requested_calls(m))
                     .collect();
             }
+            super::mastra::note_missing_input(&attrs, &mut fact);
             if fact.input.is_none() && fact.content_problem.is_none() && fact.error.is_none() {
                 fact.content_problem = Some(
                     "model request spans carry no message content (content capture is off)".into(),
@@ -433,6 +434,7 @@ fn classify(span: &Span, attrs: &Attributes<'_>) -> Option<FactKind> {
         Some("execute_tool") => return Some(FactKind::ToolCall),
         Some(op) if MODEL_OPERATIONS.contains(&op) => return Some(FactKind::ModelRequest),
         Some(op) if GROUP_OPERATIONS.contains(&op) => return Some(FactKind::Group),
+        Some(op) if super::mastra::is_group_operation(op) => return Some(FactKind::Group),
         _ => {}
     }
     // Pydantic AI instrumentation version 2 names.

@@ -18,8 +18,10 @@ mod genai;
 #[cfg(test)]
 mod hardening_tests;
 mod logs;
+mod mastra;
 mod openai_items;
 mod openinference;
+mod openinference_frameworks;
 mod openllmetry;
 pub mod prefix_memo;
 mod run_info;

@@ -24,6 +24,7 @@ use super::openai_items::{self, Mapped};
 
 /// Interprets one OpenInference span; message bodies are cut to `cut`'s depth.
 pub fn interpret_span(span: &Span, cut: &mut Cut) -> Option<Interpreted> {
+    let span = &*super::openinference_frameworks::normalise(span)?;
     let attrs = Attributes(&span.attributes);
     let agent_name = attrs.str(&["agent.name", "graph.node.id"]);
     let kind = match attrs
@@ -102,6 +103,7 @@ pub fn interpret_span(span: &Span, cut: &mut Cut) -> Option<Interpreted> {
         }
     }
 
+    super::openinference_frameworks::annotate(span, &mut fact);
     Some(Interpreted::keyed(fact, messages))
 }
 
