@@ -370,6 +370,8 @@ fn classify(span: &Span, attrs: &Attributes<'_>) -> Option<FactKind> {
         Some("execute_tool") => return Some(FactKind::ToolCall),
         Some(op) if MODEL_OPERATIONS.contains(&op) => return Some(FactKind::ModelRequest),
         Some(op) if GROUP_OPERATIONS.contains(&op) => return Some(FactKind::Group),
+        // Vercel AI SDK v7 `@ai-sdk/otel`: `step {n}` groups a step's chat and tool spans.
+        Some(op) if super::vercel_ai::is_step_operation(op) => return Some(FactKind::Group),
         _ => {}
     }
     // Pydantic AI instrumentation version 2 names.
