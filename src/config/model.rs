@@ -142,6 +142,9 @@ pub struct InterpreterConfig {
     pub limits: crate::limits::Limits,
     /// The byte budgets of the in-memory caches (`memory`).
     pub memory: super::limits::CacheBudgets,
+    /// The `ai.telemetry.metadata.*` keys read, in order, for the conversation id of the Vercel
+    /// AI SDK's spans (`vercel_ai.conversation_keys`).
+    pub vercel_ai_conversation_keys: Vec<String>,
 }
 
 impl Default for InterpreterConfig {
@@ -150,6 +153,10 @@ impl Default for InterpreterConfig {
             inactivity_timeout: Some(DEFAULT_INACTIVITY_TIMEOUT),
             limits: Default::default(),
             memory: Default::default(),
+            vercel_ai_conversation_keys: crate::interpreter::vercel_ai::DEFAULT_CONVERSATION_KEYS
+                .iter()
+                .map(|k| k.to_string())
+                .collect(),
         }
     }
 }
