@@ -1570,7 +1570,11 @@ fn vercel_prompt(messages: &serde_json::Value) -> Vec<serde_json::Value> {
                 Some("tool_call") => content.push(json!({"type": "tool-call",
                     "toolCallId": p["id"], "toolName": p["name"], "input": p["arguments"]})),
                 Some("tool_call_response") => {
-                    let value = if p["result"].is_null() { &p["response"] } else { &p["result"] };
+                    let value = if p["result"].is_null() {
+                        &p["response"]
+                    } else {
+                        &p["result"]
+                    };
                     let kind = if value.is_string() { "text" } else { "json" };
                     results.push(json!({"type": "tool-result", "toolCallId": p["id"],
                         "toolName": p["name"], "output": {"type": kind, "value": value}}));
@@ -1631,13 +1635,19 @@ fn to_vercel_ai(run: Vec<GeneratedSpan>, rng: &mut Rng) -> Result<Vec<GeneratedS
             let calls: Vec<serde_json::Value> = parts
                 .iter()
                 .filter(|p| p["type"] == "tool_call")
-                .map(|p| json!({"toolCallId": p["id"], "toolName": p["name"],
-                    "input": p["arguments"].to_string()}))
+                .map(|p| {
+                    json!({"toolCallId": p["id"], "toolName": p["name"],
+                    "input": p["arguments"].to_string()})
+                })
                 .collect();
             if !text.is_empty() {
                 attrs.push(kv_str("ai.response.text", text.join("")));
             }
-            let finish = if calls.is_empty() { "stop" } else { "tool-calls" };
+            let finish = if calls.is_empty() {
+                "stop"
+            } else {
+                "tool-calls"
+            };
             if !calls.is_empty() {
                 attrs.push(kv_str(
                     "ai.response.toolCalls",
@@ -1649,8 +1659,14 @@ fn to_vercel_ai(run: Vec<GeneratedSpan>, rng: &mut Rng) -> Result<Vec<GeneratedS
             span.kind = SpanKind::Internal as i32;
         } else {
             attrs.push(kv_str("ai.operationId", "ai.toolCall"));
-            attrs.push(kv_str("ai.toolCall.name", attribute(&span, "gen_ai.tool.name")));
-            attrs.push(kv_str("ai.toolCall.id", attribute(&span, "gen_ai.tool.call.id")));
+            attrs.push(kv_str(
+                "ai.toolCall.name",
+                attribute(&span, "gen_ai.tool.name"),
+            ));
+            attrs.push(kv_str(
+                "ai.toolCall.id",
+                attribute(&span, "gen_ai.tool.call.id"),
+            ));
             attrs.push(kv_str("ai.toolCall.args", a.to_string()));
             attrs.push(kv_str("ai.toolCall.result", b.to_string()));
             span.name = "ai.toolCall".into();

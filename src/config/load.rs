@@ -133,7 +133,9 @@ service:
         );
         let lines = error_lines(&with("[]"));
         assert!(
-            lines.iter().any(|l| l.contains("vercel_ai.conversation_keys")),
+            lines
+                .iter()
+                .any(|l| l.contains("vercel_ai.conversation_keys")),
             "{lines:?}"
         );
     }
