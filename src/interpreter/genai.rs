@@ -19,8 +19,8 @@ use crate::domain::{MessageHash, MessageRef};
 const MODEL_OPERATIONS: &[&str] = &["chat", "generate_content", "text_completion"];
 
 /// Operations of spans that group a run's model requests and tool calls without being a run
-/// (Strands' event-loop cycle).
-const GROUP_OPERATIONS: &[&str] = &["execute_event_loop_cycle"];
+/// (Strands' event-loop cycle; the Vercel AI SDK v7 `@ai-sdk/otel` `step {n}` span).
+const GROUP_OPERATIONS: &[&str] = &["execute_event_loop_cycle", "agent_step"];
 
 /// The event that carries the latest convention's content when a producer writes it as an event
 /// rather than as span attributes (Strands with `gen_ai_latest_experimental`).
@@ -370,8 +370,6 @@ fn classify(span: &Span, attrs: &Attributes<'_>) -> Option<FactKind> {
         Some("execute_tool") => return Some(FactKind::ToolCall),
         Some(op) if MODEL_OPERATIONS.contains(&op) => return Some(FactKind::ModelRequest),
         Some(op) if GROUP_OPERATIONS.contains(&op) => return Some(FactKind::Group),
-        // Vercel AI SDK v7 `@ai-sdk/otel`: `step {n}` groups a step's chat and tool spans.
-        Some(op) if super::vercel_ai::is_step_operation(op) => return Some(FactKind::Group),
         _ => {}
     }
     // Pydantic AI instrumentation version 2 names.

@@ -1,6 +1,5 @@
 //! The Vercel AI SDK's built-in `ai.*` spans (npm `ai` v3–v6 with `experimental_telemetry`, and
-//! v7 through `LegacyOpenTelemetry`), and the hooks the GenAI interpreter calls for v7's
-//! `@ai-sdk/otel` spans.
+//! v7 through `LegacyOpenTelemetry`); v7's `@ai-sdk/otel` GenAI spans are read as said below.
 //!
 //! - `ai.generateText` / `ai.streamText` (and the `generateObject` / `streamObject` roots) are
 //!   the run. Its agent name is `ai.telemetry.functionId`; its conversation id the first of the
@@ -13,11 +12,11 @@
 //!   `ai.response.reasoning`, `ai.response.text` and `ai.response.toolCalls`.
 //! - `ai.toolCall` is a tool call (`ai.toolCall.id/name/args/result`; a failure is the span's
 //!   error status and exception event). Whether it is a sibling of the model request under the
-//!   root or nested in it depends on the version; both key the same run, since a model request
-//!   is no grouping span and a tool call under it is keyed by its parent, which apply resolves.
+//!   root or nested in it depends on the version; both land in the same run: a nested call is
+//!   keyed by its model request, which apply resolves to the run above ([`nests_tool_calls`]).
 //!
-//! v7's `@ai-sdk/otel` spans follow the GenAI conventions and go through the GenAI interpreter;
-//! [`is_step_operation`] tells it that the `step {n}` span (`agent_step`) only groups a step's
+//! v7's `@ai-sdk/otel` spans follow the GenAI conventions and go through the GenAI interpreter,
+//! whose group operations include the `step {n}` span's `agent_step`: it only groups a step's
 //! `chat` and `execute_tool` spans under `invoke_agent`. The root's `gen_ai.output.messages`
 //! merges every step into one message and is not read (history comes from the `chat` spans).
 
@@ -46,9 +45,6 @@ const RUN_OPERATIONS: &[&str] = &[
     "ai.generateObject",
     "ai.streamObject",
 ];
-
-/// The `gen_ai.operation.name` of v7's per-step span.
-const STEP_OPERATION: &str = "agent_step";
 
 static CONVERSATION_KEYS: OnceLock<Vec<String>> = OnceLock::new();
 
@@ -79,12 +75,6 @@ fn conversation_attributes() -> Vec<String> {
 /// True when a span is one of the SDK's `ai.*` spans.
 pub fn is_vercel_span(attrs: &Attributes<'_>) -> bool {
     attrs.get(OPERATION_ID).is_some()
-}
-
-/// True for the `gen_ai.operation.name` of v7's `step {n}` span: a grouping span, neither a
-/// run nor a model request (hook for the GenAI interpreter).
-pub fn is_step_operation(operation: &str) -> bool {
-    operation == STEP_OPERATION
 }
 
 /// True for a model-request fact of an `ai.*` span (`ai.generateText.doGenerate`,
