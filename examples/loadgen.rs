@@ -111,8 +111,9 @@ struct Args {
     /// Producer conventions to generate, one phase each per transport (comma-separated):
     /// `pydantic-ai` (GenAI attributes), `strands` (Strands default mode: event-loop cycle spans,
     /// content in span events as Converse blocks), `openinference` (OpenAI Agents SDK via
-    /// OpenInference), `openllmetry` (Traceloop, legacy flattened content) and/or `adk` (Google
-    /// ADK: workflow span, invented tool ids the messages do not use).
+    /// OpenInference), `openllmetry` (Traceloop, legacy flattened content), `adk` (Google
+    /// ADK: workflow span, invented tool ids the messages do not use) and/or `vercel-ai`
+    /// (the Vercel AI SDK's `ai.*` spans, provider-prompt history in `ai.prompt.messages`).
     #[arg(long, value_enum, value_delimiter = ',', default_value = "pydantic-ai")]
     conventions: Vec<Convention>,
     /// Timeout of one export request, in seconds.
@@ -280,6 +281,9 @@ enum Convention {
     /// invented `adk-<uuid>` ids that the messages call `{name}_{index}` (joined by name,
     /// arguments and order), and an `execute_tool (merged)` span per run.
     Adk,
+    /// Vercel AI SDK v6 `ai.*` spans: `ai.generateText` → `ai.generateText.doGenerate` (full
+    /// provider prompt in `ai.prompt.messages`) and sibling `ai.toolCall` spans with ids.
+    VercelAi,
 }
 
 impl Convention {
@@ -291,6 +295,7 @@ impl Convention {
             Convention::Openinference => "openinference",
             Convention::Openllmetry => "openllmetry",
             Convention::Adk => "adk",
+            Convention::VercelAi => "vercel-ai",
         }
     }
 }
@@ -1560,6 +1565,143 @@ fn to_openllmetry(run: Vec<GeneratedSpan>, rng: &mut Rng) -> Result<Vec<Generate
     Ok(out)
 }
 
+/// Canonical messages as the Vercel AI SDK's provider prompt (`ai.prompt.messages`).
+fn vercel_prompt(messages: &serde_json::Value) -> Vec<serde_json::Value> {
+    let mut out = Vec::new();
+    for m in messages.as_array().into_iter().flatten() {
+        let role = m["role"].as_str().unwrap_or("user");
+        let mut content = Vec::new();
+        let mut results = Vec::new();
+        for p in m["parts"].as_array().into_iter().flatten() {
+            match p["type"].as_str() {
+                Some("tool_call") => content.push(json!({"type": "tool-call",
+                    "toolCallId": p["id"], "toolName": p["name"], "input": p["arguments"]})),
+                Some("tool_call_response") => {
+                    let value = if p["result"].is_null() {
+                        &p["response"]
+                    } else {
+                        &p["result"]
+                    };
+                    let kind = if value.is_string() { "text" } else { "json" };
+                    results.push(json!({"type": "tool-result", "toolCallId": p["id"],
+                        "toolName": p["name"], "output": {"type": kind, "value": value}}));
+                }
+                _ => content.push(json!({"type": "text", "text": p["content"]})),
+            }
+        }
+        if !results.is_empty() {
+            out.push(json!({"role": "tool", "content": results}));
+        }
+        if !content.is_empty() {
+            out.push(json!({"role": role, "content": content}));
+        }
+    }
+    out
+}
+
+/// The Vercel AI SDK v6 (`experimental_telemetry`): `ai.generateText` root,
+/// `ai.generateText.doGenerate` per step with the full provider prompt, `ai.toolCall` siblings
+/// with ids; the conversation id as `ai.telemetry.metadata.sessionId`.
+fn to_vercel_ai(run: Vec<GeneratedSpan>, rng: &mut Rng) -> Result<Vec<GeneratedSpan>> {
+    let c = canonical(run)?;
+    let trace = c.root.trace_id.clone();
+    let agent = c.root.name.trim_start_matches("invoke_agent ").to_string();
+    let session = kv_str("ai.telemetry.metadata.sessionId", rng.uuid_v4());
+    let function = kv_str("ai.telemetry.functionId", agent.clone());
+    let mut out = Vec::with_capacity(c.children.len() + 1);
+    for (mut span, a, b) in c.children {
+        let mut attrs = vec![session.clone(), function.clone()];
+        if span.name.starts_with("chat") {
+            let model = attribute(&span, "gen_ai.response.model");
+            for (key, name) in [
+                ("gen_ai.usage.input_tokens", "ai.usage.inputTokens"),
+                ("gen_ai.usage.output_tokens", "ai.usage.outputTokens"),
+            ] {
+                if let Some(kv) = span.attributes.iter().find(|kv| kv.key == key) {
+                    let mut kv = kv.clone();
+                    kv.key = name.into();
+                    attrs.push(kv);
+                }
+            }
+            attrs.push(kv_str("ai.operationId", "ai.generateText.doGenerate"));
+            attrs.push(kv_str("ai.model.provider", "openai.chat"));
+            attrs.push(kv_str("ai.model.id", model.clone()));
+            attrs.push(kv_str("ai.response.model", model));
+            let mut prompt = vec![json!({"role": "system", "content": c.instructions})];
+            prompt.extend(vercel_prompt(&a));
+            attrs.push(kv_str(
+                "ai.prompt.messages",
+                serde_json::Value::Array(prompt).to_string(),
+            ));
+            let parts = b[0]["parts"].as_array().cloned().unwrap_or_default();
+            let text: Vec<&str> = parts
+                .iter()
+                .filter(|p| p["type"] == "text")
+                .filter_map(|p| p["content"].as_str())
+                .collect();
+            let calls: Vec<serde_json::Value> = parts
+                .iter()
+                .filter(|p| p["type"] == "tool_call")
+                .map(|p| {
+                    json!({"toolCallId": p["id"], "toolName": p["name"],
+                    "input": p["arguments"].to_string()})
+                })
+                .collect();
+            if !text.is_empty() {
+                attrs.push(kv_str("ai.response.text", text.join("")));
+            }
+            let finish = if calls.is_empty() {
+                "stop"
+            } else {
+                "tool-calls"
+            };
+            if !calls.is_empty() {
+                attrs.push(kv_str(
+                    "ai.response.toolCalls",
+                    serde_json::Value::Array(calls).to_string(),
+                ));
+            }
+            attrs.push(kv_str("ai.response.finishReason", finish));
+            span.name = "ai.generateText.doGenerate".into();
+            span.kind = SpanKind::Internal as i32;
+        } else {
+            attrs.push(kv_str("ai.operationId", "ai.toolCall"));
+            attrs.push(kv_str(
+                "ai.toolCall.name",
+                attribute(&span, "gen_ai.tool.name"),
+            ));
+            attrs.push(kv_str(
+                "ai.toolCall.id",
+                attribute(&span, "gen_ai.tool.call.id"),
+            ));
+            attrs.push(kv_str("ai.toolCall.args", a.to_string()));
+            attrs.push(kv_str("ai.toolCall.result", b.to_string()));
+            span.name = "ai.toolCall".into();
+        }
+        span.attributes = attrs;
+        let message_bytes = string_bytes(&span);
+        out.push(GeneratedSpan {
+            span,
+            message_bytes,
+            root_of: None,
+        });
+    }
+    let mut root = c.root;
+    root.name = "ai.generateText".into();
+    root.attributes = vec![
+        session,
+        function,
+        kv_str("ai.operationId", "ai.generateText"),
+    ];
+    let run_id = format!("{}-{}", hex::encode(&trace), hex::encode(&root.span_id));
+    out.push(GeneratedSpan {
+        span: root,
+        message_bytes: 0,
+        root_of: Some(run_id),
+    });
+    Ok(out)
+}
+
 // ---------------------------------------------------------------------------------------------
 // Requests
 // ---------------------------------------------------------------------------------------------
@@ -1869,6 +2011,7 @@ fn generate(
             Convention::Openinference => to_openinference(run, &mut rng)?,
             Convention::Openllmetry => to_openllmetry(run, &mut rng)?,
             Convention::Adk => to_adk(run, &mut rng)?,
+            Convention::VercelAi => to_vercel_ai(run, &mut rng)?,
         };
         if workload.batch_spans == 0 {
             if jobs.blocking_send(make_job(run, &workload)?).is_err() {

@@ -64,6 +64,9 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
     // The caches' byte budgets, set before anything fills them.
     let budgets = config.interpreter.memory;
     crate::interpreter::prefix_memo::set_default_budget(budgets.prefix_memo);
+    crate::interpreter::vercel_ai::set_conversation_keys(
+        config.interpreter.vercel_ai_conversation_keys.clone(),
+    );
     store.set_history_cache_budget(budgets.history);
     store.set_chain_cache_budget(budgets.chain);
     store.set_lineage_scope(config.interpreter.lineage_scope);

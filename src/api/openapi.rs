@@ -212,6 +212,9 @@ pub enum FormatName {
     /// Strands (Bedrock Converse) messages.
     #[serde(rename = "strands")]
     Strands,
+    /// Vercel AI SDK `ModelMessage[]`.
+    #[serde(rename = "vercel-ai")]
+    VercelAi,
 }
 
 /// Query parameters of `GET /v1/runs/{run_id}/continuation`.
@@ -324,6 +327,15 @@ pub enum StrandsName {
     Name,
 }
 
+/// `format` of a `format=vercel-ai` answer.
+#[derive(Serialize, ToSchema)]
+#[allow(dead_code)]
+pub enum VercelAiName {
+    /// The format's name.
+    #[serde(rename = "vercel-ai")]
+    Name,
+}
+
 /// Declares the answer of one continuation format: the common envelope, `format` (an enum of the
 /// format's name alone, declared below by hand: utoipa does not read a rename a macro passes),
 /// and the format's own fields.
@@ -421,6 +433,19 @@ continuation_schema!(
     }
 );
 
+continuation_schema!(
+    /// `format=vercel-ai`: Vercel AI SDK `ModelMessage[]` and system prompt, for
+    /// `generateText({ system, messages })`.
+    VercelAiContinuation, VercelAiName {
+        /// The system prompt, when there is one.
+        system: Option<String>,
+        /// The messages (`system` / `user` / `assistant` / `tool`, with `tool-call` and
+        /// `tool-result` parts).
+        #[schema(value_type = Vec<Object>)]
+        messages: Vec<Value>,
+    }
+);
+
 /// `GET /v1/runs/{run_id}/continuation`: one shape per `format`, told apart by `format`.
 #[derive(Serialize, ToSchema)]
 #[serde(untagged)]
@@ -440,6 +465,8 @@ pub enum Continuation {
     Gemini(GeminiContinuation),
     /// `format=strands`.
     Strands(StrandsContinuation),
+    /// `format=vercel-ai`.
+    VercelAi(VercelAiContinuation),
 }
 
 /// An error answer in the OpenAPI document: `description`, with an [`ErrorBody`] as JSON.

@@ -113,6 +113,34 @@ service:
     }
 
     #[test]
+    fn vercel_ai_conversation_keys_default_and_are_checked() {
+        let config = load(MINIMAL).unwrap();
+        assert_eq!(
+            config.interpreter.vercel_ai_conversation_keys,
+            ["sessionId", "session_id", "conversationId", "threadId"]
+        );
+        let with = |keys: &str| {
+            format!(
+                "receivers:\n  otlp:\n    protocols:\n      grpc:\nprocessors:\n  stepline:\n    \
+                 vercel_ai:\n      conversation_keys: {keys}\nservice:\n  pipelines:\n    traces:\n      \
+                 receivers: [otlp]\n      processors: [stepline]\n"
+            )
+        };
+        let config = load(&with("[chatId, sessionId]")).unwrap();
+        assert_eq!(
+            config.interpreter.vercel_ai_conversation_keys,
+            ["chatId", "sessionId"]
+        );
+        let lines = error_lines(&with("[]"));
+        assert!(
+            lines
+                .iter()
+                .any(|l| l.contains("vercel_ai.conversation_keys")),
+            "{lines:?}"
+        );
+    }
+
+    #[test]
     fn minimal_config_takes_every_default() {
         let config = load(MINIMAL).unwrap();
         assert_eq!(config.source, PathBuf::from("collector.yaml"));

@@ -147,6 +147,9 @@ pub struct InterpreterConfig {
     pub run_info: std::sync::Arc<crate::domain::RunInfoKeys>,
     /// Where a new run's source is looked for (`lineage_scope`).
     pub lineage_scope: crate::domain::LineageScope,
+    /// The `ai.telemetry.metadata.*` keys read, in order, for the conversation id of the Vercel
+    /// AI SDK's spans (`vercel_ai.conversation_keys`).
+    pub vercel_ai_conversation_keys: Vec<String>,
 }
 
 impl Default for InterpreterConfig {
@@ -157,6 +160,10 @@ impl Default for InterpreterConfig {
             memory: Default::default(),
             run_info: Default::default(),
             lineage_scope: Default::default(),
+            vercel_ai_conversation_keys: crate::interpreter::vercel_ai::DEFAULT_CONVERSATION_KEYS
+                .iter()
+                .map(|k| k.to_string())
+                .collect(),
         }
     }
 }

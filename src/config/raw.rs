@@ -91,6 +91,17 @@ pub(crate) struct RawSteplineProcessor {
     pub(crate) run_attributes: Option<Vec<Text>>,
     /// `lineage_scope`: `conversation` (default), `service` or `off`.
     pub(crate) lineage_scope: Option<Text>,
+    /// `vercel_ai`: how the Vercel AI SDK's `ai.*` spans are read.
+    pub(crate) vercel_ai: Option<RawVercelAi>,
+}
+
+/// `processors.stepline.vercel_ai`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawVercelAi {
+    /// `conversation_keys`: the `ai.telemetry.metadata.*` keys read for the conversation id, in
+    /// order.
+    pub(crate) conversation_keys: Option<Vec<String>>,
 }
 
 /// `processors.batch`: accepted for compatibility with Collector configs, without effect.

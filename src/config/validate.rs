@@ -626,12 +626,15 @@ impl Validator {
                         }
                     },
                 };
+                let keys = raw.vercel_ai.and_then(|v| v.conversation_keys);
+                let keys = self.vercel_ai_conversation_keys(keys, path)?;
                 Some(ProcessorSettings::Stepline(InterpreterConfig {
                     inactivity_timeout,
                     limits: limits?,
                     memory: memory?,
                     run_info: std::sync::Arc::new(run_info?),
                     lineage_scope,
+                    vercel_ai_conversation_keys: keys,
                 }))
             }
             _ => {
@@ -655,6 +658,28 @@ impl Validator {
                 valid.then_some(ProcessorSettings::Batch)
             }
         }
+    }
+
+    /// `vercel_ai.conversation_keys`: 1 to 32 metadata keys of 1 to 256 bytes (absent: the
+    /// defaults).
+    fn vercel_ai_conversation_keys(
+        &mut self,
+        keys: Option<Vec<String>>,
+        path: &str,
+    ) -> Option<Vec<String>> {
+        let Some(keys) = keys else {
+            return Some(InterpreterConfig::default().vercel_ai_conversation_keys);
+        };
+        let at = format!("{path}.vercel_ai.conversation_keys");
+        if keys.is_empty() || keys.len() > 32 {
+            self.problem(at, "must list 1 to 32 ai.telemetry.metadata keys");
+            return None;
+        }
+        if keys.iter().any(|k| k.is_empty() || k.len() > 256) {
+            self.problem(at, "every key must be 1 to 256 bytes");
+            return None;
+        }
+        Some(keys)
     }
 
     fn duration(&mut self, text: &str, path: &str) -> Option<std::time::Duration> {

@@ -19,6 +19,7 @@ mod rendered;
 mod repair;
 mod respond;
 mod strands;
+mod vercel_ai;
 
 pub use context::{ContextCache, Effects, Provenance, RunContext, CONTEXT_CACHE_BYTES};
 pub use history::{load, ContinuationError, History, Selector};
@@ -47,6 +48,8 @@ pub enum Format {
     Gemini,
     /// Strands Agents messages (Bedrock Converse content blocks) plus `system_prompt`.
     Strands,
+    /// Vercel AI SDK `ModelMessage[]` plus `system`.
+    VercelAi,
 }
 
 impl Format {
@@ -60,6 +63,7 @@ impl Format {
             "anthropic" => Some(Self::Anthropic),
             "gemini" => Some(Self::Gemini),
             "strands" => Some(Self::Strands),
+            "vercel-ai" => Some(Self::VercelAi),
             _ => None,
         }
     }
@@ -73,6 +77,7 @@ impl Format {
         "anthropic",
         "gemini",
         "strands",
+        "vercel-ai",
     ];
 
     /// True when the renderer needs to know which model request sent and produced each message
@@ -91,6 +96,7 @@ impl Format {
             Self::Anthropic => "anthropic",
             Self::Gemini => "gemini",
             Self::Strands => "strands",
+            Self::VercelAi => "vercel-ai",
         }
     }
 }
@@ -106,6 +112,7 @@ pub fn render(format: Format, history: &History) -> (Fields<'_>, Vec<String>) {
         Format::Anthropic => anthropic::render(history),
         Format::Gemini => gemini::render(history),
         Format::Strands => strands::render(history),
+        Format::VercelAi => vercel_ai::render(history),
     }
 }
 

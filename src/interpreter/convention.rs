@@ -14,15 +14,21 @@ pub enum Convention {
     /// OpenLLMetry / Traceloop (`traceloop.span.kind`, or the legacy flattened
     /// `gen_ai.prompt.{i}.*` / `gen_ai.completion.{i}.*` model-request attributes).
     Traceloop,
+    /// The Vercel AI SDK's built-in `ai.*` spans (`ai.operationId`): v3–v6, and v7 with
+    /// `LegacyOpenTelemetry`.
+    VercelAi,
 }
 
-/// Detects a span's convention: `openinference.span.kind`, then `gen_ai.operation.name`, then
+/// Detects a span's convention: `openinference.span.kind`, then the Vercel AI SDK's
+/// `ai.operationId`, then `gen_ai.operation.name`, then
 /// `traceloop.span.kind`, then the presence of OpenLLMetry's legacy flattened content; spans with
 /// none of them fall back to the GenAI interpreter, which recognises the older Pydantic AI span
 /// names by attribute presence.
 pub fn detect(attrs: &Attributes<'_>) -> Convention {
     if attrs.get("openinference.span.kind").is_some() {
         Convention::OpenInference
+    } else if super::vercel_ai::is_vercel_span(attrs) {
+        Convention::VercelAi
     } else if attrs.get("gen_ai.operation.name").is_some() {
         Convention::GenAi
     } else if attrs.get("traceloop.span.kind").is_some()
@@ -56,5 +62,15 @@ mod tests {
         assert_eq!(detect(&Attributes(&[])), Convention::GenAi);
         let legacy = vec![kv("gen_ai.prompt.0.role", "user")];
         assert_eq!(detect(&Attributes(&legacy)), Convention::Traceloop);
+        let vercel = vec![
+            kv("ai.operationId", "ai.generateText"),
+            kv("gen_ai.system", "openai"),
+        ];
+        assert_eq!(detect(&Attributes(&vercel)), Convention::VercelAi);
+        let vercel_oi = vec![
+            kv("ai.operationId", "ai.generateText"),
+            kv("openinference.span.kind", "CHAIN"),
+        ];
+        assert_eq!(detect(&Attributes(&vercel_oi)), Convention::OpenInference);
     }
 }

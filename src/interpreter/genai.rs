@@ -29,8 +29,8 @@ use crate::domain::{MessageHash, MessageRef};
 const MODEL_OPERATIONS: &[&str] = &["chat", "generate_content", "text_completion"];
 
 /// Operations of spans that group a run's model requests and tool calls without being a run
-/// (Strands' event-loop cycle).
-const GROUP_OPERATIONS: &[&str] = &["execute_event_loop_cycle"];
+/// (Strands' event-loop cycle; the Vercel AI SDK v7 `@ai-sdk/otel` `step {n}` span).
+const GROUP_OPERATIONS: &[&str] = &["execute_event_loop_cycle", "agent_step"];
 
 use super::events::DETAILS_EVENT;
 

@@ -27,6 +27,7 @@ pub mod prefix_memo;
 mod run_info;
 mod tool_return;
 mod validity;
+pub mod vercel_ai;
 
 use opentelemetry_proto::tonic::trace::v1::Span;
 
@@ -43,6 +44,13 @@ pub use tool_return::{ResultKey, ToolReturnForm, ToolReturnRole};
 pub use validity::{walk, Walk, WalkState};
 
 use crate::limits::Limits;
+
+/// True when spans may be keyed by `fact`'s span and belong to the run above it: grouping spans,
+/// and model requests that nest their tool calls (the Vercel AI SDK's v7 `LegacyOpenTelemetry`
+/// and `streamText` `ai.*` spans). Apply resolves such children to the run above.
+pub fn groups_children(fact: &SpanFact) -> bool {
+    fact.kind == FactKind::Group || vercel_ai::nests_tool_calls(fact)
+}
 
 /// Interprets one span within the default [`Limits`]. Spans that are not agent runs, model
 /// requests, tool calls or grouping spans, and spans over a cap, give `None`
@@ -82,6 +90,7 @@ fn interpret(
         Convention::GenAi => genai::interpret_span(span, memo, &mut cut),
         Convention::OpenInference => openinference::interpret_span(span, &mut cut),
         Convention::Traceloop => openllmetry::interpret_span(span, &mut cut),
+        Convention::VercelAi => vercel_ai::interpret_span(span, &mut cut),
     };
     let mut interpreted = interpreted.ok_or(NotInterpreted::NotAgentSpan)?;
     budget::check_interpreted(&interpreted, limits)?;

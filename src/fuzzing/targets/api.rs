@@ -123,6 +123,7 @@ const VALUES: &[&str] = &[
     "anthropic",
     "gemini",
     "strands",
+    "vercel-ai",
     "inline",
     "reference",
     "true",

@@ -47,6 +47,7 @@ pub const FORMATS: &[&str] = &[
     "anthropic",
     "gemini",
     "strands",
+    "vercel-ai",
 ];
 
 thread_local! {

@@ -79,7 +79,7 @@ pub fn apply_group(store: &Store, works: &[Work], now_ns: u64) -> Result<Vec<App
 
     // Grouping spans next, so every child in this group resolves to the run above its group.
     let mut groups = Groups::default();
-    for i in received().filter(|i| i.fact.kind == FactKind::Group) {
+    for i in received().filter(|i| crate::interpreter::groups_children(&i.fact)) {
         groups.record(&mut batch, i)?;
     }
 
@@ -126,7 +126,7 @@ pub fn apply_group(store: &Store, works: &[Work], now_ns: u64) -> Result<Vec<App
                     let i = with_content.as_ref().unwrap_or(i);
                     store_fact(store, &mut batch, &mut runs, links, &run_id, i, now_ns)
                         .map_err(in_run)?;
-                    if i.fact.kind == FactKind::Group {
+                    if crate::interpreter::groups_children(&i.fact) {
                         let orphan = format!("{}-{}", i.fact.trace_id, i.fact.span_id);
                         lineage::merge_run(store, &mut batch, &mut runs, &orphan, &run_id)
                             .map_err(in_run)?;

@@ -1391,3 +1391,60 @@ proptest::proptest! {
         );
     }
 }
+
+/// The Vercel AI SDK recordings: v6 generateText and streamText (tool spans beside the model
+/// requests), v7 `LegacyOpenTelemetry` (tool spans nested in the model requests) and v7
+/// `@ai-sdk/otel` GenAI spans (`step {n}` groups), four traces of one run each.
+fn vercel_ai_recordings() -> Vec<Span> {
+    use crate::interpreter::vercel_ai::fixtures::{spans, V6, V7_GENAI, V7_LEGACY};
+    let mut all = spans(V6);
+    all.extend(spans(V7_LEGACY));
+    all.extend(spans(V7_GENAI));
+    all
+}
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig { cases: 32, ..Default::default() })]
+
+    /// The Vercel AI SDK's span shapes, whose tool calls are siblings of, nested in, or grouped
+    /// with the model requests: any arrival order and split gives the same four runs, each with
+    /// its three model requests, its two completed and one failed tool call and a complete last
+    /// snapshot; no run for a step or a model request.
+    #[test]
+    fn vercel_ai_any_arrival_order_gives_the_same_runs(
+        order in proptest::strategy::Strategy::prop_shuffle(proptest::strategy::Just((0..31usize).collect::<Vec<_>>())),
+        cuts in proptest::collection::vec(proptest::bool::ANY, 31),
+        commit_cuts in proptest::collection::vec(proptest::bool::ANY, 31),
+        dups in proptest::collection::vec(0..31usize, 0..4),
+    ) {
+        let all = vercel_ai_recordings();
+        proptest::prop_assert_eq!(all.len(), 31);
+        let sequence: Vec<usize> = order.iter().copied().chain(dups.iter().copied()).collect();
+        let (reference, _dir, store) = replay(&all, &sequence, &cuts, &commit_cuts);
+        proptest::prop_assert_eq!(reference.clone(), everything(&store));
+        proptest::prop_assert_eq!(reference.len(), 4);
+        let mut conversations = Vec::new();
+        for (run, _, effects, snapshots) in &reference {
+            proptest::prop_assert_eq!(run.agent_name.as_deref(), Some("travel-agent"));
+            proptest::prop_assert_eq!(run.status, RunStatus::Completed);
+            proptest::prop_assert_eq!(run.model_request_count, 3);
+            proptest::prop_assert_eq!(run.tool_call_count, 3);
+            let mut statuses: Vec<EffectStatus> = effects.iter().map(|e| e.status).collect();
+            statuses.sort_by_key(|s| format!("{s:?}"));
+            proptest::prop_assert_eq!(
+                statuses,
+                vec![EffectStatus::Completed, EffectStatus::Completed, EffectStatus::Failed]
+            );
+            proptest::prop_assert_eq!(
+                snapshots.last().map(|s| s.meta.state),
+                Some(crate::domain::SnapshotState::Complete)
+            );
+            conversations.extend(run.conversation_id.clone());
+        }
+        conversations.sort();
+        proptest::prop_assert_eq!(
+            conversations,
+            vec!["vercel-session-generate".to_string(), "vercel-session-stream".to_string()]
+        );
+    }
+}

@@ -162,7 +162,7 @@ class StepLine:
         media: str | None = None,
     ) -> Continuation:
         """The run's history in ``format`` (``otel``, ``pydantic-ai``, ``openai-chat``,
-        ``openai-responses``, ``anthropic``, ``gemini``, ``strands``).
+        ``openai-responses``, ``anthropic``, ``gemini``, ``strands``, ``vercel-ai``).
 
         By default the latest ``complete`` snapshot (every tool call answered); ``at`` picks a
         snapshot by its ``seq``, ``include_interrupted`` allows the latest one with unsettled tool
