@@ -142,6 +142,9 @@ pub struct InterpreterConfig {
     pub limits: crate::limits::Limits,
     /// The byte budgets of the in-memory caches (`memory`).
     pub memory: super::limits::CacheBudgets,
+    /// How long a run is kept once over before it is deleted with everything derived from it
+    /// (`retention`); `None` (the default) keeps runs.
+    pub retention: Option<Duration>,
 }
 
 impl Default for InterpreterConfig {
@@ -150,6 +153,7 @@ impl Default for InterpreterConfig {
             inactivity_timeout: Some(DEFAULT_INACTIVITY_TIMEOUT),
             limits: Default::default(),
             memory: Default::default(),
+            retention: None,
         }
     }
 }

@@ -85,6 +85,8 @@ pub(crate) struct RawSteplineProcessor {
     pub(crate) limits: Option<super::limits::RawLimits>,
     /// `memory`: the byte budgets of the in-memory caches.
     pub(crate) memory: Option<super::limits::RawMemory>,
+    /// `retention`: how long a run is kept once over (`30d`); absent or `0` keeps runs.
+    pub(crate) retention: Option<Text>,
 }
 
 /// `processors.batch`: accepted for compatibility with Collector configs, without effect.

@@ -608,10 +608,18 @@ impl Validator {
                 let memory = validate_memory(raw.memory, &mut |key, message| {
                     self.problem(format!("{path}.memory.{key}"), message)
                 });
+                let retention = match raw.retention {
+                    None => None,
+                    Some(Text(text)) => {
+                        let kept = self.duration(&text, &format!("{path}.retention"))?;
+                        (!kept.is_zero()).then_some(kept)
+                    }
+                };
                 Some(ProcessorSettings::Stepline(InterpreterConfig {
                     inactivity_timeout,
                     limits: limits?,
                     memory: memory?,
+                    retention,
                 }))
             }
             _ => {

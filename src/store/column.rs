@@ -50,11 +50,19 @@ pub enum Cf {
     ModelRequests,
     /// run_id → why the run's records could not be read (UTF-8 text; see `store::damage`).
     Damaged,
+    /// run_id → a deletion of the run, in progress or done (see `store::deletion`).
+    Deletions,
+    /// media digest (32 bytes) run key message hash → (): the stored messages naming a blob of
+    /// the media store (see `store::media_refs`).
+    MediaRefs,
+    /// media digest (32 bytes) → (): blobs whose last naming message was deleted, to be checked
+    /// and removed from the media store.
+    MediaGc,
 }
 
 impl Cf {
     /// Every named column family (all but [`Cf::Meta`]), in the order they are opened.
-    pub const NAMED: [Cf; 20] = [
+    pub const NAMED: [Cf; 23] = [
         Cf::Runs,
         Cf::Events,
         Cf::Snapshots,
@@ -75,10 +83,13 @@ impl Cf {
         Cf::RunKeys,
         Cf::ModelRequests,
         Cf::Damaged,
+        Cf::Deletions,
+        Cf::MediaRefs,
+        Cf::MediaGc,
     ];
 
     /// Every column family, in declaration order ([`Cf::Meta`] first).
-    pub const EVERY: [Cf; 21] = [
+    pub const EVERY: [Cf; 24] = [
         Cf::Meta,
         Cf::Runs,
         Cf::Events,
@@ -100,6 +111,9 @@ impl Cf {
         Cf::SpanLogs,
         Cf::ModelRequests,
         Cf::Damaged,
+        Cf::Deletions,
+        Cf::MediaRefs,
+        Cf::MediaGc,
     ];
 
     /// The column family's name in the database (unchanged since the string names).
@@ -126,6 +140,9 @@ impl Cf {
             Cf::SpanLogs => "span_logs",
             Cf::ModelRequests => "model_requests",
             Cf::Damaged => "damaged",
+            Cf::Deletions => "deletions",
+            Cf::MediaRefs => "media_refs",
+            Cf::MediaGc => "media_gc",
         }
     }
 
