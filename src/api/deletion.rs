@@ -36,7 +36,10 @@ impl<S: Send + Sync> FromRequestParts<S> for ConversationId {
             .await
             .map(|Path(id)| Self(id))
             .map_err(|e| {
-                ApiError::BadRequest(format!("bad conversation id in the path: {}", e.body_text()))
+                ApiError::BadRequest(format!(
+                    "bad conversation id in the path: {}",
+                    e.body_text()
+                ))
             })
     }
 }

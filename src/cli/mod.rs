@@ -144,7 +144,10 @@ pub enum ApiCommand {
     /// conversation, with everything derived from them.
     Delete {
         /// Run id or alias (not with --conversation).
-        #[arg(required_unless_present = "conversation", conflicts_with = "conversation")]
+        #[arg(
+            required_unless_present = "conversation",
+            conflicts_with = "conversation"
+        )]
         run_id: Option<String>,
         /// Delete every run of this conversation instead.
         #[arg(long)]

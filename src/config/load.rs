@@ -268,12 +268,17 @@ service:
             config.interpreter.retention,
             Some(Duration::from_secs(30 * 86_400))
         );
-        let off = load(&format!("{MINIMAL}processors:\n  stepline:\n    retention: 0\n")).unwrap();
+        let off = load(&format!(
+            "{MINIMAL}processors:\n  stepline:\n    retention: 0\n"
+        ))
+        .unwrap();
         assert_eq!(off.interpreter.retention, None);
-        let bad = load(&format!("{MINIMAL}processors:\n  stepline:\n    retention: soon\n"))
-            .err()
-            .unwrap()
-            .to_string();
+        let bad = load(&format!(
+            "{MINIMAL}processors:\n  stepline:\n    retention: soon\n"
+        ))
+        .err()
+        .unwrap()
+        .to_string();
         assert!(bad.contains("processors.stepline.retention"), "{bad}");
     }
 

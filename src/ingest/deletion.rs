@@ -114,7 +114,11 @@ impl Ingest {
         }
         self.collect_media(store).await?;
         let cutoff_ns = now_ns().saturating_sub(TOMBSTONE.as_nanos() as u64);
-        if !store.expired_tombstones(cutoff_ns, 1).map_err(storage)?.is_empty() {
+        if !store
+            .expired_tombstones(cutoff_ns, 1)
+            .map_err(storage)?
+            .is_empty()
+        {
             let work = DeleteWork::PruneTombstones {
                 cutoff_ns,
                 limit: 4096,
@@ -212,7 +216,8 @@ pub async fn run_deletions(
     let budget = delete_batch();
     let mut ticker = tokio::time::interval(DRIVER_PERIOD);
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let retention_period = retention.map(|r| (r / 4).clamp(Duration::from_millis(200), Duration::from_secs(60)));
+    let retention_period =
+        retention.map(|r| (r / 4).clamp(Duration::from_millis(200), Duration::from_secs(60)));
     let mut last_sweep: Option<tokio::time::Instant> = None;
     let mut cursor: Option<Vec<u8>> = None;
     tokio::pin!(stop);

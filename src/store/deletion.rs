@@ -288,17 +288,21 @@ impl Store {
     /// runs' keys (the span-keyed records are small and left to RocksDB's own compactions).
     pub fn compact_deleted(&self, finished: &[FinishedDeletion]) -> Result<(), StoreError> {
         let span = |ranges: &mut dyn Iterator<Item = (Vec<u8>, Vec<u8>)>| {
-            ranges.fold(None, |acc: Option<(Vec<u8>, Vec<u8>)>, (from, to)| match acc {
-                None => Some((from, to)),
-                Some((lo, hi)) => Some((lo.min(from), hi.max(to))),
-            })
+            ranges.fold(
+                None,
+                |acc: Option<(Vec<u8>, Vec<u8>)>, (from, to)| match acc {
+                    None => Some((from, to)),
+                    Some((lo, hi)) => Some((lo.min(from), hi.max(to))),
+                },
+            )
         };
         if let Some((from, to)) = span(&mut finished.iter().map(|f| run_range(&f.run_id))) {
             for cf in BY_RUN_ID {
                 self.kv.compact_range(cf, &from, &to)?;
             }
         }
-        if let Some((from, to)) = span(&mut finished.iter().filter_map(|f| f.run_key.map(run_key_range)))
+        if let Some((from, to)) =
+            span(&mut finished.iter().filter_map(|f| f.run_key.map(run_key_range)))
         {
             for cf in BY_RUN_KEY {
                 self.kv.compact_range(cf, &from, &to)?;
@@ -476,7 +480,9 @@ impl WriteBatch<'_> {
                     key.push(0);
                     key.extend_from_slice(run_id.as_bytes());
                     self.delete(cf::PENDING_PARENTS, &key)?;
-                    parent = store.group_parent(&fact.trace_id, &p)?.filter(|up| *up != p);
+                    parent = store
+                        .group_parent(&fact.trace_id, &p)?
+                        .filter(|up| *up != p);
                 }
             }
             FactKind::ModelRequest => {}

@@ -7,9 +7,9 @@ use serde_json::json;
 
 use super::*;
 use crate::domain::MessageHash;
-use crate::store::KvBatch;
 use crate::ingest::{apply_group, Work};
 use crate::interpreter::interpret_span;
+use crate::store::KvBatch;
 use crate::test_fixtures::{delegate_scenario, run_id};
 
 type Dump = BTreeMap<(Cf, Vec<u8>), Vec<u8>>;
@@ -35,7 +35,11 @@ fn fill(store: &Store) -> (String, [u8; 32]) {
     for span in &mut other {
         span.trace_id = vec![9; 16];
     }
-    let spans = mine.iter().chain(&other).filter_map(interpret_span).collect();
+    let spans = mine
+        .iter()
+        .chain(&other)
+        .filter_map(interpret_span)
+        .collect();
     let work = Work::Received {
         spans,
         logs: Vec::new(),

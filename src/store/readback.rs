@@ -7,9 +7,9 @@
 use serde::de::DeserializeOwned;
 
 use super::core::Store;
+use super::deletion::Deletion;
 use super::error::StoreError;
 use super::keys::Cf;
-use super::deletion::Deletion;
 use super::{history, media_refs, outbox};
 use crate::domain::{Run, StepEvent, ToolEffect, MESSAGE_HASH_BYTES, NODE_ID_BYTES};
 use crate::records::{model_request, snapshot};
