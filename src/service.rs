@@ -155,6 +155,19 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
             .await
             .context("query API failed")
     });
+    // Deletions (those a crash interrupted first) and the retention sweep.
+    tasks.spawn({
+        let deletions = crate::ingest::run_deletions(
+            ingest.clone(),
+            store.clone(),
+            config.interpreter.retention,
+            stopped(),
+        );
+        async move {
+            deletions.await;
+            Ok::<(), anyhow::Error>(())
+        }
+    });
     if let Some(timeout) = config.interpreter.inactivity_timeout {
         tasks.spawn(sweep(store.clone(), ingest.clone(), timeout, stopped()));
     }

@@ -1,8 +1,9 @@
 //! The HTTP query API (JSON): runs, events, effects, snapshots, continuations, abandonment,
-//! health and metrics, who may use them (`auth`: tokens and the `Host` allow-list), and the
+//! deletion, health and metrics, who may use them (`auth`: tokens and the `Host` allow-list), and the
 //! API's OpenAPI 3.1 description (`openapi`, served at `/v1/openapi.json`).
 
 mod auth;
+mod deletion;
 mod error;
 mod extract;
 mod metrics;

@@ -496,11 +496,49 @@ impl IntoParams for RunIdParam {
     }
 }
 
+/// The `conversation_id` path parameter of `DELETE /v1/conversations/{conversation_id}`.
+pub(super) struct ConversationIdParam;
+
+impl IntoParams for ConversationIdParam {
+    fn into_params(_: impl Fn() -> Option<ParameterIn>) -> Vec<Parameter> {
+        vec![ParameterBuilder::from(Parameter::new("conversation_id"))
+            .parameter_in(ParameterIn::Path)
+            .description(Some("A conversation id (`gen_ai.conversation.id`)"))
+            .schema(Some(String::schema()))
+            .required(Required::True)
+            .build()]
+    }
+}
+
+/// `GET /v1/deletions`: the deletions in progress.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct DeletionList {
+    /// Deletions not finished yet, in run id order (at most 1000).
+    pub deletions: Vec<DeletionInProgress>,
+}
+
+/// One deletion in progress. Its run already answers 404; what it left is being removed.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct DeletionInProgress {
+    /// The run being deleted.
+    pub run_id: String,
+    /// `facts`, `messages` or `final`.
+    pub phase: String,
+    /// Why: `request`, `conversation`, `retention` or `parent` (a delegate run of a deleted run).
+    pub reason: String,
+    /// When it was asked for (RFC 3339).
+    pub requested_at: String,
+}
+
 /// The error answers the paths share, as (status, description), each written once.
 const WRONG_HOST: (&str, &str) = ("403", "The `Host` is not one the API answers to");
 const NO_TOKEN: (&str, &str) = ("401", "Missing or wrong bearer token");
 const BAD_QUERY: (&str, &str) = ("400", "A query parameter or the run id is wrong");
 const NO_RUN: (&str, &str) = ("404", "No run with this id or alias");
+const WRITER_BUSY: (&str, &str) = (
+    "503",
+    "The writer cannot take the request now (retry after `Retry-After`)",
+);
 
 /// Declares sets of the shared error answers: each an [`IntoResponses`] that a path's
 /// `responses(...)` names next to its own rows.
@@ -529,4 +567,6 @@ error_sets! {
     QueryErrors = [WRONG_HOST, NO_TOKEN, BAD_QUERY];
     /// 400, 401, 403 and 404: the routes about one run, found by its id or alias.
     RunErrors = [WRONG_HOST, NO_TOKEN, BAD_QUERY, NO_RUN];
+    /// 503: the routes that go through the writer.
+    WriterBusy = [WRITER_BUSY];
 }

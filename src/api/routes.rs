@@ -59,6 +59,9 @@ fn described_routes() -> (OpenApiRouter<ApiState>, OpenApiRouter<ApiState>) {
         .routes(routes!(get_continuation))
         .routes(routes!(get_recovery))
         .routes(routes!(abandon))
+        .routes(routes!(super::deletion::delete_run))
+        .routes(routes!(super::deletion::delete_conversation))
+        .routes(routes!(super::deletion::list_deletions))
         .routes(routes!(openapi_json));
     let public = OpenApiRouter::new().routes(routes!(healthz));
     (v1, public)
@@ -982,6 +985,8 @@ mod openapi_tests {
             paths,
             [
                 "/healthz",
+                "/v1/conversations/{conversation_id}",
+                "/v1/deletions",
                 "/v1/openapi.json",
                 "/v1/runs",
                 "/v1/runs/{run_id}",

@@ -150,6 +150,11 @@ impl Api {
         self.send(self.client.post(self.url(path)).query(query), path)
     }
 
+    /// `DELETE path`, answered 2xx, else the error the status says.
+    pub fn delete(&self, path: &str) -> Result<Answer, CliError> {
+        self.send(self.client.delete(self.url(path)), path)
+    }
+
     fn send(&self, mut request: RequestBuilder, path: &str) -> Result<Answer, CliError> {
         if let Some(token) = &self.token {
             request = request.bearer_auth(token);

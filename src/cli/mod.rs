@@ -1,5 +1,5 @@
 //! The command line over the query API: `stepline runs`, `run`, `events`, `effects`,
-//! `snapshots`, `continuation`, `abandon` and `tail`. Each command makes blocking HTTP requests
+//! `snapshots`, `continuation`, `abandon`, `delete` and `tail`. Each command makes blocking HTTP requests
 //! (`client`), prints an aligned table for people (`table`) or, with `--json`, the API's JSON
 //! unchanged, and exits with a code that says what happened ([`EXIT_CODES`]).
 
@@ -19,7 +19,8 @@ use client::{Api, CliError, Endpoint};
 
 /// The exit codes, as `stepline --help` and the README give them.
 pub const EXIT_CODES: &str = "\
-Exit codes of the API commands (runs, run, events, effects, snapshots, continuation, abandon, tail):
+Exit codes of the API commands (runs, run, events, effects, snapshots, continuation, abandon,
+delete, tail):
   0  ok
   1  usage error, or a request the API refused (400, 409, ...)
   2  not found (404: no such run or snapshot)
@@ -139,6 +140,21 @@ pub enum ApiCommand {
         #[command(flatten)]
         connection: Connection,
     },
+    /// Delete a run (and its delegate runs), or with --conversation every run of a
+    /// conversation, with everything derived from them.
+    Delete {
+        /// Run id or alias (not with --conversation).
+        #[arg(
+            required_unless_present = "conversation",
+            conflicts_with = "conversation"
+        )]
+        run_id: Option<String>,
+        /// Delete every run of this conversation instead.
+        #[arg(long)]
+        conversation: Option<String>,
+        #[command(flatten)]
+        connection: Connection,
+    },
     /// Follow new runs and new step events as they arrive (polls the API until interrupted).
     Tail {
         /// Also show the runs (and their events) that exist when tail starts.
@@ -171,6 +187,7 @@ impl ApiCommand {
             | Self::Snapshots { connection, .. }
             | Self::Continuation { connection, .. }
             | Self::Abandon { connection, .. }
+            | Self::Delete { connection, .. }
             | Self::Tail { connection, .. } => connection,
         }
     }
@@ -335,6 +352,27 @@ fn execute(api: &Api, command: ApiCommand, json: bool) -> Result<(), CliError> {
                 return print_raw(&answer.body);
             }
             print(show::run(&answer.json()?)?.as_bytes())
+        }
+        ApiCommand::Delete {
+            run_id,
+            conversation,
+            ..
+        } => {
+            let (path, what) = match (conversation, run_id) {
+                (Some(c), _) => (
+                    format!("/v1/conversations/{}", encode_segment(&c)),
+                    format!("conversation {c}"),
+                ),
+                (None, Some(r)) => (run_path(&r, ""), format!("run {r}")),
+                (None, None) => {
+                    return Err(CliError::Usage("give a run id or --conversation".into()))
+                }
+            };
+            api.delete(&path)?;
+            if json {
+                return print_raw(b"{}");
+            }
+            print(format!("deleted {what}\n").as_bytes())
         }
         ApiCommand::Tail {
             existing,

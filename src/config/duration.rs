@@ -1,11 +1,12 @@
-//! Durations as written in the config: `500ms`, `30s`, `10m`, `1h`, `1m30s`, `1.5h`, `0`.
+//! Durations as written in the config: `500ms`, `30s`, `10m`, `1h`, `30d`, `1m30s`, `1.5h`, `0`.
 
 use std::time::Duration;
 
 const HINT: &str = "use ms, s, m or h, e.g. \"30s\", \"10m\" or \"1m30s\"";
 
-/// Parses a duration: one or more `<number><unit>` terms, unit `ms`, `s`, `m` or `h`, numbers
-/// possibly with a fraction (`1.5h`). A bare `0` is zero. Returns a message on error.
+/// Parses a duration: one or more `<number><unit>` terms, unit `ms`, `s`, `m`, `h` or `d`, numbers
+/// possibly with a fraction (`1.5h`); unit `d` is 24 hours. A bare `0` is zero. Returns a
+/// message on error.
 pub(crate) fn parse_duration(text: &str) -> Result<Duration, String> {
     let trimmed = text.trim();
     if trimmed.is_empty() {
@@ -42,6 +43,7 @@ pub(crate) fn parse_duration(text: &str) -> Result<Duration, String> {
             "s" => 1_000_000_000,
             "m" => 60 * 1_000_000_000,
             "h" => 3_600 * 1_000_000_000,
+            "d" => 86_400 * 1_000_000_000,
             "" => {
                 return Err(format!(
                     "invalid duration {text:?}: missing unit after {number:?}; {HINT}"
@@ -97,6 +99,10 @@ mod tests {
         assert_eq!(parse_duration("30s").unwrap(), Duration::from_secs(30));
         assert_eq!(parse_duration("10m").unwrap(), Duration::from_secs(600));
         assert_eq!(parse_duration("1h").unwrap(), Duration::from_secs(3600));
+        assert_eq!(
+            parse_duration("30d").unwrap(),
+            Duration::from_secs(30 * 86_400)
+        );
         assert_eq!(parse_duration("1m30s").unwrap(), Duration::from_secs(90));
         assert_eq!(
             parse_duration("1h2m3s4ms").unwrap(),

@@ -313,6 +313,32 @@ service:
     }
 
     #[test]
+    fn retention_is_off_by_default_and_takes_days() {
+        let config = load(MINIMAL).unwrap();
+        assert_eq!(config.interpreter.retention, None);
+        let config = load(&format!(
+            "{MINIMAL}processors:\n  stepline:\n    retention: 30d\n"
+        ))
+        .unwrap();
+        assert_eq!(
+            config.interpreter.retention,
+            Some(Duration::from_secs(30 * 86_400))
+        );
+        let off = load(&format!(
+            "{MINIMAL}processors:\n  stepline:\n    retention: 0\n"
+        ))
+        .unwrap();
+        assert_eq!(off.interpreter.retention, None);
+        let bad = load(&format!(
+            "{MINIMAL}processors:\n  stepline:\n    retention: soon\n"
+        ))
+        .err()
+        .unwrap()
+        .to_string();
+        assert!(bad.contains("processors.stepline.retention"), "{bad}");
+    }
+
+    #[test]
     fn unreferenced_single_instances_are_still_used() {
         // Not listed in service.extensions / not in a pipeline: still the one configured.
         let config = load(&format!(

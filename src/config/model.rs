@@ -150,6 +150,9 @@ pub struct InterpreterConfig {
     /// The `ai.telemetry.metadata.*` keys read, in order, for the conversation id of the Vercel
     /// AI SDK's spans (`vercel_ai.conversation_keys`).
     pub vercel_ai_conversation_keys: Vec<String>,
+    /// How long a run is kept once over before it is deleted with everything derived from it
+    /// (`retention`); `None` (the default) keeps runs.
+    pub retention: Option<Duration>,
 }
 
 impl Default for InterpreterConfig {
@@ -164,6 +167,7 @@ impl Default for InterpreterConfig {
                 .iter()
                 .map(|k| k.to_string())
                 .collect(),
+            retention: None,
         }
     }
 }

@@ -93,6 +93,8 @@ pub(crate) struct RawSteplineProcessor {
     pub(crate) lineage_scope: Option<Text>,
     /// `vercel_ai`: how the Vercel AI SDK's `ai.*` spans are read.
     pub(crate) vercel_ai: Option<RawVercelAi>,
+    /// `retention`: how long a run is kept once over (`30d`); absent or `0` keeps runs.
+    pub(crate) retention: Option<Text>,
 }
 
 /// `processors.stepline.vercel_ai`.

@@ -628,6 +628,13 @@ impl Validator {
                 };
                 let keys = raw.vercel_ai.and_then(|v| v.conversation_keys);
                 let keys = self.vercel_ai_conversation_keys(keys, path)?;
+                let retention = match raw.retention {
+                    None => None,
+                    Some(Text(text)) => {
+                        let kept = self.duration(&text, &format!("{path}.retention"))?;
+                        (!kept.is_zero()).then_some(kept)
+                    }
+                };
                 Some(ProcessorSettings::Stepline(InterpreterConfig {
                     inactivity_timeout,
                     limits: limits?,
@@ -635,6 +642,7 @@ impl Validator {
                     run_info: std::sync::Arc::new(run_info?),
                     lineage_scope,
                     vercel_ai_conversation_keys: keys,
+                    retention,
                 }))
             }
             _ => {

@@ -5,6 +5,7 @@
 //! when configured) and answers each request only after that batch is committed.
 
 mod apply;
+mod deletion;
 #[cfg(test)]
 mod scaling_tests;
 #[cfg(test)]
@@ -23,8 +24,10 @@ use prost::Message;
 
 use crate::outbox::OutboxEntry;
 pub use apply::{
-    apply_group, run_id_of, AbandonOutcome, Applied, PrunedLogs, Stored, SweepOutcome, Work,
+    apply_group, run_id_of, AbandonOutcome, Applied, DeleteReply, DeleteWork, PrunedLogs, Stored,
+    SweepOutcome, Work, TOMBSTONE,
 };
+pub use deletion::{delete_batch, run_deletions, DELETE_BATCH};
 use writer::Writer;
 
 use crate::config::SignalKind;
@@ -34,7 +37,7 @@ use crate::interpreter::{
     interpret_log, interpret_span_with, note_run_info, NotInterpreted, PrefixMemo, ResourceInfo,
 };
 use crate::limits::Limits;
-use crate::media::{Blob, Media, MediaError};
+use crate::media::{Blob, Media, MediaError, SaveHold};
 use crate::service_error::{ServiceError, ServiceErrorCode};
 use crate::store::Store;
 
@@ -365,12 +368,16 @@ impl Ingest {
             })
             .await
             .map_err(|e| self.task_failed(e))?;
-        if let Err(error) = self.save_media(blobs).await {
-            self.counters
-                .refused_spans
-                .fetch_add(total, Ordering::Relaxed);
-            return Err(error);
-        }
+        // Held against the media collection until the messages naming them are committed.
+        let _held = match self.save_media(blobs).await {
+            Ok(held) => held,
+            Err(error) => {
+                self.counters
+                    .refused_spans
+                    .fetch_add(total, Ordering::Relaxed);
+                return Err(error);
+            }
+        };
 
         let interpreted_count = interpreted.len() as u64;
         let outbox = payload.map(|payload| OutboxEntry::new(SignalKind::Traces, total, payload));
@@ -406,11 +413,11 @@ impl Ingest {
 
     /// Stores the blobs taken out of a request's messages in the media store. When this returns
     /// `Ok`, the blobs the messages' references name are durably stored, so the messages may be
-    /// committed.
-    async fn save_media(&self, blobs: Vec<Blob>) -> Result<(), IngestError> {
+    /// committed; the hold keeps the media collection off them until then.
+    async fn save_media(&self, blobs: Vec<Blob>) -> Result<Option<SaveHold<'_>>, IngestError> {
         match &self.media {
-            Some(media) if !blobs.is_empty() => Ok(media.save(blobs).await?),
-            _ => Ok(()),
+            Some(media) if !blobs.is_empty() => Ok(Some(media.save_held(blobs).await?)),
+            _ => Ok(None),
         }
     }
 

@@ -16,7 +16,8 @@ use std::sync::Arc;
 use tokio::sync::{mpsc, oneshot};
 
 use super::apply::{
-    apply_group, run_block_bound, AbandonOutcome, Applied, PrunedLogs, Stored, SweepOutcome, Work,
+    apply_group, run_block_bound, AbandonOutcome, Applied, DeleteReply, DeleteWork, PrunedLogs,
+    Stored, SweepOutcome, Work,
 };
 use super::{now_ns, IngestCounters, IngestError};
 use crate::config::SignalKind;
@@ -42,6 +43,7 @@ enum Reply {
     PrunedLogs(oneshot::Sender<Result<PrunedLogs, IngestError>>),
     Abandon(oneshot::Sender<Result<AbandonOutcome, IngestError>>),
     AbandonIfSilent(oneshot::Sender<Result<SweepOutcome, IngestError>>),
+    Deletion(oneshot::Sender<Result<DeleteReply, IngestError>>),
 }
 
 impl Reply {
@@ -68,10 +70,12 @@ impl Reply {
             (Reply::AbandonIfSilent(tx), Ok(Applied::Abandon(outcome))) => {
                 drop(tx.send(Ok(outcome)))
             }
+            (Reply::Deletion(tx), Ok(Applied::Deletion(reply))) => drop(tx.send(Ok(reply))),
             (Reply::Stored(tx), answer) => drop(tx.send(answer.and_then(mismatch))),
             (Reply::PrunedLogs(tx), answer) => drop(tx.send(answer.and_then(mismatch))),
             (Reply::Abandon(tx), answer) => drop(tx.send(answer.and_then(mismatch))),
             (Reply::AbandonIfSilent(tx), answer) => drop(tx.send(answer.and_then(mismatch))),
+            (Reply::Deletion(tx), answer) => drop(tx.send(answer.and_then(mismatch))),
         }
     }
 
@@ -195,6 +199,11 @@ impl Writer {
         self.submit(work, Reply::AbandonIfSilent).await
     }
 
+    /// Applies deletion work (alone, in its own commit) and waits until it is committed.
+    pub async fn delete(&self, work: DeleteWork) -> Result<DeleteReply, IngestError> {
+        self.submit(Work::Delete(work), Reply::Deletion).await
+    }
+
     /// Queues `work` and waits until it is durably committed; `reply` makes the channel its
     /// answer comes back on.
     async fn submit<T>(
@@ -269,6 +278,7 @@ fn describe(work: &Work) -> String {
         }
         Work::Abandon { run, .. } => format!("abandoning run {run}"),
         Work::PruneLogs { records } => format!("pruning {} log records", records.len()),
+        Work::Delete(work) => format!("deletion work {work:?}"),
     }
 }
 
@@ -312,10 +322,20 @@ struct Pending {
 }
 
 fn run(store: &Store, outbox: &Outbox, counters: &IngestCounters, mut rx: mpsc::Receiver<Job>) {
-    while let Some(first) = rx.blocking_recv() {
+    // A deletion job met while grouping: it starts the next group, alone.
+    let mut carried: Option<Job> = None;
+    loop {
+        let Some(first) = carried.take().or_else(|| rx.blocking_recv()) else {
+            break;
+        };
+        let alone = matches!(first.work, Work::Delete(_));
         let mut jobs = vec![first];
-        while jobs.len() < MAX_GROUP {
+        while !alone && jobs.len() < MAX_GROUP {
             match rx.try_recv() {
+                Ok(job) if matches!(job.work, Work::Delete(_)) => {
+                    carried = Some(job);
+                    break;
+                }
                 Ok(job) => jobs.push(job),
                 Err(_) => break,
             }

@@ -7,6 +7,7 @@
 //! durably stored. On export, [`Media::restore`] puts the original bytes back (checking their
 //! hash), or [`show_references`] shows the references as `uri` parts.
 
+mod gc;
 pub(crate) mod parts;
 mod reference;
 mod store;
@@ -19,6 +20,7 @@ use base64::Engine;
 use object_store::{ObjectStore, ObjectStoreExt, PutPayload};
 use serde_json::Value;
 
+pub use gc::{GcEpoch, SaveHold};
 pub use parts::Blob;
 pub use reference::MediaRef;
 
@@ -132,6 +134,8 @@ pub struct MediaCounters {
     pub restored_bytes: AtomicU64,
     /// Writes or reads that failed.
     pub failures: AtomicU64,
+    /// Blobs removed because no stored message names them any more.
+    pub removed: AtomicU64,
 }
 
 /// How many blobs one restore reads at once.
@@ -144,6 +148,8 @@ pub struct Media {
     threshold: Option<u64>,
     max_inline_bytes: u64,
     counters: MediaCounters,
+    /// Recent saves, kept apart from removals (see [`gc`]).
+    guard: gc::SaveGuard,
 }
 
 impl Media {
@@ -171,6 +177,7 @@ impl Media {
             threshold,
             max_inline_bytes: crate::config::DEFAULT_MEDIA_MAX_INLINE_BYTES,
             counters: MediaCounters::default(),
+            guard: gc::SaveGuard::default(),
         }
     }
 
@@ -212,6 +219,22 @@ impl Media {
     /// Writes the blobs to the store, concurrently; a blob already there (same address and
     /// size) is not written again. Returns when every blob is durably stored.
     pub async fn save(&self, blobs: Vec<Blob>) -> Result<(), MediaError> {
+        self.save_held(blobs).await.map(drop)
+    }
+
+    /// [`Media::save`], holding the blobs against removal (see `gc`) until the returned hold is
+    /// dropped: keep it until the messages naming them are committed.
+    pub async fn save_held(&self, blobs: Vec<Blob>) -> Result<SaveHold<'_>, MediaError> {
+        let hold = self
+            .guard
+            .hold(blobs.iter().map(|b| b.reference.clone()).collect());
+        // No removal runs while the blobs are written.
+        let _saving = self.guard.saving().await;
+        self.write_blobs(blobs).await?;
+        Ok(hold)
+    }
+
+    async fn write_blobs(&self, blobs: Vec<Blob>) -> Result<(), MediaError> {
         let mut tasks = tokio::task::JoinSet::new();
         for blob in blobs {
             let store = self.store.clone();

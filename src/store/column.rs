@@ -52,11 +52,19 @@ pub enum Cf {
     Damaged,
     /// The lineage index of continued and forked runs (see `store::lineage_index`).
     Lineage,
+    /// run_id → a deletion of the run, in progress or done (see `store::deletion`).
+    Deletions,
+    /// media digest (32 bytes) run key message hash → (): the stored messages naming a blob of
+    /// the media store (see `store::media_refs`).
+    MediaRefs,
+    /// media digest (32 bytes) → (): blobs whose last naming message was deleted, to be checked
+    /// and removed from the media store.
+    MediaGc,
 }
 
 impl Cf {
     /// Every named column family (all but [`Cf::Meta`]), in the order they are opened.
-    pub const NAMED: [Cf; 21] = [
+    pub const NAMED: [Cf; 24] = [
         Cf::Runs,
         Cf::Events,
         Cf::Snapshots,
@@ -78,10 +86,13 @@ impl Cf {
         Cf::ModelRequests,
         Cf::Damaged,
         Cf::Lineage,
+        Cf::Deletions,
+        Cf::MediaRefs,
+        Cf::MediaGc,
     ];
 
     /// Every column family, in declaration order ([`Cf::Meta`] first).
-    pub const EVERY: [Cf; 22] = [
+    pub const EVERY: [Cf; 25] = [
         Cf::Meta,
         Cf::Runs,
         Cf::Events,
@@ -104,6 +115,9 @@ impl Cf {
         Cf::ModelRequests,
         Cf::Damaged,
         Cf::Lineage,
+        Cf::Deletions,
+        Cf::MediaRefs,
+        Cf::MediaGc,
     ];
 
     /// The column family's name in the database (unchanged since the string names).
@@ -131,6 +145,9 @@ impl Cf {
             Cf::ModelRequests => "model_requests",
             Cf::Damaged => "damaged",
             Cf::Lineage => "lineage",
+            Cf::Deletions => "deletions",
+            Cf::MediaRefs => "media_refs",
+            Cf::MediaGc => "media_gc",
         }
     }
 

@@ -136,6 +136,10 @@ pub trait KvStore: Send + Sync {
     /// Compacts every column family fully (a no-op in memory).
     fn compact(&self) -> Result<(), StoreError>;
 
+    /// Compacts the keys of `cf` from `from` (inclusive) to `to` (exclusive), so the space of
+    /// what was deleted there comes back (a no-op in memory, where a delete frees at once).
+    fn compact_range(&self, cf: Cf, from: &[u8], to: &[u8]) -> Result<(), StoreError>;
+
     /// An estimate of the number of keys in `cf` (exact in memory).
     fn estimated_keys(&self, cf: Cf) -> Result<u64, StoreError>;
 

@@ -189,6 +189,10 @@ impl KvStore for MemoryKv {
         Ok(())
     }
 
+    fn compact_range(&self, _cf: Cf, _from: &[u8], _to: &[u8]) -> Result<(), StoreError> {
+        Ok(())
+    }
+
     fn estimated_keys(&self, cf: Cf) -> Result<u64, StoreError> {
         Ok(self.read()[cf.index()].len() as u64)
     }

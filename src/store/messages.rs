@@ -22,7 +22,12 @@ impl WriteBatch<'_> {
         body: &Value,
     ) -> Result<(), StoreError> {
         let run = self.run_key(run_id)?;
-        self.put_json(cf::MESSAGES, &keys::message_key(run, hash), body)
+        let key = keys::message_key(run, hash);
+        let bytes = super::core::encode_json(cf::MESSAGES, body)?;
+        // The blobs it names, for the media store's garbage collection.
+        super::media_refs::index_message(&mut self.batch, &key, &bytes);
+        self.batch.put(cf::MESSAGES, &key, bytes);
+        Ok(())
     }
 }
 

@@ -30,6 +30,7 @@ impl Store {
             SCHEMA_KEY,
             SCHEMA_VERSION.to_string().into_bytes(),
         );
+        kv.insert(Cf::Meta, super::media_refs::INDEXED_KEY, Vec::new());
         Store::assemble(Box::new(kv), false)
     }
 
@@ -44,6 +45,8 @@ impl Store {
         if migrate {
             store.migrate_model_requests((SCHEMA_KEY, SCHEMA_VERSION.to_string().as_bytes()))?;
         }
+        // Stores written before the media index existed are indexed once.
+        store.index_media_refs()?;
         Ok(store)
     }
 }

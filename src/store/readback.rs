@@ -7,9 +7,10 @@
 use serde::de::DeserializeOwned;
 
 use super::core::Store;
+use super::deletion::Deletion;
 use super::error::StoreError;
 use super::keys::Cf;
-use super::{history, outbox};
+use super::{history, media_refs, outbox};
 use crate::domain::{Run, StepEvent, ToolEffect, MESSAGE_HASH_BYTES, NODE_ID_BYTES};
 use crate::records::{model_request, snapshot};
 use crate::records::{LogEvent, RunMeta, RunState, StoredFact};
@@ -84,8 +85,15 @@ fn check(cf: Cf, key: &[u8], value: &[u8]) -> Result<(), String> {
         Cf::OutboxCursors => sized(value, 16),
         Cf::RunKeys => sized(value, 8),
         Cf::Aliases | Cf::SpanRuns | Cf::GroupSpans | Cf::Damaged => text(value),
-        Cf::RunIndex | Cf::PendingParents => empty(value),
         Cf::Lineage => super::lineage_index::check_record(key, value),
+        Cf::RunIndex | Cf::PendingParents | Cf::MediaGc => empty(value),
+        Cf::MediaRefs => {
+            sized(key, media_refs::DIGEST_BYTES + 8 + MESSAGE_HASH_BYTES)?;
+            empty(value)
+        }
+        // `p \0 run_id` → a deletion in progress; `d \0 run_id` → when it finished (be64).
+        Cf::Deletions if key.starts_with(b"d\0") => sized(value, 8),
+        Cf::Deletions => json::<Deletion>(value),
     }
 }
 
@@ -98,6 +106,7 @@ fn check_meta(key: &[u8], value: &[u8]) -> Result<(), String> {
             .map(drop)
             .ok_or_else(|| "not a number".to_string()),
         b"next_run_key" => sized(value, 8),
+        b"media_refs_indexed" => empty(value),
         _ => Err("unknown key".to_string()),
     }
 }

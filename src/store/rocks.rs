@@ -173,6 +173,14 @@ impl KvStore for RocksKv {
         Ok(())
     }
 
+    fn compact_range(&self, cf: Cf, from: &[u8], to: &[u8]) -> Result<(), StoreError> {
+        if from < to {
+            self.db
+                .compact_range_cf(self.handle(cf)?, Some(from), Some(to));
+        }
+        Ok(())
+    }
+
     fn estimated_keys(&self, cf: Cf) -> Result<u64, StoreError> {
         Ok(self
             .db

@@ -12,6 +12,7 @@
 //! - [`lineage`]: grouping spans, delegate links, orphan merges;
 //! - [`logs`]: log records, merged into their span's fact, pruned when it never arrives;
 //! - [`abandon`]: declaring a run dead;
+//! - [`delete`]: deleting runs, in bounded steps, each work in its own commit;
 //! - [`persist`]: writing a changed run's derived state (append or full derivation);
 //! - [`span_runs`]: the span→run block of a request's outbox entry.
 
@@ -19,6 +20,7 @@ mod abandon;
 mod continued_from;
 #[cfg(test)]
 mod continued_from_tests;
+mod delete;
 mod facts;
 mod lineage;
 mod logs;
@@ -33,7 +35,10 @@ use crate::interpreter::{FactKind, Interpreted};
 use crate::store::keys::{self, cf};
 use crate::store::{AliasClaims, Store, StoreError, WriteBatch};
 
-pub use request::{AbandonOutcome, Applied, PrunedLogs, Stored, SweepOutcome, Work};
+pub use delete::TOMBSTONE;
+pub use request::{
+    AbandonOutcome, Applied, DeleteReply, DeleteWork, PrunedLogs, Stored, SweepOutcome, Work,
+};
 pub use span_runs::run_block_bound;
 
 pub(super) use continued_from::note_service;
@@ -57,7 +62,21 @@ pub fn run_id_of(i: &Interpreted) -> String {
 /// written, and [`StoreError::damaged_run`] a run whose stored records could not be read.
 /// Nothing is written unless everything applied.
 pub fn apply_group(store: &Store, works: &[Work], now_ns: u64) -> Result<Vec<Applied>, StoreError> {
+    // Deletion work commits alone (the writer never groups it; should a caller, each work of
+    // the group is applied in order, one commit each).
+    if works.iter().any(|w| matches!(w, Work::Delete(_))) {
+        if let [Work::Delete(work)] = works {
+            return Ok(vec![Applied::Deletion(delete::apply(store, work, now_ns)?)]);
+        }
+        let mut out = Vec::with_capacity(works.len());
+        for work in works {
+            out.extend(apply_group(store, std::slice::from_ref(work), now_ns)?);
+        }
+        return Ok(out);
+    }
     let mut batch = store.batch();
+    // Spans of a run being deleted (or deleted a short while ago) are not stored.
+    let mut deleted = Deleted::default();
     let mut runs = Runs::new();
     let mut claims = AliasClaims::default();
     let mut lineage = continued_from::Group::default();
@@ -89,6 +108,9 @@ pub fn apply_group(store: &Store, works: &[Work], now_ns: u64) -> Result<Vec<App
         received().filter(|i| matches!(i.fact.kind, FactKind::ToolCall | FactKind::ModelRequest))
     {
         let run_id = groups.run_id(store, i)?;
+        if deleted.blocks(store, &run_id, now_ns)? {
+            continue;
+        }
         let key = (i.fact.trace_id.clone(), i.fact.span_id.clone());
         batch.put_raw(
             cf::SPAN_RUNS,
@@ -122,6 +144,9 @@ pub fn apply_group(store: &Store, works: &[Work], now_ns: u64) -> Result<Vec<App
                         .run_id(store, i)
                         .map_err(|e| e.in_run(&run_id_of(i), span))?;
                     let in_run = |e: StoreError| e.in_run(&run_id, span);
+                    if deleted.blocks(store, &run_id, now_ns).map_err(in_run)? {
+                        continue;
+                    }
                     let with_content = logs::with_logs(store, &logs, i).map_err(in_run)?;
                     let i = with_content.as_ref().unwrap_or(i);
                     store_fact(store, &mut batch, &mut runs, links, &run_id, i, now_ns)
@@ -138,6 +163,9 @@ pub fn apply_group(store: &Store, works: &[Work], now_ns: u64) -> Result<Vec<App
                 }
                 // Logs of a span that arrived earlier rebuild that span's content.
                 for (run_id, i) in logs::rebuilt_by_logs(store, &mut runs, links, &logs, events)? {
+                    if deleted.blocks(store, &run_id, now_ns)? {
+                        continue;
+                    }
                     store_fact(store, &mut batch, &mut runs, links, &run_id, &i, now_ns)
                         .map_err(|e| e.in_run(&run_id, Some(&i.fact.span_id)))?;
                 }
@@ -162,6 +190,8 @@ pub fn apply_group(store: &Store, works: &[Work], now_ns: u64) -> Result<Vec<App
                 *at_ns,
                 *silent_since_ns,
             )?),
+            // Applied alone, above.
+            Work::Delete(work) => Applied::Deletion(delete::apply(store, work, now_ns)?),
         });
     }
 
@@ -198,6 +228,23 @@ pub fn apply_group(store: &Store, works: &[Work], now_ns: u64) -> Result<Vec<App
     store.commit_runs(batch, &dirty)?;
     store.note_alias_conflicts(claims.conflicts());
     Ok(results)
+}
+
+/// The runs of a group whose spans are dropped because of a deletion, looked up once each.
+#[derive(Default)]
+struct Deleted(std::collections::HashMap<String, bool>);
+
+impl Deleted {
+    /// True when spans of `run_id` are not stored (see [`Store::blocks_ingest`]).
+    fn blocks(&mut self, store: &Store, run_id: &str, now_ns: u64) -> Result<bool, StoreError> {
+        if let Some(known) = self.0.get(run_id) {
+            return Ok(*known);
+        }
+        let ttl = TOMBSTONE.as_nanos() as u64;
+        let blocked = store.blocks_ingest(run_id, now_ns, ttl)?;
+        self.0.insert(run_id.to_string(), blocked);
+        Ok(blocked)
+    }
 }
 
 /// Adds fact `i` to run `run_id` and, when it changed the run, links it to the other runs.

@@ -3,6 +3,8 @@
 
 use crate::interpreter::{Interpreted, LogEvent};
 use crate::outbox::OutboxEntry;
+use crate::store::media_refs::DIGEST_BYTES;
+use crate::store::FinishedDeletion;
 
 /// One unit of work for the writer.
 pub enum Work {
@@ -32,6 +34,70 @@ pub enum Work {
         /// Only abandon if no new fact arrived since this time (the sweeper's check), else 0.
         silent_since_ns: u64,
     },
+    /// Deleting runs (see `apply::delete`); applied alone, in its own commit.
+    Delete(DeleteWork),
+}
+
+/// The kinds of deletion work.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DeleteWork {
+    /// Start deleting a run (id or alias) and its delegate runs.
+    Run {
+        /// Run id or alias.
+        run: String,
+        /// Why (kept on the intent).
+        reason: String,
+        /// Only if the run is over and silent since this time (the retention sweep's check).
+        over_before_ns: Option<u64>,
+    },
+    /// Start deleting up to `limit` runs of a conversation, and their delegate runs.
+    Conversation {
+        /// The conversation id.
+        conversation_id: String,
+        /// Most runs started by this work.
+        limit: usize,
+    },
+    /// Remove at most `budget` keys of the deletions in progress.
+    Step {
+        /// Keys per step.
+        budget: usize,
+    },
+    /// Check up to `limit` blobs whose last naming message was deleted.
+    MediaCheck {
+        /// Blobs checked.
+        limit: usize,
+    },
+    /// These blobs are gone from the media store: forget them.
+    MediaRemoved {
+        /// Their digests.
+        digests: Vec<[u8; DIGEST_BYTES]>,
+    },
+    /// Drop up to `limit` tombstones of deletions finished before `cutoff_ns`.
+    PruneTombstones {
+        /// Finished before this time.
+        cutoff_ns: u64,
+        /// Most tombstones dropped.
+        limit: usize,
+    },
+}
+
+/// The reply to [`Work::Delete`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DeleteReply {
+    /// The runs whose deletion started (the asked run first; empty: no such run, or nothing
+    /// to start).
+    Started(Vec<String>),
+    /// One step: the deletions it finished, and whether some are still in progress.
+    Stepped {
+        /// Deletions finished in this step.
+        finished: Vec<FinishedDeletion>,
+        /// True when deletions remain in progress.
+        pending: bool,
+    },
+    /// Blobs no stored message names any more (to be removed from the media store).
+    Unreferenced(Vec<[u8; DIGEST_BYTES]>),
+    /// Done; how many records it touched.
+    Done(usize),
 }
 
 /// The reply to [`Work::Received`]: the request's records (and its outbox entry) are committed.
@@ -77,4 +143,6 @@ pub enum Applied {
     PrunedLogs(PrunedLogs),
     /// A run was (or was not) abandoned.
     Abandon(SweepOutcome),
+    /// Deletion work was applied.
+    Deletion(DeleteReply),
 }
