@@ -13,6 +13,8 @@ mod events;
 mod fact;
 mod fold;
 mod genai;
+mod langchain;
+mod langsmith;
 #[cfg(test)]
 mod hardening_tests;
 mod logs;
@@ -76,6 +78,7 @@ fn interpret(
         Convention::GenAi => genai::interpret_span(span, memo, &mut cut),
         Convention::OpenInference => openinference::interpret_span(span, &mut cut),
         Convention::Traceloop => openllmetry::interpret_span(span, &mut cut),
+        Convention::LangSmith => langsmith::interpret_span(span, &mut cut),
     };
     let mut interpreted = interpreted.ok_or(NotInterpreted::NotAgentSpan)?;
     budget::check_interpreted(&interpreted, limits)?;
