@@ -42,7 +42,10 @@ pub fn metadata_agent_name(attrs: &Attributes<'_>) -> Option<String> {
 pub fn is_langchain_metadata(attrs: &Attributes<'_>) -> bool {
     match attrs.json("metadata") {
         Some(Ok(Value::Object(m))) => m.keys().any(|k| {
-            k == "lc_agent_name" || k == "thread_id" || k.starts_with("langgraph_") || k.starts_with("ls_")
+            k == "lc_agent_name"
+                || k == "thread_id"
+                || k.starts_with("langgraph_")
+                || k.starts_with("ls_")
         }),
         _ => false,
     }

@@ -93,7 +93,9 @@ fn runs_of(spans: &[Span]) -> BTreeMap<String, Vec<SpanFact>> {
             }
             key = up.clone();
         }
-        runs.entry(format!("{trace}-{key}")).or_default().push(i.fact);
+        runs.entry(format!("{trace}-{key}"))
+            .or_default()
+            .push(i.fact);
     }
     runs
 }
@@ -112,11 +114,26 @@ fn check_route(route: &str) {
     assert_eq!(derived.len(), 2, "{route}: one run per invocation");
     let expected = [
         vec![
-            ("call_w1", "get_weather", json!({"city": "Paris"}), Some(json!("sunny in Paris"))),
+            (
+                "call_w1",
+                "get_weather",
+                json!({"city": "Paris"}),
+                Some(json!("sunny in Paris")),
+            ),
             ("call_a1", "add", json!({"a": 2, "b": 3}), Some(json!("5"))),
-            ("call_b1", "book_table", json!({"restaurant": "Chez Nous", "people": 4}), None),
+            (
+                "call_b1",
+                "book_table",
+                json!({"restaurant": "Chez Nous", "people": 4}),
+                None,
+            ),
         ],
-        vec![("call_w2", "get_weather", json!({"city": "Rome"}), Some(json!("sunny in Rome")))],
+        vec![(
+            "call_w2",
+            "get_weather",
+            json!({"city": "Rome"}),
+            Some(json!("sunny in Rome")),
+        )],
     ];
     for ((d, expected), requests) in derived.iter().zip(expected).zip([3, 2]) {
         let run = &d.run;
@@ -185,7 +202,10 @@ fn openinference_model_calls_read_the_flattened_history_not_the_lc_batches() {
         .unwrap();
     let i = interpret_span(llm).unwrap();
     // system prompt out; human, ai(2 calls), tools(2, merged), ai, tool, ai, human, ai, tool.
-    assert_eq!(i.fact.system_instructions.as_ref().unwrap()[0]["content"], "You are a weather and booking assistant.");
+    assert_eq!(
+        i.fact.system_instructions.as_ref().unwrap()[0]["content"],
+        "You are a weather and booking assistant."
+    );
     assert_eq!(i.fact.input.as_ref().unwrap().len(), 9);
     assert!(i.fact.content_problem.is_none());
 }
@@ -198,9 +218,13 @@ fn lc_messages_in_every_serialised_form_read_as_chat_messages() {
     let m = chat_message(&constructor).unwrap();
     assert_eq!(m["role"], "assistant");
     assert_eq!(m["tool_calls"][0]["function"]["arguments"]["x"], 1);
-    let dict = json!({"type": "tool", "data": {"content": "ok", "tool_call_id": "c1", "type": "tool"}});
+    let dict =
+        json!({"type": "tool", "data": {"content": "ok", "tool_call_id": "c1", "type": "tool"}});
     let m = chat_message(&dict).unwrap();
-    assert_eq!((m["role"].as_str(), m["tool_call_id"].as_str()), (Some("tool"), Some("c1")));
+    assert_eq!(
+        (m["role"].as_str(), m["tool_call_id"].as_str()),
+        (Some("tool"), Some("c1"))
+    );
     let dumped = json!({"type": "human", "content": [{"type": "text", "text": "hi"}]});
     assert_eq!(chat_message(&dumped).unwrap()["role"], "user");
     let chat = json!({"role": "user", "content": "hi"});
@@ -221,7 +245,10 @@ fn tool_outputs_of_each_route_give_id_content_and_status() {
     unwrap_genai_tool(&mut fact);
     assert_eq!(fact.arguments, Some(json!({"a": 1})));
     assert_eq!(fact.tool_call_id.as_deref(), Some("c9"));
-    assert_eq!((fact.error.as_deref(), fact.result.as_ref()), (Some("boom"), None));
+    assert_eq!(
+        (fact.error.as_deref(), fact.result.as_ref()),
+        (Some("boom"), None)
+    );
     // A result that is not a ToolMessage stays as it is; arguments without the wrapper too.
     let mut plain = SpanFact::new(FactKind::ToolCall, "t".into(), "s".into(), "f".into());
     plain.arguments = Some(json!({"inputs": 1}));

@@ -23,7 +23,10 @@ fn chains_are_runs_at_the_root_or_when_named_like_their_agent_else_groups() {
     assert_eq!(i.fact.agent_name.as_deref(), Some("LangGraph"));
     assert_eq!(i.fact.conversation_id.as_deref(), Some("t-1"));
     let node = span(2, 1, "model", 11, vec![kv("langsmith.span.kind", "chain")]);
-    assert_eq!(interpret_span(&node, &mut cut()).unwrap().fact.kind, FactKind::Group);
+    assert_eq!(
+        interpret_span(&node, &mut cut()).unwrap().fact.kind,
+        FactKind::Group
+    );
     let nested = span(
         3,
         2,
@@ -35,7 +38,10 @@ fn chains_are_runs_at_the_root_or_when_named_like_their_agent_else_groups() {
         ],
     );
     let i = interpret_span(&nested, &mut cut()).unwrap();
-    assert_eq!((i.fact.kind, i.run_span_id.as_str()), (FactKind::AgentRun, "0303030303030303"));
+    assert_eq!(
+        (i.fact.kind, i.run_span_id.as_str()),
+        (FactKind::AgentRun, "0303030303030303")
+    );
 }
 
 #[test]
@@ -60,9 +66,15 @@ fn model_and_tool_spans_read_the_raw_run_json() {
     );
     let i = interpret_span(&llm, &mut cut()).unwrap();
     assert_eq!(i.fact.input.as_ref().unwrap().len(), 1);
-    assert_eq!(i.fact.system_instructions.as_ref().unwrap()[0]["content"], "Be brief.");
+    assert_eq!(
+        i.fact.system_instructions.as_ref().unwrap()[0]["content"],
+        "Be brief."
+    );
     assert_eq!(i.fact.requested_calls[0].id, "c1");
-    assert_eq!(i.fact.requested_calls[0].arguments, Some(serde_json::json!({"x": 1})));
+    assert_eq!(
+        i.fact.requested_calls[0].arguments,
+        Some(serde_json::json!({"x": 1}))
+    );
 
     let tool = span(
         3,
@@ -73,7 +85,10 @@ fn model_and_tool_spans_read_the_raw_run_json() {
             kv("langsmith.span.kind", "tool"),
             kv("gen_ai.tool.call.id", "c1"),
             kv("gen_ai.prompt", r#"{"x":1}"#),
-            kv("gen_ai.completion", r#"{"output":{"content":"ok","type":"tool","tool_call_id":"c1","status":"success"}}"#),
+            kv(
+                "gen_ai.completion",
+                r#"{"output":{"content":"ok","type":"tool","tool_call_id":"c1","status":"success"}}"#,
+            ),
         ],
     );
     let i = interpret_span(&tool, &mut cut()).unwrap();
@@ -86,7 +101,10 @@ fn model_and_tool_spans_read_the_raw_run_json() {
         1,
         "ChatModel",
         30,
-        vec![kv("langsmith.span.kind", "llm"), kv("gen_ai.prompt", r#"{"messages":[[{"lc""#)],
+        vec![
+            kv("langsmith.span.kind", "llm"),
+            kv("gen_ai.prompt", r#"{"messages":[[{"lc""#),
+        ],
     );
     let i = interpret_span(&cut_short, &mut cut()).unwrap();
     assert!(i.fact.content_problem.unwrap().contains("not valid JSON"));
