@@ -18,8 +18,11 @@ use support::{encode, run_script_with, str_field, truncate, Stepline};
 
 const SYSTEM_PROMPT: &str = "You are a weather and booking assistant.";
 
-/// The tool calls of each turn: id, tool, arguments, result (`None`: the call failed).
-fn expected_calls() -> [Vec<(&'static str, &'static str, Value, Option<Value>)>; 2] {
+/// A tool call: id, tool, arguments, result (`None`: the call failed).
+type Call = (&'static str, &'static str, Value, Option<Value>);
+
+/// The tool calls of each turn.
+fn expected_calls() -> [Vec<Call>; 2] {
     [
         vec![
             (

@@ -133,17 +133,18 @@ fn read_input(attrs: &Attributes<'_>, fact: &mut SpanFact) -> Option<Mapped> {
     let flattened = attrs.indexed("llm.input_messages");
     match attrs.json("input.value") {
         // LangChain: `{"messages": [[lc messages]]}` (batches of serialised messages). The
-        // flattened messages are the first batch, already as chat messages.
+        // flattened messages are the first batch, already as chat messages: read when present.
         Some(Ok(Value::Object(body)))
             if body
                 .get("messages")
                 .and_then(Value::as_array)
                 .is_some_and(|items| langchain::holds_lc_messages(items)) =>
         {
-            if flattened.is_empty() {
-                let chat = langchain::model_input(&Value::Object(body))?;
-                return Some(openai_items::map_history(&chat));
-            }
+            let chat = match flattened.is_empty() {
+                true => langchain::model_input(&Value::Object(body))?,
+                false => flattened.iter().filter_map(flat_message).collect(),
+            };
+            return Some(openai_items::map_history(&chat));
         }
         Some(Ok(Value::Array(items))) => return Some(openai_items::map_history(&items)),
         Some(Ok(Value::Object(body))) => {
@@ -196,10 +197,11 @@ fn read_output(
     match attrs.json("output.value") {
         // LangChain: an `LLMResult`; the flattened messages are its first generation.
         Some(Ok(body)) if body.get("generations").is_some() => {
-            if flattened.is_empty() {
-                let reply = langchain::model_output(&body)?;
-                return Some((openai_items::map_history(&[reply]), None));
-            }
+            let chat = match flattened.is_empty() {
+                true => vec![langchain::model_output(&body)?],
+                false => flattened.iter().filter_map(flat_message).collect(),
+            };
+            return Some((openai_items::map_history(&chat), None));
         }
         Some(Ok(body @ (Value::Object(_) | Value::Array(_)))) => {
             let mapped = openai_items::map_response(&body);
