@@ -112,8 +112,9 @@ struct Args {
     /// `pydantic-ai` (GenAI attributes), `strands` (Strands default mode: event-loop cycle spans,
     /// content in span events as Converse blocks), `openinference` (OpenAI Agents SDK via
     /// OpenInference), `openllmetry` (Traceloop, legacy flattened content), `adk` (Google
-    /// ADK: workflow span, invented tool ids the messages do not use) and/or `vercel-ai`
-    /// (the Vercel AI SDK's `ai.*` spans, provider-prompt history in `ai.prompt.messages`).
+    /// ADK: workflow span, invented tool ids the messages do not use), `vercel-ai` (the Vercel
+    /// AI SDK's `ai.*` spans, provider-prompt history in `ai.prompt.messages`) and/or
+    /// `langchain` (LangGraph via OpenInference).
     #[arg(long, value_enum, value_delimiter = ',', default_value = "pydantic-ai")]
     conventions: Vec<Convention>,
     /// Timeout of one export request, in seconds.
@@ -284,6 +285,10 @@ enum Convention {
     /// Vercel AI SDK v6 `ai.*` spans: `ai.generateText` → `ai.generateText.doGenerate` (full
     /// provider prompt in `ai.prompt.messages`) and sibling `ai.toolCall` spans with ids.
     VercelAi,
+    /// LangGraph via OpenInference: `{agent}` (AGENT, no `agent.name`) → `model` / `tools`
+    /// (CHAIN) → LLM (lc-serialised `input.value`, `LLMResult` output, flattened messages) /
+    /// TOOL (id only inside the `ToolMessage` of `output.value`), thread as `session.id`.
+    Langchain,
 }
 
 impl Convention {
@@ -296,6 +301,7 @@ impl Convention {
             Convention::Openllmetry => "openllmetry",
             Convention::Adk => "adk",
             Convention::VercelAi => "vercel-ai",
+            Convention::Langchain => "langchain",
         }
     }
 }
@@ -1565,6 +1571,164 @@ fn to_openllmetry(run: Vec<GeneratedSpan>, rng: &mut Rng) -> Result<Vec<Generate
     Ok(out)
 }
 
+/// Canonical messages as LangChain `lc` constructor objects (the form of OpenInference's
+/// `input.value` on LangChain LLM spans).
+fn lc_messages(messages: &serde_json::Value) -> Vec<serde_json::Value> {
+    let lc = |class: &str, kwargs: serde_json::Value| {
+        json!({"lc": 1, "type": "constructor", "id": ["langchain", "schema", "messages", class],
+            "kwargs": kwargs})
+    };
+    let mut out = Vec::new();
+    for m in messages.as_array().into_iter().flatten() {
+        let role = m["role"].as_str().unwrap_or("user");
+        let parts = m["parts"].as_array().cloned().unwrap_or_default();
+        let text: String = parts.iter().filter_map(|p| p["content"].as_str()).collect();
+        let calls: Vec<serde_json::Value> = parts
+            .iter()
+            .filter(|p| p["type"] == "tool_call")
+            .map(|p| json!({"name": p["name"], "args": p["arguments"], "id": p["id"], "type": "tool_call"}))
+            .collect();
+        let responses: Vec<&serde_json::Value> = parts
+            .iter()
+            .filter(|p| p["type"] == "tool_call_response")
+            .collect();
+        if !responses.is_empty() {
+            for r in responses {
+                out.push(lc(
+                    "ToolMessage",
+                    json!({"content": r["result"], "type": "tool",
+                    "tool_call_id": r["id"], "status": "success"}),
+                ));
+            }
+            continue;
+        }
+        out.push(match role {
+            "system" => lc("SystemMessage", json!({"content": text, "type": "system"})),
+            "assistant" => lc(
+                "AIMessage",
+                json!({"content": text, "type": "ai", "tool_calls": calls, "invalid_tool_calls": []}),
+            ),
+            _ => lc("HumanMessage", json!({"content": text, "type": "human"})),
+        });
+    }
+    out
+}
+
+/// Rewrites a generated run as LangGraph's `create_agent` exports it through OpenInference:
+/// `{agent}` (AGENT: the name contains "agent", and LangChain never sets `agent.name`) → one
+/// `model` CHAIN per model request holding the chat model's LLM span (`input.value` as batches of
+/// lc messages, `output.value` as an `LLMResult`, plus the flattened messages) and one `tools`
+/// CHAIN per tool call holding its TOOL span (`output.value` a `ToolMessage` with the call id);
+/// the thread as `session.id` and in `metadata` on every span.
+fn to_langchain(run: Vec<GeneratedSpan>, rng: &mut Rng) -> Result<Vec<GeneratedSpan>> {
+    let c = canonical(run)?;
+    let trace = c.root.trace_id.clone();
+    let agent = format!("{}_agent", c.root.name.trim_start_matches("invoke_agent "));
+    let thread = rng.uuid_v4();
+    let session = kv_str("session.id", thread.clone());
+    let metadata = |node: &str| {
+        kv_str(
+            "metadata",
+            json!({"ls_integration": "langchain_create_agent", "lc_agent_name": agent,
+                "thread_id": thread, "langgraph_node": node})
+            .to_string(),
+        )
+    };
+    let kind = |k: &str| kv_str("openinference.span.kind", k);
+    let root_id = c.root.span_id.clone();
+    let mut out = Vec::with_capacity(c.children.len() * 2 + 1);
+    for (mut span, a, b) in c.children {
+        let node_id = rng.id::<8>().to_vec();
+        let is_chat = span.name.starts_with("chat");
+        let node = if is_chat { "model" } else { "tools" };
+        out.push(GeneratedSpan {
+            span: child_span(
+                &trace,
+                node_id.clone(),
+                root_id.clone(),
+                node,
+                span.start_time_unix_nano.saturating_sub(1),
+                span.end_time_unix_nano + 1,
+                vec![kind("CHAIN"), session.clone(), metadata(node)],
+            ),
+            message_bytes: 0,
+            root_of: None,
+        });
+        span.parent_span_id = node_id;
+        let mut attrs = vec![session.clone(), metadata(node)];
+        if is_chat {
+            let mut prompt = vec![
+                json!({"role": "system", "parts": [{"type": "text", "content": c.instructions}]}),
+            ];
+            prompt.extend(a.as_array().cloned().unwrap_or_default());
+            let prompt = serde_json::Value::Array(prompt);
+            attrs.push(kind("LLM"));
+            attrs.push(kv_str("llm.provider", "openai"));
+            attrs.push(kv_str(
+                "llm.model_name",
+                attribute(&span, "gen_ai.response.model"),
+            ));
+            attrs.push(kv_str("input.mime_type", "application/json"));
+            attrs.push(kv_str(
+                "input.value",
+                json!({"messages": [lc_messages(&prompt)]}).to_string(),
+            ));
+            let reply = lc_messages(&b).into_iter().next().unwrap_or_default();
+            attrs.push(kv_str("output.mime_type", "application/json"));
+            attrs.push(kv_str(
+                "output.value",
+                json!({"generations": [[{"text": "", "type": "ChatGeneration", "message": reply}]],
+                    "llm_output": null, "type": "LLMResult"})
+                .to_string(),
+            ));
+            let call_keys = [
+                "tool_call.id",
+                "tool_call.function.name",
+                "tool_call.function.arguments",
+            ];
+            flattened_messages(
+                "llm.input_messages",
+                ".message",
+                call_keys,
+                &prompt,
+                &mut attrs,
+            );
+            flattened_messages("llm.output_messages", ".message", call_keys, &b, &mut attrs);
+            span.name = "ChatOpenAI".into();
+        } else {
+            let tool = attribute(&span, "gen_ai.tool.name");
+            let id = attribute(&span, "gen_ai.tool.call.id");
+            attrs.push(kind("TOOL"));
+            attrs.push(kv_str("tool.name", tool.clone()));
+            attrs.push(kv_str("input.value", a.to_string()));
+            attrs.push(kv_str(
+                "output.value",
+                json!({"type": "tool", "data": {"content": b, "type": "tool", "name": tool,
+                    "tool_call_id": id, "status": "success"}})
+                .to_string(),
+            ));
+            span.name = tool;
+        }
+        span.attributes = attrs;
+        let message_bytes = string_bytes(&span);
+        out.push(GeneratedSpan {
+            span,
+            message_bytes,
+            root_of: None,
+        });
+    }
+    let mut root = c.root;
+    root.name = agent.clone();
+    root.attributes = vec![kind("AGENT"), session, metadata("")];
+    let run_id = format!("{}-{}", hex::encode(&trace), hex::encode(&root.span_id));
+    out.push(GeneratedSpan {
+        span: root,
+        message_bytes: 0,
+        root_of: Some(run_id),
+    });
+    Ok(out)
+}
+
 /// Canonical messages as the Vercel AI SDK's provider prompt (`ai.prompt.messages`).
 fn vercel_prompt(messages: &serde_json::Value) -> Vec<serde_json::Value> {
     let mut out = Vec::new();
@@ -2012,6 +2176,7 @@ fn generate(
             Convention::Openllmetry => to_openllmetry(run, &mut rng)?,
             Convention::Adk => to_adk(run, &mut rng)?,
             Convention::VercelAi => to_vercel_ai(run, &mut rng)?,
+            Convention::Langchain => to_langchain(run, &mut rng)?,
         };
         if workload.batch_spans == 0 {
             if jobs.blocking_send(make_job(run, &workload)?).is_err() {

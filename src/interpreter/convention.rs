@@ -11,6 +11,9 @@ pub enum Convention {
     /// The OTel GenAI conventions (`gen_ai.operation.name`): Pydantic AI, Strands Agents, and the
     /// older names and event forms of the same conventions.
     GenAi,
+    /// LangSmith's OTel mode (`langsmith.span.kind`): LangChain / LangGraph runs as LangSmith
+    /// records them, content as raw run JSON in `gen_ai.prompt` / `gen_ai.completion`.
+    LangSmith,
     /// OpenLLMetry / Traceloop (`traceloop.span.kind`, or the legacy flattened
     /// `gen_ai.prompt.{i}.*` / `gen_ai.completion.{i}.*` model-request attributes).
     Traceloop,
@@ -20,7 +23,8 @@ pub enum Convention {
 }
 
 /// Detects a span's convention: `openinference.span.kind`, then the Vercel AI SDK's
-/// `ai.operationId`, then `gen_ai.operation.name`, then
+/// `ai.operationId`, then `langsmith.span.kind` (LangSmith also writes `gen_ai.operation.name`),
+/// then `gen_ai.operation.name`, then
 /// `traceloop.span.kind`, then the presence of OpenLLMetry's legacy flattened content; spans with
 /// none of them fall back to the GenAI interpreter, which recognises the older Pydantic AI span
 /// names by attribute presence.
@@ -29,6 +33,8 @@ pub fn detect(attrs: &Attributes<'_>) -> Convention {
         Convention::OpenInference
     } else if super::vercel_ai::is_vercel_span(attrs) {
         Convention::VercelAi
+    } else if attrs.get("langsmith.span.kind").is_some() {
+        Convention::LangSmith
     } else if attrs.get("gen_ai.operation.name").is_some() {
         Convention::GenAi
     } else if attrs.get("traceloop.span.kind").is_some()
@@ -60,6 +66,11 @@ mod tests {
         let tl = vec![kv("traceloop.span.kind", "task")];
         assert_eq!(detect(&Attributes(&tl)), Convention::Traceloop);
         assert_eq!(detect(&Attributes(&[])), Convention::GenAi);
+        let langsmith = vec![
+            kv("gen_ai.operation.name", "chat"),
+            kv("langsmith.span.kind", "llm"),
+        ];
+        assert_eq!(detect(&Attributes(&langsmith)), Convention::LangSmith);
         let legacy = vec![kv("gen_ai.prompt.0.role", "user")];
         assert_eq!(detect(&Attributes(&legacy)), Convention::Traceloop);
         let vercel = vec![

@@ -201,6 +201,7 @@ pub fn interpret_span(
             fact.tool_call_id = attrs.str(&["gen_ai.tool.call.id", "tool_call_id"]);
             fact.arguments = attrs.loose_json(&["gen_ai.tool.call.arguments", "tool_arguments"]);
             fact.result = attrs.loose_json(&["gen_ai.tool.call.result", "tool_response"]);
+            super::langchain::unwrap_genai_tool(&mut fact);
             if fact.arguments.is_none() || fact.result.is_none() {
                 read_legacy_events(span, &mut fact, &mut messages, cut);
             }
@@ -425,6 +426,9 @@ pub(crate) fn requested_calls(message: &Value) -> Vec<RequestedCall> {
 }
 
 fn classify(span: &Span, attrs: &Attributes<'_>) -> Option<FactKind> {
+    if let Some(kind) = super::langchain::genai_kind(span, attrs) {
+        return kind;
+    }
     let op = attrs.str(&["gen_ai.operation.name"]);
     if attrs.str(&["gen_ai.tool.name"]).as_deref() == Some(ADK_MERGED_TOOLS) {
         return None;

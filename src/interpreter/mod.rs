@@ -17,6 +17,8 @@ mod fold;
 mod genai;
 #[cfg(test)]
 mod hardening_tests;
+mod langchain;
+mod langsmith;
 mod logs;
 mod mastra;
 mod openai_items;
@@ -91,6 +93,7 @@ fn interpret(
         Convention::OpenInference => openinference::interpret_span(span, &mut cut),
         Convention::Traceloop => openllmetry::interpret_span(span, &mut cut),
         Convention::VercelAi => vercel_ai::interpret_span(span, &mut cut),
+        Convention::LangSmith => langsmith::interpret_span(span, &mut cut),
     };
     let mut interpreted = interpreted.ok_or(NotInterpreted::NotAgentSpan)?;
     budget::check_interpreted(&interpreted, limits)?;

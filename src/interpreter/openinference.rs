@@ -1,17 +1,25 @@
 //! The OpenInference convention (`openinference.span.kind`), as the OpenAI Agents SDK
 //! instrumentation emits it: `Agent workflow` (AGENT, the trace) → task (CHAIN) → `{agent}`
-//! (AGENT, `agent.name`) → `turn` (CHAIN) → `response` | `generation` (LLM) and `{tool}` (TOOL).
+//! (AGENT, `agent.name`) → `turn` (CHAIN) → `response` | `generation` (LLM) and `{tool}` (TOOL);
+//! and as the LangChain instrumentation emits it: `{graph}` (AGENT when the name contains
+//! "agent", else CHAIN) → `model` / `tools` (CHAIN) → `{ChatModel}` (LLM) and `{tool}` (TOOL).
 //!
 //! Runs are keyed by the AGENT span that names an agent: one run per agent invocation (a handoff
 //! starts a new run with the same session). The trace-level AGENT span names no agent and is not
-//! a run. CHAIN spans (task, turn, custom) group their children under the span above them, like
+//! a run. LangChain's agent spans name none either: they are runs named by the metadata's
+//! `lc_agent_name`, else by the span, and so is a parent-less CHAIN (one graph invocation is one
+//! run) and a nested `create_agent` graph (a delegate run; see [`super::langchain`]). Other
+//! CHAIN spans (task, turn, graph nodes) group their children under the span above them, like
 //! Strands' cycles, so model requests and tools reach their agent whatever the arrival order, and
 //! an agent used as a tool links to the tool through the task span between them.
 //!
 //! Content comes from `input.value` / `output.value` (the exact provider request and response,
 //! Chat Completions or Responses shaped), else from the flattened `llm.input_messages.*` /
-//! `llm.output_messages.*`. TOOL spans carry no tool-call id: derivation joins them to the
-//! model's calls (see `call_join`).
+//! `llm.output_messages.*` (always for LangChain, whose `input.value` holds batches of
+//! serialised messages). The session (`session.id`; LangChain's thread) is the conversation.
+//! TOOL spans carry no tool-call id (`tool.id` where a producer sets one): LangChain's is in the
+//! `ToolMessage` of `output.value`, whose content is the result; otherwise derivation joins them
+//! to the model's calls (see `call_join`).
 
 use opentelemetry_proto::tonic::trace::v1::Span;
 use serde_json::{json, Map, Value};
@@ -20,29 +28,40 @@ use super::attributes::Attributes;
 use super::budget::Cut;
 use super::fact::{FactKind, Interpreted, SpanFact};
 use super::genai::{error_text, requested_calls, store_bodies};
+use super::langchain;
 use super::openai_items::{self, Mapped};
 
 /// Interprets one OpenInference span; message bodies are cut to `cut`'s depth.
 pub fn interpret_span(span: &Span, cut: &mut Cut) -> Option<Interpreted> {
     let span = &*super::openinference_frameworks::normalise(span)?;
     let attrs = Attributes(&span.attributes);
-    let agent_name = attrs.str(&["agent.name", "graph.node.id"]);
+    let lc_agent_name = langchain::metadata_agent_name(&attrs);
+    let mut agent_name = attrs.str(&["agent.name", "graph.node.id"]);
+    let has_parent = span.parent_span_id.len() == 8;
     let kind = match attrs
         .str(&["openinference.span.kind"])?
         .to_ascii_uppercase()
         .as_str()
     {
         "AGENT" if agent_name.is_some() => FactKind::AgentRun,
+        // LangChain never sets `agent.name`: its agent spans are runs named by the metadata or
+        // by the span (an OpenAI Agents `Agent workflow` span has no LangChain metadata).
+        "AGENT" if lc_agent_name.is_some() || langchain::is_langchain_metadata(&attrs) => {
+            agent_name = lc_agent_name.or_else(|| Some(span.name.clone()));
+            FactKind::AgentRun
+        }
+        // A LangGraph invocation is a root CHAIN (`LangGraph`, or a graph named without
+        // "agent"), or a `create_agent` graph nested under a tool or a graph.
+        "CHAIN" if langchain::chain_is_run(has_parent, &span.name, lc_agent_name.as_deref()) => {
+            agent_name = lc_agent_name.or_else(|| Some(span.name.clone()));
+            FactKind::AgentRun
+        }
         "CHAIN" => FactKind::Group,
         "LLM" => FactKind::ModelRequest,
         "TOOL" => FactKind::ToolCall,
         _ => return None,
     };
     let mut fact = SpanFact::of_finished_span(kind, span, error_text(span, &attrs))?;
-    // A root CHAIN has nothing above it to group its children under.
-    if kind == FactKind::Group && fact.parent_span_id.is_none() {
-        return None;
-    }
     fact.conversation_id = attrs.str(&["session.id", "gen_ai.conversation.id"]);
     if kind == FactKind::AgentRun {
         fact.agent_name = agent_name;
@@ -97,9 +116,13 @@ pub fn interpret_span(span: &Span, cut: &mut Cut) -> Option<Interpreted> {
             fact.tool_name = attrs
                 .str(&["tool.name"])
                 .or_else(|| Some(span.name.clone()));
-            fact.tool_call_id = attrs.str(&["tool_call.id", "tool.call_id"]);
+            fact.tool_call_id = attrs.str(&["tool_call.id", "tool.call_id", "tool.id"]);
             fact.arguments = attrs.loose_json(&["input.value", "tool.parameters_value"]);
             fact.result = attrs.loose_json(&["output.value"]);
+            // LangChain: the id and the content are inside the returned `ToolMessage`. (A
+            // one-string-argument tool's `input.value` is the bare string: the ledger keeps the
+            // arguments of the model's call, which it prefers to the span's.)
+            langchain::apply_tool_output(&mut fact);
         }
     }
 
@@ -111,6 +134,20 @@ pub fn interpret_span(span: &Span, cut: &mut Cut) -> Option<Interpreted> {
 fn read_input(attrs: &Attributes<'_>, fact: &mut SpanFact) -> Option<Mapped> {
     let flattened = attrs.indexed("llm.input_messages");
     match attrs.json("input.value") {
+        // LangChain: `{"messages": [[lc messages]]}` (batches of serialised messages). The
+        // flattened messages are the first batch, already as chat messages: read when present.
+        Some(Ok(Value::Object(body)))
+            if body
+                .get("messages")
+                .and_then(Value::as_array)
+                .is_some_and(|items| langchain::holds_lc_messages(items)) =>
+        {
+            let chat = match flattened.is_empty() {
+                true => langchain::model_input(&Value::Object(body))?,
+                false => flattened.iter().filter_map(flat_message).collect(),
+            };
+            return Some(openai_items::map_history(&chat));
+        }
         Some(Ok(Value::Array(items))) => return Some(openai_items::map_history(&items)),
         Some(Ok(Value::Object(body))) => {
             // A request body: `{input, instructions}` (Responses) or `{messages}` (chat).
@@ -160,6 +197,14 @@ fn read_output(
 ) -> Option<(Mapped, Option<Vec<Value>>)> {
     let flattened = attrs.indexed("llm.output_messages");
     match attrs.json("output.value") {
+        // LangChain: an `LLMResult`; the flattened messages are its first generation.
+        Some(Ok(body)) if body.get("generations").is_some() => {
+            let chat = match flattened.is_empty() {
+                true => vec![langchain::model_output(&body)?],
+                false => flattened.iter().filter_map(flat_message).collect(),
+            };
+            return Some((openai_items::map_history(&chat), None));
+        }
         Some(Ok(body @ (Value::Object(_) | Value::Array(_)))) => {
             let mapped = openai_items::map_response(&body);
             if !mapped.messages.is_empty() || flattened.is_empty() {
