@@ -14,6 +14,10 @@ pub enum RunStatus {
     Failed,
     /// Declared dead by the orchestrator, or silent longer than the inactivity timeout.
     Abandoned,
+    /// The agent-run span ended with tool calls waiting for a human's approval or an external
+    /// result (see [`crate::domain::Interaction`]); a later run answering them makes it
+    /// `completed`.
+    Waiting,
 }
 
 impl RunStatus {
@@ -24,6 +28,7 @@ impl RunStatus {
             Self::Completed => "completed",
             Self::Failed => "failed",
             Self::Abandoned => "abandoned",
+            Self::Waiting => "waiting",
         }
     }
 
@@ -34,11 +39,14 @@ impl RunStatus {
             "completed" => Some(Self::Completed),
             "failed" => Some(Self::Failed),
             "abandoned" => Some(Self::Abandoned),
+            "waiting" => Some(Self::Waiting),
             _ => None,
         }
     }
 
-    /// True once the run is over (no further work will be recorded for it).
+    /// True once the run is over: its own telemetry has ended (no further work will be recorded
+    /// for it). A `waiting` run is over in this sense (its agent-run span ended; the inactivity
+    /// timeout never applies to it), though a later run may still resolve it.
     pub fn is_over(self) -> bool {
         !matches!(self, Self::Running)
     }
@@ -87,4 +95,7 @@ pub struct Run {
     pub warnings: Vec<String>,
     /// Start in nanoseconds since the epoch, for ordered indexes.
     pub started_ns: u64,
+    /// The later run (same conversation) whose input answered every call this run waited on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resumed_by_run_id: Option<String>,
 }

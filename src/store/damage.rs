@@ -65,6 +65,7 @@ pub(super) fn placeholder(run_id: &str, started_ns: u64, reason: &str) -> Run {
         continuation_unavailable: Some(format!("the run's record cannot be read: {reason}")),
         warnings: vec![warning(reason)],
         started_ns,
+        resumed_by_run_id: None,
     }
 }
 

@@ -267,6 +267,7 @@ fn run(id: &str, started_ns: u64) -> Run {
         continuation_unavailable: None,
         warnings: Vec::new(),
         started_ns,
+        resumed_by_run_id: None,
     }
 }
 

@@ -123,5 +123,6 @@ pub(super) fn record(p: Parts<'_, '_>) -> Run {
         continuation_unavailable,
         warnings,
         started_ns,
+        resumed_by_run_id: None,
     }
 }
