@@ -10,6 +10,7 @@
 //! - [`work_set`]: the runs the group touches, loaded once;
 //! - [`facts`]: fact dedupe and content-addressed history writes;
 //! - [`lineage`]: grouping spans, delegate links, orphan merges;
+//! - [`interactions`]: waiting runs resolved by the answers a later run carries;
 //! - [`logs`]: log records, merged into their span's fact, pruned when it never arrives;
 //! - [`abandon`]: declaring a run dead;
 //! - [`persist`]: writing a changed run's derived state (append or full derivation);
@@ -17,6 +18,9 @@
 
 mod abandon;
 mod facts;
+mod interactions;
+#[cfg(test)]
+mod interactions_tests;
 mod lineage;
 mod logs;
 mod persist;
@@ -177,9 +181,19 @@ pub fn apply_group(store: &Store, works: &[Work], now_ns: u64) -> Result<Vec<App
         .collect();
     dirty.sort_unstable();
     let dirty: Vec<String> = dirty.into_iter().map(|(_, id)| id).collect();
+    // The answers this group's requests carry, for the waiting runs it derives.
+    let answers = interactions::group_answers(&runs);
     for run_id in &dirty {
-        persist::write_run(store, &mut batch, &mut runs, &mut claims, run_id, now_ns)
-            .map_err(|e| e.in_run(run_id, None))?;
+        persist::write_run(
+            store,
+            &mut batch,
+            &mut runs,
+            &mut claims,
+            &answers,
+            run_id,
+            now_ns,
+        )
+        .map_err(|e| e.in_run(run_id, None))?;
     }
     store.commit_runs(batch, &dirty)?;
     store.note_alias_conflicts(claims.conflicts());
