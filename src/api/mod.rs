@@ -1,10 +1,12 @@
-//! The HTTP query API (JSON): runs, events, effects, snapshots, continuations, abandonment,
+//! The HTTP query API (JSON): runs, events, effects, snapshots, continuations, interactions
+//! (`interactions`: the calls a waiting run waits on), abandonment,
 //! health and metrics, who may use them (`auth`: tokens and the `Host` allow-list), and the
 //! API's OpenAPI 3.1 description (`openapi`, served at `/v1/openapi.json`).
 
 mod auth;
 mod error;
 mod extract;
+mod interactions;
 mod metrics;
 mod openapi;
 mod routes;

@@ -57,6 +57,7 @@ fn described_routes() -> (OpenApiRouter<ApiState>, OpenApiRouter<ApiState>) {
         .routes(routes!(get_snapshots))
         .routes(routes!(get_continuation))
         .routes(routes!(get_recovery))
+        .routes(routes!(super::interactions::get_interactions))
         .routes(routes!(abandon))
         .routes(routes!(openapi_json));
     let public = OpenApiRouter::new().routes(routes!(healthz));
@@ -170,7 +171,7 @@ async fn metrics(State(state): State<ApiState>) -> impl IntoResponse {
 }
 
 /// Runs blocking store work on the blocking pool.
-async fn blocking<T: Send + 'static>(
+pub(super) async fn blocking<T: Send + 'static>(
     state: &ApiState,
     work: impl FnOnce(&Store) -> Result<T, ApiError> + Send + 'static,
 ) -> Result<T, ApiError> {
@@ -181,7 +182,10 @@ async fn blocking<T: Send + 'static>(
 }
 
 /// Rejects query parameters the endpoint does not know.
-fn check_params(params: &HashMap<String, String>, allowed: &[&str]) -> Result<(), ApiError> {
+pub(super) fn check_params(
+    params: &HashMap<String, String>,
+    allowed: &[&str],
+) -> Result<(), ApiError> {
     let mut unknown: Vec<&String> = params
         .keys()
         .filter(|k| !allowed.contains(&k.as_str()))
@@ -211,7 +215,7 @@ fn parse_bool(params: &HashMap<String, String>, key: &str) -> Result<bool, ApiEr
 }
 
 /// Resolves a run id or alias to its record.
-fn find_run(store: &Store, id: &str) -> Result<Run, ApiError> {
+pub(super) fn find_run(store: &Store, id: &str) -> Result<Run, ApiError> {
     let run_id = store
         .resolve_run(id)?
         .ok_or_else(|| ApiError::NotFound(format!("run {id:?} not found")))?;
@@ -249,7 +253,7 @@ async fn list_runs(
     if let Some(s) = params.get("status") {
         if crate::domain::RunStatus::parse(s).is_none() {
             return Err(ApiError::BadRequest(format!(
-                "status must be one of running, completed, failed, abandoned, not {s:?}"
+                "status must be one of running, completed, failed, abandoned, waiting, not {s:?}"
             )));
         }
     }
