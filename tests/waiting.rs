@@ -150,7 +150,7 @@ async fn pydantic_ai_deferred_tools_wait_and_resume() {
     .json_line();
     assert_eq!(resume["export"]["failed_batches"], 0, "{resume}");
     assert_eq!(
-        resume["output"], "done: noon; deleted a.txt; too costly; job ok",
+        resume["output"], "done: deleted a.txt; too costly; job ok; noon",
         "{resume}"
     );
     let unresolved = resume["unresolved_effects"]
