@@ -17,7 +17,7 @@ use utoipa::ToSchema;
 use super::error::ApiError;
 use super::extract::{Params, RunId};
 use super::openapi::{RunErrors, RunIdParam};
-use super::routes::{blocking, check_params, find_run, ApiState};
+use crate::api::ApiState;
 use crate::domain::{EffectStatus, Interaction, InteractionKind, InteractionStatus, ToolEffect};
 use crate::store::{Store, StoreError};
 
@@ -43,12 +43,21 @@ pub(super) async fn get_interactions(
     RunId(run_id): RunId,
     Params(params): Params,
 ) -> Result<Json<InteractionList>, ApiError> {
-    check_params(&params, &[])?;
-    let interactions = blocking(&state, move |s| {
-        let run = find_run(s, &run_id)?;
-        Ok(interactions(s, &s.effects(&run.run_id)?)?)
-    })
-    .await?;
+    if let Some(k) = params.keys().min() {
+        return Err(ApiError::BadRequest(format!(
+            "unknown query parameter {k:?}; this endpoint takes none"
+        )));
+    }
+    let store = state.store.clone();
+    let read = move || -> Result<Vec<Interaction>, ApiError> {
+        let run_id = store
+            .resolve_run(&run_id)?
+            .ok_or_else(|| ApiError::NotFound(format!("run {run_id:?} not found")))?;
+        Ok(interactions(&store, &store.effects(&run_id)?)?)
+    };
+    let interactions = tokio::task::spawn_blocking(read)
+        .await
+        .map_err(|e| ApiError::Internal(e.to_string()))??;
     Ok(Json(InteractionList { interactions }))
 }
 

@@ -171,7 +171,7 @@ async fn metrics(State(state): State<ApiState>) -> impl IntoResponse {
 }
 
 /// Runs blocking store work on the blocking pool.
-pub(super) async fn blocking<T: Send + 'static>(
+async fn blocking<T: Send + 'static>(
     state: &ApiState,
     work: impl FnOnce(&Store) -> Result<T, ApiError> + Send + 'static,
 ) -> Result<T, ApiError> {
@@ -182,10 +182,7 @@ pub(super) async fn blocking<T: Send + 'static>(
 }
 
 /// Rejects query parameters the endpoint does not know.
-pub(super) fn check_params(
-    params: &HashMap<String, String>,
-    allowed: &[&str],
-) -> Result<(), ApiError> {
+fn check_params(params: &HashMap<String, String>, allowed: &[&str]) -> Result<(), ApiError> {
     let mut unknown: Vec<&String> = params
         .keys()
         .filter(|k| !allowed.contains(&k.as_str()))
@@ -215,7 +212,7 @@ fn parse_bool(params: &HashMap<String, String>, key: &str) -> Result<bool, ApiEr
 }
 
 /// Resolves a run id or alias to its record.
-pub(super) fn find_run(store: &Store, id: &str) -> Result<Run, ApiError> {
+fn find_run(store: &Store, id: &str) -> Result<Run, ApiError> {
     let run_id = store
         .resolve_run(id)?
         .ok_or_else(|| ApiError::NotFound(format!("run {id:?} not found")))?;

@@ -216,14 +216,33 @@ fn the_answer_arriving_first_or_in_the_same_group_resolves_alike() {
 
 #[test]
 fn an_earlier_request_or_another_conversation_does_not_answer() {
-    let store = Store::in_memory();
-    let mut other = resumed_run();
-    for i in &mut other {
-        i.fact.conversation_id = Some("elsewhere".into());
+    for waiting_first in [false, true] {
+        let store = Store::in_memory();
+        let mut elsewhere = resumed_run();
+        for i in &mut elsewhere {
+            i.fact.conversation_id = Some("elsewhere".into());
+        }
+        // A request that started before the waiting run did.
+        let mut earlier = resumed_run();
+        earlier[0].fact.start_ns = 10;
+        let mut works = vec![received(elsewhere), received(earlier)];
+        if waiting_first {
+            works.insert(0, received(waiting_run()));
+        } else {
+            works.push(received(waiting_run()));
+        }
+        for work in works {
+            apply_group(&store, &[work], 1).unwrap();
+        }
+        let (run, effects) = state(&store);
+        assert_eq!(
+            run.status,
+            RunStatus::Waiting,
+            "waiting first: {waiting_first}"
+        );
+        assert_eq!(effects[0].status, EffectStatus::Waiting);
+        assert!(run.resumed_by_run_id.is_none());
     }
-    apply_group(&store, &[received(other)], 1).unwrap();
-    apply_group(&store, &[received(waiting_run())], 2).unwrap();
-    assert_eq!(state(&store).0.status, RunStatus::Waiting);
 }
 
 #[tokio::test]
@@ -231,7 +250,7 @@ async fn the_inactivity_sweep_leaves_a_waiting_run_alone_and_the_waiting_timeout
     let dir = tempfile::tempdir().unwrap();
     let store = Arc::new(Store::open(dir.path(), false).unwrap());
     let ingest =
-        crate::ingest::Ingest::new(store.clone(), Arc::new(crate::outbox::Outbox::disabled()));
+        crate::ingest::Ingest::new(store.clone(), Arc::new(crate::ingest::Outbox::disabled()));
     ingest
         .writer
         .receive(waiting_run(), Vec::new(), None)
