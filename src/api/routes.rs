@@ -979,6 +979,7 @@ mod openapi_tests {
                 "/v1/runs/{run_id}/continuation",
                 "/v1/runs/{run_id}/effects",
                 "/v1/runs/{run_id}/events",
+                "/v1/runs/{run_id}/interactions",
                 "/v1/runs/{run_id}/recovery",
                 "/v1/runs/{run_id}/snapshots",
             ]
