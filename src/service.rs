@@ -171,6 +171,14 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
     if let Some(timeout) = config.interpreter.inactivity_timeout {
         tasks.spawn(sweep(store.clone(), ingest.clone(), timeout, stopped()));
     }
+    if let Some(timeout) = config.interpreter.waiting_timeout {
+        tasks.spawn(sweep_waiting(
+            store.clone(),
+            ingest.clone(),
+            timeout,
+            stopped(),
+        ));
+    }
     tracing::info!(storage = %directory.display(), "stepline is running");
 
     let outcome = tokio::select! {
@@ -239,6 +247,28 @@ async fn sweep(
                     Err(e) => tracing::warn!(error = %e, "orphan log sweep failed"),
                 }
             }
+        }
+    }
+}
+
+/// Periodically abandons runs waiting on calls for longer than `timeout` without a span.
+async fn sweep_waiting(
+    store: Arc<Store>,
+    ingest: Arc<Ingest>,
+    timeout: Duration,
+    stop: impl Future<Output = ()>,
+) -> anyhow::Result<()> {
+    let period = (timeout / 4).clamp(Duration::from_millis(200), Duration::from_secs(30));
+    let mut ticker = tokio::time::interval(period);
+    tokio::pin!(stop);
+    loop {
+        tokio::select! {
+            _ = &mut stop => return Ok(()),
+            _ = ticker.tick() => match ingest.sweep_waiting(&store, timeout).await {
+                Ok(0) => {}
+                Ok(n) => tracing::info!(runs = n, "abandoned runs after the waiting timeout"),
+                Err(e) => tracing::warn!(error = %e, "waiting sweep failed"),
+            },
         }
     }
 }

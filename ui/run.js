@@ -7,7 +7,7 @@ import { badge, duration, errorBox, h, jsonCell, parseTime, replace, runLink, se
 import { timeline } from "./timeline.js";
 
 const POLL_MS = 3000;
-const UNRESOLVED = new Set(["requested", "started", "unknown_after_crash"]);
+const UNRESOLVED = new Set(["requested", "started", "unknown_after_crash", "waiting"]);
 // Lineage fields a run record may carry besides parent_run_id (shown when present).
 const LINEAGE = [
   ["continued_from", "Continued from"],

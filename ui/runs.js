@@ -5,7 +5,7 @@ import { get, url } from "./api.js";
 import { badge, duration, errorBox, h, parseTime, replace, shortRunLink, time } from "./dom.js";
 
 const POLL_MS = 2000;
-const STATUSES = ["running", "completed", "failed", "abandoned"];
+const STATUSES = ["running", "completed", "failed", "abandoned", "waiting"];
 const TEXT_FILTERS = [
   ["agent_name", "Agent"],
   ["conversation_id", "Conversation"],

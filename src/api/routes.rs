@@ -58,6 +58,7 @@ fn described_routes() -> (OpenApiRouter<ApiState>, OpenApiRouter<ApiState>) {
         .routes(routes!(get_snapshots))
         .routes(routes!(get_continuation))
         .routes(routes!(get_recovery))
+        .routes(routes!(super::interactions::get_interactions))
         .routes(routes!(abandon))
         .routes(routes!(super::deletion::delete_run))
         .routes(routes!(super::deletion::delete_conversation))
@@ -260,7 +261,7 @@ async fn list_runs(
     if let Some(s) = params.get("status") {
         if crate::domain::RunStatus::parse(s).is_none() {
             return Err(ApiError::BadRequest(format!(
-                "status must be one of running, completed, failed, abandoned, not {s:?}"
+                "status must be one of running, completed, failed, abandoned, waiting, not {s:?}"
             )));
         }
     }
@@ -994,6 +995,7 @@ mod openapi_tests {
                 "/v1/runs/{run_id}/continuation",
                 "/v1/runs/{run_id}/effects",
                 "/v1/runs/{run_id}/events",
+                "/v1/runs/{run_id}/interactions",
                 "/v1/runs/{run_id}/recovery",
                 "/v1/runs/{run_id}/snapshots",
             ]

@@ -339,6 +339,26 @@ service:
     }
 
     #[test]
+    fn waiting_timeout_is_off_by_default_and_zero_keeps_it_off() {
+        assert_eq!(load(MINIMAL).unwrap().interpreter.waiting_timeout, None);
+        let with = |value: &str| {
+            load(&format!(
+                "{MINIMAL}processors:\n  stepline:\n    waiting_timeout: {value}\n"
+            ))
+        };
+        assert_eq!(
+            with("24h").unwrap().interpreter.waiting_timeout,
+            Some(Duration::from_secs(24 * 3600))
+        );
+        assert_eq!(with("0s").unwrap().interpreter.waiting_timeout, None);
+        let error = with("soon").unwrap_err().to_string();
+        assert!(
+            error.contains("processors.stepline.waiting_timeout"),
+            "{error}"
+        );
+    }
+
+    #[test]
     fn unreferenced_single_instances_are_still_used() {
         // Not listed in service.extensions / not in a pipeline: still the one configured.
         let config = load(&format!(

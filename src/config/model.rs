@@ -138,6 +138,10 @@ pub struct InterpreterConfig {
     /// How long a run may go without new spans before it is declared abandoned.
     /// `None` disables the timeout (`inactivity_timeout: 0s`).
     pub inactivity_timeout: Option<Duration>,
+    /// How long a run may wait on calls (status `waiting`, never abandoned by the inactivity
+    /// timeout) without new spans before it is declared abandoned. `None` (the default, or
+    /// `waiting_timeout: 0s`): it waits for ever.
+    pub waiting_timeout: Option<Duration>,
     /// The per-request and per-span caps (`limits`).
     pub limits: crate::limits::Limits,
     /// The byte budgets of the in-memory caches (`memory`).
@@ -159,6 +163,7 @@ impl Default for InterpreterConfig {
     fn default() -> Self {
         Self {
             inactivity_timeout: Some(DEFAULT_INACTIVITY_TIMEOUT),
+            waiting_timeout: None,
             limits: Default::default(),
             memory: Default::default(),
             run_info: Default::default(),

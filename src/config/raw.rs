@@ -81,6 +81,9 @@ pub(crate) struct RawHttpProtocol {
 pub(crate) struct RawSteplineProcessor {
     /// `inactivity_timeout`: duration after which a silent run is abandoned; `0s` disables.
     pub(crate) inactivity_timeout: Option<Text>,
+    /// `waiting_timeout`: duration after which a run waiting on calls is abandoned; absent or
+    /// `0s`: never.
+    pub(crate) waiting_timeout: Option<Text>,
     /// `limits`: the per-request and per-span caps.
     pub(crate) limits: Option<super::limits::RawLimits>,
     /// `memory`: the byte budgets of the in-memory caches.

@@ -602,6 +602,12 @@ impl Validator {
                         (!timeout.is_zero()).then_some(timeout)
                     }
                 };
+                let waiting_timeout = match raw.waiting_timeout {
+                    None => Some(None),
+                    Some(Text(text)) => self
+                        .duration(&text, &format!("{path}.waiting_timeout"))
+                        .map(|t| (!t.is_zero()).then_some(t)),
+                };
                 let limits = validate_limits(raw.limits, &mut |key, message| {
                     self.problem(format!("{path}.limits.{key}"), message)
                 });
@@ -637,6 +643,7 @@ impl Validator {
                 };
                 Some(ProcessorSettings::Stepline(InterpreterConfig {
                     inactivity_timeout,
+                    waiting_timeout: waiting_timeout?,
                     limits: limits?,
                     memory: memory?,
                     run_info: std::sync::Arc::new(run_info?),

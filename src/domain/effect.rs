@@ -17,6 +17,9 @@ pub enum EffectStatus {
     Failed,
     /// The run is over without a terminal record: it may or may not have had its effect.
     UnknownAfterCrash,
+    /// The run ended waiting on this call: for a human's approval or an external result (see
+    /// [`ToolEffect::interaction`]). Not run by this run.
+    Waiting,
 }
 
 impl EffectStatus {
@@ -25,11 +28,11 @@ impl EffectStatus {
         matches!(self, Self::Requested | Self::Started)
     }
 
-    /// True when the outcome is not known: unsettled, or unknown after a crash.
+    /// True when the outcome is not known: unsettled, waiting, or unknown after a crash.
     pub fn is_unresolved(self) -> bool {
         matches!(
             self,
-            Self::Requested | Self::Started | Self::UnknownAfterCrash
+            Self::Requested | Self::Started | Self::UnknownAfterCrash | Self::Waiting
         )
     }
 }
@@ -68,6 +71,12 @@ pub struct ToolEffect {
     /// call no tool span settled).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub duration_ms: Option<u64>,
+    /// What the call waits (or waited) for, when the run ended waiting on it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub interaction: Option<crate::domain::InteractionKind>,
+    /// The later run whose input answered the waiting call.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resolved_by_run_id: Option<String>,
 }
 
 /// How a ledger entry ended, as a continuation reads it: the call, the tool, its status and

@@ -19,6 +19,10 @@ pub enum RunStatus {
     Failed,
     /// Declared dead by the orchestrator, or silent longer than the inactivity timeout.
     Abandoned,
+    /// The agent-run span ended with tool calls waiting for a human's approval or an external
+    /// result (see [`crate::domain::Interaction`]); a later run answering them makes it
+    /// `completed`.
+    Waiting,
 }
 
 impl RunStatus {
@@ -29,6 +33,7 @@ impl RunStatus {
             Self::Completed => "completed",
             Self::Failed => "failed",
             Self::Abandoned => "abandoned",
+            Self::Waiting => "waiting",
         }
     }
 
@@ -39,11 +44,14 @@ impl RunStatus {
             "completed" => Some(Self::Completed),
             "failed" => Some(Self::Failed),
             "abandoned" => Some(Self::Abandoned),
+            "waiting" => Some(Self::Waiting),
             _ => None,
         }
     }
 
-    /// True once the run is over (no further work will be recorded for it).
+    /// True once the run is over: its own telemetry has ended (no further work will be recorded
+    /// for it). A `waiting` run is over in this sense (its agent-run span ended; the inactivity
+    /// timeout never applies to it), though a later run may still resolve it.
     pub fn is_over(self) -> bool {
         !matches!(self, Self::Running)
     }
@@ -113,6 +121,9 @@ pub struct Run {
     /// content when the run is read; never stored in the run record).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub continued_from: Option<ContinuedFrom>,
+    /// The later run (same conversation) whose input answered every call this run waited on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resumed_by_run_id: Option<String>,
 }
 
 /// Whether a run continues a snapshot or forks from it.

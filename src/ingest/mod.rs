@@ -535,11 +535,39 @@ impl Ingest {
     /// ([`IngestCounters::sweep_damaged_runs`]), and passed by from then on. Only a retryable
     /// failure (RocksDB, overload) ends the sweep early; the next one starts over.
     pub async fn sweep(&self, store: &Store, timeout: Duration) -> Result<usize, IngestError> {
-        let now = now_ns();
-        let cutoff = now.saturating_sub(timeout.as_nanos() as u64);
         let ids = store
             .running_run_ids()
             .map_err(|e| IngestError::Storage(e.to_string()))?;
+        self.abandon_silent(store, ids, timeout, "inactivity timeout")
+            .await
+    }
+
+    /// Abandons every run waiting on calls (status `waiting`) that got no span for longer than
+    /// `timeout` (`processors.stepline.waiting_timeout`). Returns how many. Damaged runs are
+    /// passed by as in [`Ingest::sweep`].
+    pub async fn sweep_waiting(
+        &self,
+        store: &Store,
+        timeout: Duration,
+    ) -> Result<usize, IngestError> {
+        let ids = store
+            .waiting_run_ids()
+            .map_err(|e| IngestError::Storage(e.to_string()))?;
+        self.abandon_silent(store, ids, timeout, "waiting timeout")
+            .await
+    }
+
+    /// Abandons the runs of `ids` silent for longer than `timeout`, for `why` (the timeout's
+    /// name, in the reason). Returns how many.
+    async fn abandon_silent(
+        &self,
+        store: &Store,
+        ids: Vec<String>,
+        timeout: Duration,
+        why: &str,
+    ) -> Result<usize, IngestError> {
+        let now = now_ns();
+        let cutoff = now.saturating_sub(timeout.as_nanos() as u64);
         let mut abandoned = 0;
         for id in ids {
             if store
@@ -558,10 +586,7 @@ impl Ingest {
             if !silent {
                 continue;
             }
-            let reason = format!(
-                "no telemetry for {}s (inactivity timeout)",
-                timeout.as_secs()
-            );
+            let reason = format!("no telemetry for {}s ({why})", timeout.as_secs());
             let outcome = self
                 .writer
                 .abandon_if_silent(id.clone(), reason, now, cutoff)

@@ -220,6 +220,9 @@ pub fn interpret_span(
                 }
                 fact.retry = Some(Value::Object(retry));
             }
+            fact.deferral = attrs
+                .str(&["pydantic_ai.tool.deferral.name"])
+                .and_then(|n| crate::domain::InteractionKind::of_deferral(&n));
         }
     }
 

@@ -38,7 +38,7 @@ pub use budget::{NotInterpreted, OverLimit};
 pub use convention::Convention;
 pub use events::block_to_part;
 pub use fact::{FactKind, Interpreted, RequestedCall, SpanFact, StoredFact};
-pub use fold::{append, derive, Append, DerivedRun, NewFact};
+pub use fold::{append, derive, waiting_calls, Append, DerivedRun, NewFact};
 pub use logs::{interpret_log, with_log_content, with_log_content_within, LogEvent};
 pub use prefix_memo::{PrefixMemo, SharedMessages};
 pub use run_info::{note_run_info, ResourceInfo};

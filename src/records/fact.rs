@@ -103,6 +103,10 @@ pub struct SpanFact {
     /// Idempotency key of a tool call, when the span carries one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub idempotency_key: Option<String>,
+    /// What a tool call was deferred for, when the span says it did not run but waits
+    /// (Pydantic AI `pydantic_ai.tool.deferral.name`: `ApprovalRequired`, `CallDeferred`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deferral: Option<crate::domain::InteractionKind>,
     /// Why content could not be used (absent or damaged message attributes).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub content_problem: Option<String>,
@@ -186,6 +190,7 @@ impl StoredFact {
             result,
             retry,
             idempotency_key,
+            deferral,
             content_problem,
             pending,
             content_from_logs,
@@ -205,6 +210,7 @@ impl StoredFact {
         stored.service = service.clone();
         stored.output = output.clone();
         stored.tool_return_form = *tool_return_form;
+        stored.deferral = *deferral;
         stored.system_instructions = system_instructions.clone();
         stored.model = model.clone();
         stored.provider = provider.clone();
@@ -305,6 +311,7 @@ impl SpanFact {
             result: None,
             retry: None,
             idempotency_key: None,
+            deferral: None,
             content_problem: None,
             pending: false,
             content_from_logs: false,

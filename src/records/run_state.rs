@@ -26,6 +26,10 @@ pub struct RunMeta {
     /// start over at a revision an earlier run of that id had.
     #[serde(default)]
     pub revision: u64,
+    /// The answers later runs gave to the calls this run ended waiting on, by tool-call id (the
+    /// earliest answer of each call: see [`crate::domain::Resolution`]).
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub resolutions: std::collections::BTreeMap<String, crate::domain::Resolution>,
 }
 
 /// A run declared dead.

@@ -68,6 +68,7 @@ mod tests {
             model_time_ms: 0,
             tool_calls_by_status: Default::default(),
             continued_from: None,
+            resumed_by_run_id: None,
         }
     }
 

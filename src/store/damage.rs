@@ -71,6 +71,7 @@ pub(super) fn placeholder(run_id: &str, started_ns: u64, reason: &str) -> Run {
         model_time_ms: 0,
         tool_calls_by_status: Default::default(),
         continued_from: None,
+        resumed_by_run_id: None,
     }
 }
 

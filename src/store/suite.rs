@@ -273,6 +273,7 @@ fn run(id: &str, started_ns: u64) -> Run {
         model_time_ms: 0,
         tool_calls_by_status: Default::default(),
         continued_from: None,
+        resumed_by_run_id: None,
     }
 }
 

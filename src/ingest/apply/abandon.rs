@@ -1,6 +1,9 @@
 //! Abandonment: declaring a run dead (by a user, or by the inactivity sweep). Its unsettled tool
-//! calls become `unknown_after_crash` when the run is derived again.
+//! calls become `unknown_after_crash` when the run is derived again. A run waiting on calls
+//! (status `waiting`) can be abandoned too (by a user, or after the waiting timeout): its
+//! waiting calls stay `waiting`, the run becomes `abandoned`.
 
+use crate::domain::RunStatus;
 use crate::interpreter::{Abandonment, FactKind};
 use crate::store::{Store, StoreError};
 
@@ -34,12 +37,19 @@ fn abandon(
     silent_since_ns: u64,
 ) -> Result<SweepOutcome, StoreError> {
     let work = load_full(store, runs, run_id)?;
+    let waiting = work
+        .old
+        .as_ref()
+        .is_some_and(|r| r.status == RunStatus::Waiting);
     let facts = work.all.as_ref().map(|a| a.values()).into_iter().flatten();
     let mut facts = facts.peekable();
     if facts.peek().is_none() {
         return Ok(SweepOutcome::Decided(AbandonOutcome::UnknownRun));
     }
-    if let Some(agent) = facts.find(|f| f.kind == FactKind::AgentRun && !f.pending) {
+    let ended = facts
+        .find(|f| f.kind == FactKind::AgentRun && !f.pending)
+        .filter(|_| !waiting);
+    if let Some(agent) = ended {
         let status = if agent.error.is_some() {
             "failed"
         } else {

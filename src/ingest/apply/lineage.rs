@@ -226,7 +226,9 @@ pub(super) fn link(
                 )?;
             }
         }
-        FactKind::ModelRequest => {}
+        FactKind::ModelRequest => {
+            super::interactions::note_answers(store, batch, runs, run_id, &i.fact)?;
+        }
     }
     Ok(())
 }

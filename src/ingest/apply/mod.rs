@@ -10,6 +10,7 @@
 //! - [`work_set`]: the runs the group touches, loaded once;
 //! - [`facts`]: fact dedupe and content-addressed history writes;
 //! - [`lineage`]: grouping spans, delegate links, orphan merges;
+//! - [`interactions`]: waiting runs resolved by the answers a later run carries;
 //! - [`logs`]: log records, merged into their span's fact, pruned when it never arrives;
 //! - [`abandon`]: declaring a run dead;
 //! - [`delete`]: deleting runs, in bounded steps, each work in its own commit;
@@ -22,6 +23,9 @@ mod continued_from;
 mod continued_from_tests;
 mod delete;
 mod facts;
+mod interactions;
+#[cfg(test)]
+mod interactions_tests;
 mod lineage;
 mod logs;
 mod persist;
@@ -213,6 +217,8 @@ pub fn apply_group(store: &Store, works: &[Work], now_ns: u64) -> Result<Vec<App
         .collect();
     dirty.sort_unstable();
     let dirty: Vec<String> = dirty.into_iter().map(|(_, id)| id).collect();
+    // The answers this group's requests carry, for the waiting runs it derives.
+    let answers = interactions::group_answers(&runs);
     for run_id in &dirty {
         persist::write_run(
             store,
@@ -220,6 +226,7 @@ pub fn apply_group(store: &Store, works: &[Work], now_ns: u64) -> Result<Vec<App
             &mut runs,
             &mut claims,
             &mut lineage,
+            &answers,
             run_id,
             now_ns,
         )

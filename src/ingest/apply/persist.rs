@@ -20,6 +20,7 @@ pub(super) fn write_run(
     runs: &mut Runs,
     claims: &mut AliasClaims,
     lineage: &mut continued_from::Group,
+    answers: &[super::interactions::GroupAnswer],
     run_id: &str,
     now_ns: u64,
 ) -> Result<(), StoreError> {
@@ -31,6 +32,17 @@ pub(super) fn write_run(
     let work = load_full(store, runs, run_id)?;
     let facts: Vec<SpanFact> = work.all.iter().flat_map(|a| a.values().cloned()).collect();
     let mut derived = derive(run_id, &facts, &work.meta);
+    // A run waiting on calls takes the answers known for them, and is derived again with them.
+    if super::interactions::note_waiting(
+        store,
+        batch,
+        &derived.run,
+        &derived.effects,
+        answers,
+        &mut work.meta,
+    )? {
+        derived = derive(run_id, &facts, &work.meta);
+    }
     // An alias stays with the first run that claimed it; a refused claim is listed on the run.
     let mut seen: HashSet<&str> = HashSet::new();
     let mut refused = Vec::new();

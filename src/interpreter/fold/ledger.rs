@@ -29,6 +29,8 @@ fn entry(id: &str, name: &str, status: EffectStatus, occurrence: u32) -> ToolEff
         span_id: None,
         retry: None,
         duration_ms: None,
+        interaction: None,
+        resolved_by_run_id: None,
     }
 }
 
@@ -72,6 +74,7 @@ fn bind(entry: &mut EffectBuild, tool: &SpanFact) {
         e.arguments = tool.arguments.clone();
     }
     e.started_at = Some(format_timestamp(tool.start_ns));
+    e.interaction = tool.deferral.or(e.interaction);
     if tool.pending {
         // Running: an answer an input showed is not its end.
         e.status = EffectStatus::Started;

@@ -10,10 +10,12 @@
 //!
 //! - [`state`]: the accumulator, and its conversion to and from the stored [`RunState`];
 //! - [`step`]: one fold step (ledger, events, snapshots) and the run record's counters;
-//! - [`ledger`]: the tool-effect ledger's rules; [`snapshots`]: the snapshot step;
+//! - [`ledger`]: the tool-effect ledger's rules; [`interactions`]: the calls a run ends waiting
+//!   on and their resolution by a later run; [`snapshots`]: the snapshot step;
 //!   [`timeline`]: step events; [`rollup`]: trigger, attributes, model and tool time, entries
 //!   by status.
 
+mod interactions;
 mod ledger;
 mod rollup;
 mod run;
@@ -157,6 +159,9 @@ pub fn derive(run_id: &str, facts: &[SpanFact], meta: &RunMeta) -> DerivedRun {
     let mut stepped =
         step::apply(&mut acc, step, |_| Some(0)).unwrap_or_else(step::Stepped::nothing);
     let final_history = agent.and_then(|a| a.all_messages.as_deref().map(|all| (all, a.end_ns)));
+    if status == RunStatus::Completed {
+        interactions::mark_waiting(&mut acc, final_history.map(|(all, _)| all));
+    }
     ledger::close(&mut acc, final_history, status.is_over());
     if let Some((all, end_ns)) = final_history {
         // The run's final history, when its span carries it.
@@ -176,7 +181,7 @@ pub fn derive(run_id: &str, facts: &[SpanFact], meta: &RunMeta) -> DerivedRun {
     let state = (appendable && agent.is_none() && meta.abandoned.is_none())
         .then(|| acc.to_state())
         .flatten();
-    let effects: Vec<ToolEffect> = acc.known.into_values().map(|e| e.effect).collect();
+    let mut effects: Vec<ToolEffect> = acc.known.into_values().map(|e| e.effect).collect();
     let records = stepped.snapshots.records;
     let mut run = run::record(run::Parts {
         run_id,
@@ -190,6 +195,7 @@ pub fn derive(run_id: &str, facts: &[SpanFact], meta: &RunMeta) -> DerivedRun {
         join_warnings,
         snapshots: &records,
     });
+    interactions::resolve(&mut run, &mut effects, meta);
     step::count(
         &mut run,
         &models,
@@ -331,7 +337,11 @@ pub fn append(
     })
 }
 
+pub use interactions::waiting_calls;
+
 #[cfg(test)]
 mod fold_tests;
+#[cfg(test)]
+mod interactions_tests;
 #[cfg(test)]
 mod tests;

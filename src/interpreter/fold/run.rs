@@ -129,5 +129,6 @@ pub(super) fn record(p: Parts<'_, '_>) -> Run {
         model_time_ms: 0,
         tool_calls_by_status: Default::default(),
         continued_from: None,
+        resumed_by_run_id: None,
     }
 }
