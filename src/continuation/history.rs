@@ -147,6 +147,10 @@ pub fn load(
     // The revision is read before anything it vouches for, so a context kept under it is at
     // least as new as the revision.
     let revision = store.run_meta(&run.run_id)?.map_or(0, |meta| meta.revision);
+    // A waiting run's latest snapshot is its history up to the calls it waits on: the one a
+    // framework resumes from, so it is the default even though those calls are unanswered.
+    let include_interrupted =
+        selector.include_interrupted || run.status == crate::domain::RunStatus::Waiting;
     let chosen = match selector.at {
         Some(seq) => store.snapshot(&run.run_id, seq)?.ok_or_else(|| {
             ContinuationError::NoSnapshot(format!(
@@ -156,7 +160,7 @@ pub fn load(
         })?,
         None => store
             .last_snapshot(&run.run_id, |r| {
-                selector.include_interrupted || r.meta.state == SnapshotState::Complete
+                include_interrupted || r.meta.state == SnapshotState::Complete
             })?
             .ok_or_else(|| {
                 let why = run
@@ -166,7 +170,7 @@ pub fn load(
                 ContinuationError::NoSnapshot(format!(
                     "run {} has no {}snapshot: {why}",
                     run.run_id,
-                    if selector.include_interrupted { "" } else { "complete " }
+                    if include_interrupted { "" } else { "complete " }
                 ))
             })?,
     };

@@ -24,6 +24,7 @@ use super::error::StoreError;
 use super::history_cache::HistoryCache;
 use super::keys::{self, cf, RunKey};
 use super::media_refs::{self, DIGEST_BYTES};
+use crate::domain::NodeId;
 use crate::records::{FactKind, StoredFact};
 
 /// Deepest chain of grouping spans followed when unlinking a delegate run from its parent span.
@@ -37,6 +38,8 @@ pub enum DeletionPhase {
     Facts,
     /// Removing the run's messages and their media index entries.
     Messages,
+    /// Removing the lineage index entries of the run's histories (one history node at a time).
+    Lineage,
     /// Removing the rest with range deletes, then the intent.
     Final,
 }
@@ -350,6 +353,15 @@ impl WriteBatch<'_> {
                     self.delete(cf::ALIASES, alias.as_bytes())?;
                 }
             }
+            // The interaction index's entries of the calls the run ended waiting on.
+            if let Some(conv) = &run.conversation_id {
+                for effect in store.effects(run_id).unwrap_or_default() {
+                    if effect.interaction.is_some() {
+                        let key = super::waiting_key(conv, &effect.tool_call_id, run_id);
+                        self.delete(cf::RUN_INDEX, &key)?;
+                    }
+                }
+            }
         }
         self.delete(cf::RUNS, run_id.as_bytes())?;
         let deletion = Deletion {
@@ -384,6 +396,14 @@ impl WriteBatch<'_> {
             DeletionPhase::Messages => {
                 let (removed, last) = match d.run_key {
                     Some(key) => self.remove_messages(RunKey::of(key), d, budget)?,
+                    None => (0, None),
+                };
+                outcome.removed = removed;
+                self.advance(d, removed, budget, last, DeletionPhase::Lineage)?;
+            }
+            DeletionPhase::Lineage => {
+                let (removed, last) = match d.run_key {
+                    Some(key) => self.remove_lineage_entries(RunKey::of(key), d, budget)?,
                     None => (0, None),
                 };
                 outcome.removed = removed;
@@ -518,8 +538,36 @@ impl WriteBatch<'_> {
         Ok((removed, last))
     }
 
+    /// Removes the lineage entries (snapshot holder, wanted history) that up to `budget` of the
+    /// run's history nodes may have, in the scope the run was looked up in.
+    fn remove_lineage_entries(
+        &mut self,
+        run: RunKey,
+        d: &Deletion,
+        budget: usize,
+    ) -> Result<(usize, Option<Vec<u8>>), StoreError> {
+        let Some(link) = self.store.lineage_link(&d.run_id).ok().flatten() else {
+            return Ok((0, None));
+        };
+        let from = Self::resume_at(d, &run.0);
+        let mut found: Vec<Vec<u8>> = Vec::new();
+        self.store.scan(cf::HISTORY, &run.0, &from, |k, _| {
+            found.push(k.to_vec());
+            Ok(found.len() < budget)
+        })?;
+        let last = found.last().cloned();
+        let removed = found.len();
+        for key in found {
+            if let Some(node) = key.get(run.0.len()..).and_then(NodeId::from_slice) {
+                self.delete_lineage_node(&link.scope, &node, &d.run_id)?;
+            }
+        }
+        Ok((removed, last))
+    }
+
     /// The last phase: range deletes over everything else of the run, and the tombstone.
     fn remove_rest(&mut self, d: &Deletion, now_ns: u64) -> Result<usize, StoreError> {
+        self.delete_lineage_of(&d.run_id)?;
         let (from, to) = run_range(&d.run_id);
         for cf in BY_RUN_ID {
             self.delete_range(cf, &from, &to);

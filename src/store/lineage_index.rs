@@ -284,6 +284,62 @@ impl WriteBatch<'_> {
     }
 }
 
+impl WriteBatch<'_> {
+    /// Removes the entries of history node `tip` that name the deleted run `run_id`: the
+    /// snapshot holder (when the run holds it) and the run's wanted entry.
+    pub(super) fn delete_lineage_node(
+        &mut self,
+        scope: &ScopeKey,
+        tip: &NodeId,
+        run_id: &str,
+    ) -> Result<(), StoreError> {
+        let holder = scoped(b's', scope, tip);
+        if let Some(value) = self.store.kv.get(cf::LINEAGE, &holder)? {
+            if value.get(8..) == Some(run_id.as_bytes()) {
+                self.delete(cf::LINEAGE, &holder)?;
+            }
+        }
+        let mut wanted = scoped(b'w', scope, tip);
+        wanted.extend_from_slice(run_id.as_bytes());
+        self.delete(cf::LINEAGE, &wanted)
+    }
+
+    /// Removes what the lineage index keeps of the deleted run `run_id` under its id: its link
+    /// (and the child and list keys it put under its source), its service, and the child and
+    /// list keys of the runs that start from its snapshots (their links then name no run, which
+    /// readers show as no `continued_from`).
+    pub(super) fn delete_lineage_of(&mut self, run_id: &str) -> Result<(), StoreError> {
+        if let Ok(Some(link)) = self.store.lineage_link(run_id) {
+            if let Some(s) = &link.source {
+                self.delete(cf::LINEAGE, &child_key(s, link.own_started, run_id))?;
+                self.delete(
+                    cf::RUN_INDEX,
+                    &list_key(&s.run_id, link.own_started, run_id),
+                )?;
+            }
+        }
+        self.delete(cf::LINEAGE, &run_tagged(b'l', run_id))?;
+        self.delete(cf::LINEAGE, &run_tagged(b'v', run_id))?;
+        let children = child_prefix(run_id, None);
+        self.delete_range(cf::LINEAGE, &children, &prefix_end(&children));
+        let listed = keys::index_prefix(keys::CONTINUED_FROM_TAG, run_id);
+        self.delete_range(cf::RUN_INDEX, &listed, &prefix_end(&listed));
+        Ok(())
+    }
+}
+
+/// The first key after every key that starts with `prefix`.
+fn prefix_end(prefix: &[u8]) -> Vec<u8> {
+    let mut end = prefix.to_vec();
+    while let Some(last) = end.pop() {
+        if last < 0xff {
+            end.push(last + 1);
+            return end;
+        }
+    }
+    vec![0xff; prefix.len() + 1]
+}
+
 impl Store {
     /// Where runs are looked for when a new run may continue one.
     pub fn lineage_scope(&self) -> LineageScope {

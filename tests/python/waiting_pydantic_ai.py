@@ -8,7 +8,7 @@ processes the way an application waits for a human:
   CallDeferred) and get_time (runs). The run ends with DeferredToolRequests.
   Prints {"run_id", "conversation_id", "calls", "approvals", "all_messages", "export"}.
 
---phase resume: fetches the waiting run's continuation from stepline (format=pydantic-ai, include_interrupted=true,
+--phase resume: fetches the waiting run's continuation from stepline (format=pydantic-ai, the default snapshot of a waiting run,
   repair=false: its last snapshot, ending with the deferred calls),
   loads it with ModelMessagesTypeAdapter and resumes with DeferredToolResults: delete_file approved, pay
   denied (ToolDenied), run_job's external result. The model then answers with text.
@@ -102,7 +102,7 @@ def main() -> int:
     else:
         url = (
             f"{args.api.rstrip('/')}/v1/runs/{urllib.parse.quote(args.run_id, safe='')}"
-            "/continuation?format=pydantic-ai&include_interrupted=true&repair=false"
+            "/continuation?format=pydantic-ai&repair=false"
         )
         with urllib.request.urlopen(url, timeout=10) as resp:
             body = json.load(resp)
