@@ -44,7 +44,7 @@ run: deps
 ## test: the whole suite, end-to-end tests included (real binary + real Pydantic AI clients)
 test: deps test-deps venv venv-tools venvs node-deps
 	STEPLINE_PYTHON=$(VENV_PYTHON) STEPLINE_PYTHON_PYDANTIC_AI_1=$(VENV_PYDANTIC_AI_1)/bin/python STEPLINE_PYTHON_TOOLS=$(VENV_TOOLS_PYTHON) \
-	  STEPLINE_VENV_PREFIX=$(VENV) STEPLINE_NODE_CACHE=$(NODE_CACHE) cargo test --release --lib --bins --tests
+	  STEPLINE_VENV_PREFIX=$(VENV) STEPLINE_NODE_CACHE=$(NODE_CACHE) cargo test --release --no-fail-fast --lib --bins --tests
 
 ## deps: system packages the build needs (libclang for the RocksDB bindings); a no-op when present
 deps:

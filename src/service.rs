@@ -220,6 +220,27 @@ async fn bind(endpoint: &str, what: &str) -> anyhow::Result<TcpListener> {
     Ok(listener)
 }
 
+/// Calls `tick` every quarter of `timeout` (between 200 ms and 30 s) until `stop`.
+async fn every_quarter_of<F, Fut>(
+    timeout: Duration,
+    stop: impl Future<Output = ()>,
+    mut tick: F,
+) -> anyhow::Result<()>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = ()>,
+{
+    let period = (timeout / 4).clamp(Duration::from_millis(200), Duration::from_secs(30));
+    let mut ticker = tokio::time::interval(period);
+    tokio::pin!(stop);
+    loop {
+        tokio::select! {
+            _ = &mut stop => return Ok(()),
+            _ = ticker.tick() => tick().await,
+        }
+    }
+}
+
 /// Periodically abandons runs silent for longer than `timeout`, and deletes log records whose
 /// span has not arrived within `timeout`.
 async fn sweep(
@@ -228,27 +249,21 @@ async fn sweep(
     timeout: Duration,
     stop: impl Future<Output = ()>,
 ) -> anyhow::Result<()> {
-    let period = (timeout / 4).clamp(Duration::from_millis(200), Duration::from_secs(30));
-    let mut ticker = tokio::time::interval(period);
-    tokio::pin!(stop);
-    loop {
-        tokio::select! {
-            _ = &mut stop => return Ok(()),
-            _ = ticker.tick() => {
-                match ingest.sweep(&store, timeout).await {
-                    Ok(0) => {}
-                    Ok(n) => tracing::info!(runs = n, "abandoned runs after the inactivity timeout"),
-                    Err(e) => tracing::warn!(error = %e, "inactivity sweep failed"),
-                }
-                // Log records whose span has not arrived within the same timeout never will.
-                match ingest.prune_orphan_logs(&store, timeout).await {
-                    Ok(0) => {}
-                    Ok(n) => tracing::info!(records = n, "deleted log records whose span never arrived"),
-                    Err(e) => tracing::warn!(error = %e, "orphan log sweep failed"),
-                }
-            }
+    let (store, ingest) = (&store, &ingest);
+    every_quarter_of(timeout, stop, || async move {
+        match ingest.sweep(store, timeout).await {
+            Ok(0) => {}
+            Ok(n) => tracing::info!(runs = n, "abandoned runs after the inactivity timeout"),
+            Err(e) => tracing::warn!(error = %e, "inactivity sweep failed"),
         }
-    }
+        // Log records whose span has not arrived within the same timeout never will.
+        match ingest.prune_orphan_logs(store, timeout).await {
+            Ok(0) => {}
+            Ok(n) => tracing::info!(records = n, "deleted log records whose span never arrived"),
+            Err(e) => tracing::warn!(error = %e, "orphan log sweep failed"),
+        }
+    })
+    .await
 }
 
 /// Periodically abandons runs waiting on calls for longer than `timeout` without a span.
@@ -258,19 +273,15 @@ async fn sweep_waiting(
     timeout: Duration,
     stop: impl Future<Output = ()>,
 ) -> anyhow::Result<()> {
-    let period = (timeout / 4).clamp(Duration::from_millis(200), Duration::from_secs(30));
-    let mut ticker = tokio::time::interval(period);
-    tokio::pin!(stop);
-    loop {
-        tokio::select! {
-            _ = &mut stop => return Ok(()),
-            _ = ticker.tick() => match ingest.sweep_waiting(&store, timeout).await {
-                Ok(0) => {}
-                Ok(n) => tracing::info!(runs = n, "abandoned runs after the waiting timeout"),
-                Err(e) => tracing::warn!(error = %e, "waiting sweep failed"),
-            },
+    let (store, ingest) = (&store, &ingest);
+    every_quarter_of(timeout, stop, || async move {
+        match ingest.sweep_waiting(store, timeout).await {
+            Ok(0) => {}
+            Ok(n) => tracing::info!(runs = n, "abandoned runs after the waiting timeout"),
+            Err(e) => tracing::warn!(error = %e, "waiting sweep failed"),
         }
-    }
+    })
+    .await
 }
 
 async fn shutdown_signal() {

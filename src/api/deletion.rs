@@ -19,7 +19,7 @@ use super::openapi::{
     ConversationIdParam, DeletionInProgress, DeletionList, GuardErrors, RunErrors, RunIdParam,
     WriterBusy,
 };
-use super::routes::ApiState;
+use super::ApiState;
 use crate::domain::format_timestamp;
 
 /// Most deletions `GET /v1/deletions` lists.

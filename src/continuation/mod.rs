@@ -127,7 +127,8 @@ mod tests {
     use super::{Format, History, Out};
     use crate::domain::{MessageHash, Run, SnapshotRecord};
 
-    fn history(messages: Vec<Value>, instructions: Option<&str>) -> History {
+    /// A history of `messages` for renderer tests (also used by the format modules' tests).
+    pub(super) fn history(messages: Vec<Value>, instructions: Option<&str>) -> History {
         let run: Run = serde_json::from_value(json!({
             "run_id": "r", "aliases": [], "trace_id": "t", "agent_name": null,
             "conversation_id": null, "parent_run_id": null, "status": "running",

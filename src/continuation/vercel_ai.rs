@@ -129,40 +129,10 @@ fn tool_result<'h>(part: &'h Value, outcome: Outcome, names: &FxHashMap<&str, &'
 
 #[cfg(test)]
 mod tests {
-    use std::sync::Arc;
-
     use serde_json::json;
 
     use super::*;
-    use crate::domain::{MessageHash, Run, SnapshotRecord};
-
-    fn history(messages: Vec<Value>, instructions: Option<&str>) -> History {
-        let run: Run = serde_json::from_value(json!({
-            "run_id": "r", "aliases": [], "trace_id": "t", "agent_name": null,
-            "conversation_id": null, "parent_run_id": null, "status": "running",
-            "started_at": "", "ended_at": null, "error": null, "model_request_count": 0,
-            "tool_call_count": 0, "snapshot_count": 0, "event_count": 0, "input_tokens": 0,
-            "output_tokens": 0, "started_ns": 0,
-        }))
-        .unwrap();
-        let snapshot: SnapshotRecord = serde_json::from_value(json!({
-            "meta": {"seq": 0, "step_index": 1, "state": "complete", "source": "observed",
-                     "message_count": messages.len(), "timestamp": ""},
-            "history": {"len": messages.len()},
-        }))
-        .unwrap();
-        History {
-            run,
-            snapshot,
-            hashes: messages.iter().map(MessageHash::of).collect(),
-            messages: messages.into_iter().map(Arc::new).collect(),
-            system_instructions: instructions.map(|t| json!([{"type": "text", "content": t}])),
-            effects: Default::default(),
-            unresolved: Arc::from(Vec::new()),
-            provenance: Default::default(),
-            ancestors: Vec::new(),
-        }
-    }
+    use crate::continuation::tests::history;
 
     fn rendered(messages: Vec<Value>, instructions: Option<&str>) -> (Value, Vec<String>) {
         let h = history(messages, instructions);

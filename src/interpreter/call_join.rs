@@ -342,6 +342,37 @@ mod tests {
         assert_eq!(settled, vec![("c1", Some("t1")), ("c2", Some("t2"))]);
     }
 
+    /// Joins a small and a 64 times larger set of tool spans (best of seven, alternately):
+    /// the last span gets the last call, with `warnings` warnings, and the time per tool span
+    /// grows less than 16 times (a scan of the open calls per span would make it 64).
+    fn assert_joins_in_n_log_n(
+        small_facts: Vec<SpanFact>,
+        large_facts: Vec<SpanFact>,
+        warnings: usize,
+    ) {
+        let per_tool = |facts: &[SpanFact]| {
+            let n = facts.len() - 1;
+            let start = std::time::Instant::now();
+            let (joined, warned) = join(facts);
+            let elapsed = start.elapsed().as_secs_f64();
+            assert_eq!(warned.len(), warnings);
+            let last = format!("c{}", n - 1);
+            assert_eq!(joined[1].tool_call_id.as_deref(), Some(last.as_str()));
+            elapsed / n as f64
+        };
+        let (mut small, mut large) = (f64::MAX, f64::MAX);
+        for _ in 0..7 {
+            small = small.min(per_tool(&small_facts));
+            large = large.min(per_tool(&large_facts));
+        }
+        assert!(
+            large < small * 16.0,
+            "{small} s/tool at {}, {large} s/tool at {}",
+            small_facts.len() - 1,
+            large_facts.len() - 1
+        );
+    }
+
     #[test]
     fn many_parallel_calls_join_in_n_log_n() {
         // Time per tool span at n and at 64n parallel calls of one name (best of seven, taken
@@ -362,26 +393,7 @@ mod tests {
             );
             facts
         };
-        let per_tool = |facts: &[SpanFact]| {
-            let n = facts.len() - 1;
-            let start = std::time::Instant::now();
-            let (joined, warnings) = join(facts);
-            let elapsed = start.elapsed().as_secs_f64();
-            assert!(warnings.is_empty());
-            let last = format!("c{}", n - 1);
-            assert_eq!(joined[1].tool_call_id.as_deref(), Some(last.as_str()));
-            elapsed / n as f64
-        };
-        let (small_facts, large_facts) = (facts(250), facts(16_000));
-        let (mut small, mut large) = (f64::MAX, f64::MAX);
-        for _ in 0..7 {
-            small = small.min(per_tool(&small_facts));
-            large = large.min(per_tool(&large_facts));
-        }
-        assert!(
-            large < small * 16.0,
-            "{small} s/tool at 250, {large} s/tool at 16k"
-        );
+        assert_joins_in_n_log_n(facts(250), facts(16_000), 0);
     }
 
     fn with_id(mut f: SpanFact, id: &str) -> SpanFact {
@@ -512,26 +524,7 @@ mod tests {
             }));
             facts
         };
-        let per_tool = |facts: &[SpanFact]| {
-            let n = facts.len() - 1;
-            let start = std::time::Instant::now();
-            let (joined, warnings) = join(facts);
-            let elapsed = start.elapsed().as_secs_f64();
-            assert_eq!(warnings.len(), 1);
-            let want = format!("c{}", n - 1);
-            assert_eq!(joined[1].tool_call_id.as_deref(), Some(want.as_str()));
-            elapsed / n as f64
-        };
-        let (small_facts, large_facts) = (facts(256), facts(16_384));
-        let (mut small, mut large) = (f64::MAX, f64::MAX);
-        for _ in 0..7 {
-            small = small.min(per_tool(&small_facts));
-            large = large.min(per_tool(&large_facts));
-        }
-        assert!(
-            large < small * 16.0,
-            "{small} s/tool at 256, {large} s/tool at 16k"
-        );
+        assert_joins_in_n_log_n(facts(256), facts(16_384), 1);
     }
 
     #[test]

@@ -6,7 +6,7 @@
 
 use serde_json::{json, Map, Value};
 
-use super::events::block_to_part;
+use super::blocks::block_to_part;
 
 /// Whether `item` is a Chat Completions message rather than a GenAI one: a role, no `parts`,
 /// and at least one of `content`, `tool_calls`, `tool_call_id`.

@@ -186,15 +186,7 @@ pub fn interpret_span(
             }
             fact.model = attrs.str(&["gen_ai.response.model", "gen_ai.request.model"]);
             fact.provider = attrs.str(&["gen_ai.provider.name", "gen_ai.system"]);
-            fact.input_tokens = attrs
-                .int(&["gen_ai.usage.input_tokens", "gen_ai.usage.prompt_tokens"])
-                .and_then(|v| u64::try_from(v).ok());
-            fact.output_tokens = attrs
-                .int(&[
-                    "gen_ai.usage.output_tokens",
-                    "gen_ai.usage.completion_tokens",
-                ])
-                .and_then(|v| u64::try_from(v).ok());
+            (fact.input_tokens, fact.output_tokens) = usage_tokens(&attrs);
         }
         FactKind::ToolCall => {
             fact.tool_name = attrs.str(&["gen_ai.tool.name", "tool_name"]);
@@ -879,4 +871,17 @@ mod tests {
         assert_eq!(i.fact.result.unwrap(), "busy, try again");
         assert_eq!(i.fact.retry.unwrap()["cause"], "model_retry");
     }
+}
+
+/// The GenAI token counts of a model request: `gen_ai.usage.input_tokens` (or the older
+/// `prompt_tokens`) and `gen_ai.usage.output_tokens` (or `completion_tokens`).
+pub(super) fn usage_tokens(attrs: &Attributes<'_>) -> (Option<u64>, Option<u64>) {
+    let count = |keys: &[&str]| attrs.int(keys).and_then(|v| u64::try_from(v).ok());
+    (
+        count(&["gen_ai.usage.input_tokens", "gen_ai.usage.prompt_tokens"]),
+        count(&[
+            "gen_ai.usage.output_tokens",
+            "gen_ai.usage.completion_tokens",
+        ]),
+    )
 }

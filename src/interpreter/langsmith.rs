@@ -56,15 +56,7 @@ pub fn interpret_span(span: &Span, cut: &mut Cut) -> Option<Interpreted> {
                 "langsmith.metadata.ls_model_name",
             ]);
             fact.provider = attrs.str(&["langsmith.metadata.ls_provider", "gen_ai.system"]);
-            fact.input_tokens = attrs
-                .int(&["gen_ai.usage.input_tokens", "gen_ai.usage.prompt_tokens"])
-                .and_then(|v| u64::try_from(v).ok());
-            fact.output_tokens = attrs
-                .int(&[
-                    "gen_ai.usage.output_tokens",
-                    "gen_ai.usage.completion_tokens",
-                ])
-                .and_then(|v| u64::try_from(v).ok());
+            (fact.input_tokens, fact.output_tokens) = super::genai::usage_tokens(&attrs);
         }
         FactKind::ToolCall => {
             fact.tool_name = attrs

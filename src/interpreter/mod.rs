@@ -7,6 +7,7 @@
 
 mod adk;
 pub(crate) mod attributes;
+mod blocks;
 pub mod budget;
 mod call_join;
 mod chat_shape;
@@ -34,9 +35,9 @@ pub mod vercel_ai;
 use opentelemetry_proto::tonic::trace::v1::Span;
 
 pub use crate::records::run_state::{Abandonment, RunMeta, RunState};
+pub use blocks::block_to_part;
 pub use budget::{NotInterpreted, OverLimit};
 pub use convention::Convention;
-pub use events::block_to_part;
 pub use fact::{FactKind, Interpreted, RequestedCall, SpanFact, StoredFact};
 pub use fold::{append, derive, waiting_calls, Append, DerivedRun, NewFact};
 pub use logs::{interpret_log, with_log_content, with_log_content_within, LogEvent};

@@ -50,18 +50,7 @@ pub fn answer_key(conv: &str, call: &str, run_id: &str, start_ns: u64) -> Vec<u8
 impl Store {
     /// Ids of runs whose status is `waiting`.
     pub fn waiting_run_ids(&self) -> Result<Vec<String>, StoreError> {
-        let prefix = super::keys::index_prefix(b's', crate::domain::RunStatus::Waiting.as_str());
-        let mut out = Vec::new();
-        self.scan(cf::RUN_INDEX, &prefix, &prefix, |k, _| {
-            if let Some(id) = k
-                .get(prefix.len() + 8..)
-                .and_then(|b| std::str::from_utf8(b).ok())
-            {
-                out.push(id.to_string());
-            }
-            Ok(true)
-        })?;
-        Ok(out)
+        self.run_ids_with_status(crate::domain::RunStatus::Waiting)
     }
 
     /// The runs waiting on call `call` of conversation `conv` (at most

@@ -23,6 +23,7 @@ use std::sync::atomic::Ordering;
 use sha2::{Digest, Sha256};
 
 use super::core::{Store, WriteBatch};
+use super::deletion::prefix_end;
 use super::error::StoreError;
 use super::keys::{self, cf};
 use crate::domain::{ContinuedFrom, LineageKind, LineageScope, NodeId, NODE_ID_BYTES};
@@ -326,18 +327,6 @@ impl WriteBatch<'_> {
         self.delete_range(cf::RUN_INDEX, &listed, &prefix_end(&listed));
         Ok(())
     }
-}
-
-/// The first key after every key that starts with `prefix`.
-fn prefix_end(prefix: &[u8]) -> Vec<u8> {
-    let mut end = prefix.to_vec();
-    while let Some(last) = end.pop() {
-        if last < 0xff {
-            end.push(last + 1);
-            return end;
-        }
-    }
-    vec![0xff; prefix.len() + 1]
 }
 
 impl Store {

@@ -31,7 +31,7 @@ pub const MEDIA_SCHEME: &[u8] = b"media+sha256://";
 pub const DIGEST_BYTES: usize = 32;
 
 /// Where the store records that every stored message is in the index ([`Cf::Meta`]).
-pub(super) const INDEXED_KEY: &[u8] = b"media_refs_indexed";
+pub(crate) const INDEXED_KEY: &[u8] = b"media_refs_indexed";
 
 /// Messages indexed per write batch while indexing an older store.
 const INDEX_BATCH: usize = 4096;

@@ -154,7 +154,15 @@ impl Store {
 
     /// Ids of runs whose status is `running`.
     pub fn running_run_ids(&self) -> Result<Vec<String>, StoreError> {
-        let prefix = keys::index_prefix(b's', "running");
+        self.run_ids_with_status(crate::domain::RunStatus::Running)
+    }
+
+    /// Ids of runs whose status is `status`, from the status index.
+    pub(super) fn run_ids_with_status(
+        &self,
+        status: crate::domain::RunStatus,
+    ) -> Result<Vec<String>, StoreError> {
+        let prefix = keys::index_prefix(b's', status.as_str());
         let mut out = Vec::new();
         self.scan(cf::RUN_INDEX, &prefix, &prefix, |k, _| {
             if let Some(id) = k

@@ -22,6 +22,8 @@ mod continued_from;
 #[cfg(test)]
 mod continued_from_tests;
 mod delete;
+#[cfg(test)]
+mod delete_tests;
 mod facts;
 mod interactions;
 #[cfg(test)]

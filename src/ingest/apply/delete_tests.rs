@@ -5,11 +5,10 @@ use std::collections::BTreeMap;
 
 use serde_json::json;
 
-use super::*;
 use crate::domain::MessageHash;
 use crate::ingest::{apply_group, Work};
 use crate::interpreter::interpret_span;
-use crate::store::KvBatch;
+use crate::store::{media_refs, Cf, DeletionPhase, KvBatch, RunKey, Store};
 use crate::test_fixtures::{delegate_scenario, run_id};
 
 type Dump = BTreeMap<(Cf, Vec<u8>), Vec<u8>>;
@@ -17,12 +16,9 @@ type Dump = BTreeMap<(Cf, Vec<u8>), Vec<u8>>;
 fn dump(store: &Store) -> Dump {
     let mut out = Dump::new();
     for cf in Cf::EVERY {
-        store
-            .scan(cf, b"", b"", |k, v| {
-                out.insert((cf, k.to_vec()), v.to_vec());
-                Ok(true)
-            })
-            .unwrap();
+        for (k, v) in store.entries(cf) {
+            out.insert((cf, k), v);
+        }
     }
     out
 }
@@ -213,7 +209,7 @@ fn an_older_store_gets_its_media_index_once_when_opened() {
         let mut batch = KvBatch::default();
         batch.delete_range(Cf::MediaRefs, &[], &[0xff; 41]);
         batch.delete(Cf::Meta, media_refs::INDEXED_KEY);
-        store.kv.write(batch, true).unwrap();
+        store.write_raw(batch).unwrap();
         assert_eq!(store.logical_bytes(Cf::MediaRefs).unwrap(), 0);
         refs
     };
