@@ -106,19 +106,16 @@ async fn the_document_validates_and_schemathesis_finds_nothing() {
 
     // The fuzzer's copy names the scenario's runs as examples of `run_id`, so the examples phase
     // reaches real runs (random ids mostly find nothing); the document itself stays generic.
+    // Abandoning and deleting get the delegate run, so the orchestrator reads back at the end.
     let mut fuzzed = document.clone();
     if let Some(paths) = fuzzed["paths"].as_object_mut() {
         for (path, item) in paths.iter_mut() {
-            let example = if path.ends_with("/abandon") {
-                &delegate
-            } else {
-                &orchestrator
-            };
-            for operation in item
-                .as_object_mut()
-                .into_iter()
-                .flat_map(|o| o.values_mut())
-            {
+            for (method, operation) in item.as_object_mut().into_iter().flat_map(|o| o.iter_mut()) {
+                let example = if path.ends_with("/abandon") || method == "delete" {
+                    &delegate
+                } else {
+                    &orchestrator
+                };
                 let parameters = operation
                     .get_mut("parameters")
                     .and_then(Value::as_array_mut);
@@ -132,50 +129,63 @@ async fn the_document_validates_and_schemathesis_finds_nothing() {
     }
     let fuzzed_path = dir.path().join("fuzzed.json");
     std::fs::write(&fuzzed_path, fuzzed.to_string()).expect("write the fuzzer's document");
-    let report = dir.path().join("report");
-    let started = Instant::now();
-    let (ok, output) = tool(
-        dir.path(),
-        "schemathesis",
-        &[
-            "run",
-            fuzzed_path.to_str().unwrap_or_default(),
-            "--url",
-            &stepline.base(),
-            "--header",
-            &format!("Authorization: Bearer {TOKEN}"),
-            "--checks",
-            "all",
-            "--max-examples",
-            "25",
-            "--seed",
-            "18",
-            "--workers",
-            "2",
-            "--report-dir",
-            report.to_str().unwrap_or_default(),
-        ],
-    );
-    let took = started.elapsed();
-    assert!(
-        ok,
-        "schemathesis found failures (in {took:?}):\n{}\n--- stepline log ---\n{}",
-        truncate(&output, 20000),
-        stepline.log()
-    );
-    // Every phase ran clean: no phase or check is marked failed.
-    assert!(
-        output.contains("Test cases:") && !output.contains('\u{274c}'),
-        "schemathesis did not report a clean run:\n{}",
-        truncate(&output, 8000)
-    );
-    eprintln!(
-        "schemathesis: {took:?}\n{}",
-        output.lines().rev().take(12).collect::<Vec<_>>().join("\n")
-    );
+    // Every operation but the deletions first (they would delete what the others read), then
+    // the deletions on their own.
+    let fuzz = |methods: &str| {
+        let report = dir.path().join(format!("report-{methods}"));
+        let started = Instant::now();
+        let (ok, output) = tool(
+            dir.path(),
+            "schemathesis",
+            &[
+                "run",
+                fuzzed_path.to_str().unwrap_or_default(),
+                "--url",
+                &stepline.base(),
+                "--header",
+                &format!("Authorization: Bearer {TOKEN}"),
+                "--checks",
+                "all",
+                "--max-examples",
+                "25",
+                "--seed",
+                "18",
+                "--workers",
+                "2",
+                if methods == "DELETE" {
+                    "--include-method"
+                } else {
+                    "--exclude-method"
+                },
+                "DELETE",
+                "--report-dir",
+                report.to_str().unwrap_or_default(),
+            ],
+        );
+        let took = started.elapsed();
+        assert!(
+            ok,
+            "schemathesis found failures (in {took:?}):\n{}\n--- stepline log ---\n{}",
+            truncate(&output, 20000),
+            stepline.log()
+        );
+        // Every phase ran clean: no phase or check is marked failed.
+        assert!(
+            output.contains("Test cases:") && !output.contains('\u{274c}'),
+            "schemathesis did not report a clean run:\n{}",
+            truncate(&output, 8000)
+        );
+        eprintln!(
+            "schemathesis ({methods}): {took:?}\n{}",
+            output.lines().rev().take(12).collect::<Vec<_>>().join("\n")
+        );
+    };
+    fuzz("reads and writes");
 
     // Nothing the fuzzer sent hurt the stored data: the scenario's run reads back the same.
     let (status, run) = stepline.get(&format!("/v1/runs/{orchestrator}")).await;
     assert_eq!(status, 200, "{run}");
     assert_eq!(run["status"], "completed");
+
+    fuzz("DELETE");
 }

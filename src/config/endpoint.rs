@@ -40,6 +40,11 @@ pub(crate) fn parse_endpoint(text: &str) -> Result<String, String> {
                 "invalid endpoint {text:?}: put an IPv6 address in brackets, e.g. [::1]:4317"
             ));
         }
+        if host.contains(['[', ']']) {
+            return Err(format!(
+                "invalid endpoint {text:?}: brackets go around a whole IPv6 host, e.g. [::1]:4317"
+            ));
+        }
         (host, port)
     };
     if host.is_empty() {
@@ -89,6 +94,7 @@ mod tests {
             ("[nothost]:4317", "not an IPv6 address"),
             ("http://127.0.0.1:4317", "without a scheme"),
             ("127.0.0.1 :4317", "expected host:port"),
+            ("0.0.0.0]:0", "brackets go around a whole IPv6 host"),
         ];
         for (text, expected) in cases {
             let message = parse_endpoint(text).unwrap_err();

@@ -135,7 +135,7 @@ enum ReceiverSettings {
 
 #[derive(Debug)]
 enum ProcessorSettings {
-    Stepline(InterpreterConfig),
+    Stepline(Box<InterpreterConfig>),
     /// Accepted and ignored.
     Batch,
 }
@@ -297,7 +297,7 @@ impl Validator {
             Pick::One(Component {
                 settings: Some(ProcessorSettings::Stepline(interpreter)),
                 ..
-            }) => Some(interpreter.clone()),
+            }) => Some(interpreter.as_ref().clone()),
             Pick::One(_) | Pick::Ambiguous => None,
         };
 
@@ -641,7 +641,7 @@ impl Validator {
                         (!kept.is_zero()).then_some(kept)
                     }
                 };
-                Some(ProcessorSettings::Stepline(InterpreterConfig {
+                Some(ProcessorSettings::Stepline(Box::new(InterpreterConfig {
                     inactivity_timeout,
                     waiting_timeout: waiting_timeout?,
                     limits: limits?,
@@ -650,7 +650,7 @@ impl Validator {
                     lineage_scope,
                     vercel_ai_conversation_keys: keys,
                     retention,
-                }))
+                })))
             }
             _ => {
                 let raw: RawBatchProcessor = self.decode(body, path)?;

@@ -554,6 +554,19 @@ fn read_messages_with(
     Some(refs)
 }
 
+/// The GenAI token counts of a model request: `gen_ai.usage.input_tokens` (or the older
+/// `prompt_tokens`) and `gen_ai.usage.output_tokens` (or `completion_tokens`).
+pub(super) fn usage_tokens(attrs: &Attributes<'_>) -> (Option<u64>, Option<u64>) {
+    let count = |keys: &[&str]| attrs.int(keys).and_then(|v| u64::try_from(v).ok());
+    (
+        count(&["gen_ai.usage.input_tokens", "gen_ai.usage.prompt_tokens"]),
+        count(&[
+            "gen_ai.usage.output_tokens",
+            "gen_ai.usage.completion_tokens",
+        ]),
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -871,17 +884,4 @@ mod tests {
         assert_eq!(i.fact.result.unwrap(), "busy, try again");
         assert_eq!(i.fact.retry.unwrap()["cause"], "model_retry");
     }
-}
-
-/// The GenAI token counts of a model request: `gen_ai.usage.input_tokens` (or the older
-/// `prompt_tokens`) and `gen_ai.usage.output_tokens` (or `completion_tokens`).
-pub(super) fn usage_tokens(attrs: &Attributes<'_>) -> (Option<u64>, Option<u64>) {
-    let count = |keys: &[&str]| attrs.int(keys).and_then(|v| u64::try_from(v).ok());
-    (
-        count(&["gen_ai.usage.input_tokens", "gen_ai.usage.prompt_tokens"]),
-        count(&[
-            "gen_ai.usage.output_tokens",
-            "gen_ai.usage.completion_tokens",
-        ]),
-    )
 }

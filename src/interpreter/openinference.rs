@@ -51,8 +51,12 @@ pub fn interpret_span(span: &Span, cut: &mut Cut) -> Option<Interpreted> {
             FactKind::AgentRun
         }
         // A LangGraph invocation is a root CHAIN (`LangGraph`, or a graph named without
-        // "agent"), or a `create_agent` graph nested under a tool or a graph.
-        "CHAIN" if langchain::chain_is_run(has_parent, &span.name, lc_agent_name.as_deref()) => {
+        // "agent"), or a `create_agent` graph nested under a tool or a graph. Only LangChain's
+        // chains (its metadata): other producers' root chains (CrewAI's `crew.kickoff`) group.
+        "CHAIN"
+            if (lc_agent_name.is_some() || langchain::is_langchain_metadata(&attrs))
+                && langchain::chain_is_run(has_parent, &span.name, lc_agent_name.as_deref()) =>
+        {
             agent_name = lc_agent_name.or_else(|| Some(span.name.clone()));
             FactKind::AgentRun
         }

@@ -226,9 +226,11 @@ pub fn apply_group(store: &Store, works: &[Work], now_ns: u64) -> Result<Vec<App
             store,
             &mut batch,
             &mut runs,
-            &mut claims,
-            &mut lineage,
-            &answers,
+            &mut persist::GroupLinks {
+                claims: &mut claims,
+                lineage: &mut lineage,
+                answers: &answers,
+            },
             run_id,
             now_ns,
         )

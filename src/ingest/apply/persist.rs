@@ -12,18 +12,28 @@ use crate::store::{conflict_warning, AliasClaims, Store, StoreError, WriteBatch}
 use super::continued_from::{self, Written};
 use super::work_set::{load, load_full, Runs};
 
+/// What one write group shares across its runs: alias claims, lineage links and the answers
+/// its requests carry to waiting calls.
+pub(super) struct GroupLinks<'a> {
+    /// Aliases claimed so far in the group.
+    pub(super) claims: &'a mut AliasClaims,
+    /// Lineage lookups and links of the group.
+    pub(super) lineage: &'a mut continued_from::Group,
+    /// Answers to waiting calls carried by the group's requests.
+    pub(super) answers: &'a [super::interactions::GroupAnswer],
+}
+
 /// Writes what the group changed in a run: incrementally when its new facts extend it (see
 /// [`append`]), else by deriving it in full.
 pub(super) fn write_run(
     store: &Store,
     batch: &mut WriteBatch<'_>,
     runs: &mut Runs,
-    claims: &mut AliasClaims,
-    lineage: &mut continued_from::Group,
-    answers: &[super::interactions::GroupAnswer],
+    group: &mut GroupLinks<'_>,
     run_id: &str,
     now_ns: u64,
 ) -> Result<(), StoreError> {
+    let (claims, lineage, answers) = (&mut *group.claims, &mut *group.lineage, group.answers);
     let meta = &mut load(store, runs, run_id)?.meta;
     meta.revision = meta.revision.saturating_add(1).max(now_ns);
     if try_append(store, batch, runs, lineage, run_id)? {
