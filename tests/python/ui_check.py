@@ -26,7 +26,7 @@ import urllib.parse
 import urllib.request
 
 from selenium import webdriver
-from selenium.common.exceptions import TimeoutException
+from selenium.common.exceptions import StaleElementReferenceException, TimeoutException
 from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
 from selenium.webdriver.common.keys import Keys
@@ -98,7 +98,13 @@ class Page:
 
     def wait(self, what: str, condition, timeout: float = WAIT_S):
         try:
-            return WebDriverWait(self.driver, timeout, poll_frequency=0.1).until(condition)
+            # The pages re-render live: an element read while it is replaced is read again.
+            return WebDriverWait(
+                self.driver,
+                timeout,
+                poll_frequency=0.1,
+                ignored_exceptions=(StaleElementReferenceException,),
+            ).until(condition)
         except TimeoutException:
             logs = self.browser_log()
             raise AssertionError(
