@@ -22,6 +22,8 @@ import json
 import sys
 from typing import Any
 
+import scripted_responses
+
 
 def main() -> int:
     parser = argparse.ArgumentParser()
@@ -81,25 +83,7 @@ def main() -> int:
             output = [message(len(requests), "2 + 3 = 5.")]
         return httpx2.Response(
             200,
-            json={
-                "id": f"resp_{len(requests)}",
-                "object": "response",
-                "created_at": 1,
-                "model": "gpt-scripted",
-                "status": "completed",
-                "instructions": body.get("instructions"),
-                "output": output,
-                "parallel_tool_calls": True,
-                "tool_choice": "auto",
-                "tools": [],
-                "usage": {
-                    "input_tokens": 10,
-                    "output_tokens": 5,
-                    "total_tokens": 15,
-                    "input_tokens_details": {"cached_tokens": 0},
-                    "output_tokens_details": {"reasoning_tokens": 0},
-                },
-            },
+            json=scripted_responses.response(f"resp_{len(requests)}", body.get("instructions"), output),
         )
 
     client = AsyncOpenAI(api_key="test", http_client=httpx2.AsyncClient(transport=httpx2.MockTransport(handler)))

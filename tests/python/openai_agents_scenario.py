@@ -21,6 +21,8 @@ import json
 import sys
 from typing import Any
 
+import scripted_responses
+
 
 def main() -> int:
     parser = argparse.ArgumentParser()
@@ -50,26 +52,7 @@ def main() -> int:
         n = len(requests)
         return httpx2.Response(
             200,
-            json={
-                "id": f"resp_{n}",
-                "object": "response",
-                "created_at": 1,
-                "model": "gpt-scripted",
-                "status": "completed",
-                # The Responses API echoes the request's instructions.
-                "instructions": body.get("instructions"),
-                "output": output,
-                "parallel_tool_calls": True,
-                "tool_choice": "auto",
-                "tools": [],
-                "usage": {
-                    "input_tokens": 10,
-                    "output_tokens": 5,
-                    "total_tokens": 15,
-                    "input_tokens_details": {"cached_tokens": 0},
-                    "output_tokens_details": {"reasoning_tokens": 0},
-                },
-            },
+            json=scripted_responses.response(f"resp_{n}", body.get("instructions"), output),
         )
 
     def text(n: str, content: str) -> dict[str, Any]:

@@ -21,6 +21,8 @@ import json
 import sys
 from typing import Any
 
+import scripted_responses
+
 
 def main() -> int:
     parser = argparse.ArgumentParser()
@@ -48,25 +50,7 @@ def main() -> int:
     def respond(body: dict[str, Any], output: list[dict[str, Any]]) -> httpx2.Response:
         return httpx2.Response(
             200,
-            json={
-                "id": f"resp_{args.phase}_{len(requests)}",
-                "object": "response",
-                "created_at": 1,
-                "model": "gpt-scripted",
-                "status": "completed",
-                "instructions": body.get("instructions"),
-                "output": output,
-                "parallel_tool_calls": True,
-                "tool_choice": "auto",
-                "tools": [],
-                "usage": {
-                    "input_tokens": 10,
-                    "output_tokens": 5,
-                    "total_tokens": 15,
-                    "input_tokens_details": {"cached_tokens": 0},
-                    "output_tokens_details": {"reasoning_tokens": 0},
-                },
-            },
+            json=scripted_responses.response(f"resp_{args.phase}_{len(requests)}", body.get("instructions"), output),
         )
 
     def call(call_id: str, name: str, arguments: dict[str, Any]) -> dict[str, Any]:
