@@ -34,8 +34,11 @@ NODE_NAMES := $(patsubst tests/node/%/package.json,%,$(wildcard tests/node/*/pac
 
 CONFIG ?= collector.yaml
 BENCH_ARGS ?=
+# Options of benches/peer_bench.py (PORT_OFFSET=N moves its ports; see examples/README.md, "peer bench").
+PEER_ARGS ?=
+SOAK_ARGS ?= --minutes 10
 
-.PHONY: run test deps test-deps venv venv-tools venvs node-deps lint bench
+.PHONY: run test deps test-deps venv venv-tools venvs node-deps lint bench bench-peer bench-soak
 
 ## run: stepline on the default config (OTLP 127.0.0.1:4317/4318, API 127.0.0.1:4320, data in ./data)
 run: deps
@@ -150,3 +153,16 @@ lint: deps
 bench: deps
 	cargo build --release
 	cargo run --release --example loadgen -- $(BENCH_ARGS)
+
+## bench-peer: stepline against Rotel (PyPI), plain/agent x 20-span runs/500-span requests, then the
+## ack latency at half the maximum throughput (options: make bench-peer PEER_ARGS="--seconds 30")
+bench-peer: deps
+	cargo build --release --bin stepline --example loadgen
+	$(SYSTEM_PYTHON) benches/peer_bench.py matrix $(PEER_ARGS)
+	$(SYSTEM_PYTHON) benches/peer_bench.py latency $(PEER_ARGS)
+
+## bench-soak: one agent load against both servers for 10 minutes, RSS over time, then 60 s idle
+## (options: make bench-soak SOAK_ARGS="--minutes 30 --rate 2000")
+bench-soak: deps
+	cargo build --release --bin stepline --example loadgen
+	$(SYSTEM_PYTHON) benches/peer_bench.py soak $(SOAK_ARGS)

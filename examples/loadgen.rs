@@ -7,7 +7,10 @@
 //! concurrent connections, checks that every request is acknowledged (the server answers only
 //! after a durable RocksDB commit), and prints throughput, request latency and bytes on disk per
 //! run. With `--grpc` / `--http` (and optionally `--api`, `--data-dir`) it targets an instance that
-//! is already running instead. Only loopback addresses are ever targeted.
+//! is already running instead. Only loopback addresses are ever targeted. With `--rate` it sends
+//! open loop at a fixed number of spans per second (each request at its scheduled time, answered
+//! or not) and reports the acknowledgement latency at that load; `benches/peer_bench.py` uses it
+//! to measure the latency at half the maximum throughput.
 //!
 //! The last line printed on stdout is a one-line JSON summary.
 //!
@@ -15,6 +18,7 @@
 //! cargo build --release
 //! cargo run --release --example loadgen -- --runs 500
 //! cargo run --release --example loadgen -- --transport http --batch-spans 5 --concurrency 8
+//! cargo run --release --example loadgen -- --transport grpc --duration 20 --rate 3000
 //! ```
 
 use std::collections::BTreeMap;
@@ -144,6 +148,17 @@ struct Args {
     /// keys that stepline does not interpret (pass-through only).
     #[arg(long)]
     plain_spans: bool,
+    /// Open loop: offer this many spans per second in total (shared evenly by the
+    /// connections). Each request leaves at its scheduled time whether or not the earlier ones
+    /// were answered, so the latency figures are those of a fixed load, not of a client that
+    /// slows down with the server. Without it every connection sends its next request as soon
+    /// as the previous one is acknowledged (closed loop, the maximum throughput).
+    #[arg(long, value_name = "SPANS_PER_S")]
+    rate: Option<f64>,
+    /// With `--rate`: requests one connection may have in flight; a request due while this
+    /// many are unanswered waits (and its wait shows as schedule lag).
+    #[arg(long, default_value_t = 256, value_parser = clap::value_parser!(u32).range(1..=65_536))]
+    max_in_flight: u32,
 }
 
 /// `--forward` values.
@@ -1882,6 +1897,14 @@ enum Payload {
 struct Job {
     /// The request.
     payload: Payload,
+    /// What it carries (counted once it is acknowledged).
+    counts: JobCounts,
+    /// Whether its last span is a run span (a connection only stops at such a boundary).
+    ends_at_run_boundary: bool,
+}
+
+/// What one export request carries.
+struct JobCounts {
     /// Spans in it.
     spans: u64,
     /// Run spans in it (runs that are complete once it is acknowledged).
@@ -1890,8 +1913,6 @@ struct Job {
     message_bytes: u64,
     /// Encoded protobuf size, before compression.
     payload_bytes: u64,
-    /// Whether its last span is a run span (a connection only stops at such a boundary).
-    ends_at_run_boundary: bool,
     /// Run id of the last run span in it.
     last_run_id: Option<String>,
 }
@@ -2139,12 +2160,14 @@ fn make_job(spans: Vec<GeneratedSpan>, workload: &Workload) -> Result<Job> {
     };
     Ok(Job {
         payload,
-        spans: span_count,
-        runs,
-        message_bytes,
-        payload_bytes,
+        counts: JobCounts {
+            spans: span_count,
+            runs,
+            message_bytes,
+            payload_bytes,
+            last_run_id,
+        },
         ends_at_run_boundary,
-        last_run_id,
     })
 }
 
@@ -2212,7 +2235,9 @@ struct Failure {
     detail: String,
 }
 
-/// One connection to the server.
+/// One connection to the server (cloned for concurrent requests in the open loop: a gRPC
+/// channel multiplexes them, the HTTP client opens more connections).
+#[derive(Clone)]
 enum Connection {
     /// A dedicated HTTP/2 channel.
     Grpc(TraceServiceClient<Channel>),
@@ -2228,12 +2253,14 @@ enum Connection {
 }
 
 impl Connection {
-    /// Opens a connection of `transport` to `addr`.
+    /// Opens a connection of `transport` to `addr`; an HTTP client keeps up to `idle`
+    /// connections open between requests.
     async fn open(
         transport: Transport,
         addr: SocketAddr,
         compression: Compression,
         timeout: Duration,
+        idle: usize,
     ) -> Result<Self> {
         match transport {
             Transport::Grpc => {
@@ -2256,7 +2283,7 @@ impl Connection {
             Transport::Http => {
                 let client = reqwest::Client::builder()
                     .no_proxy()
-                    .pool_max_idle_per_host(1)
+                    .pool_max_idle_per_host(idle)
                     .tcp_nodelay(true)
                     .connect_timeout(Duration::from_secs(5))
                     .timeout(timeout)
@@ -2415,6 +2442,8 @@ struct Stats {
     payload_bytes: u64,
     /// Latency of every acknowledged request, microseconds.
     latencies_us: Vec<u64>,
+    /// Open loop: how late each request left after its scheduled time, microseconds.
+    lags_us: Vec<u64>,
     /// Failures by kind.
     failures: BTreeMap<String, FailureCount>,
     /// Id of one acknowledged run (to read it back).
@@ -2435,6 +2464,7 @@ impl Stats {
         self.message_bytes += other.message_bytes;
         self.payload_bytes += other.payload_bytes;
         self.latencies_us.extend(other.latencies_us);
+        self.lags_us.extend(other.lags_us);
         for (kind, failure) in other.failures {
             let entry = self.failures.entry(kind).or_default();
             if entry.count == 0 {
@@ -2447,6 +2477,38 @@ impl Stats {
         }
         self.hit_deadline |= other.hit_deadline;
         self.aborted |= other.aborted;
+    }
+
+    /// Counts the answer to one request that took `latency`.
+    fn record(
+        &mut self,
+        result: Result<(), Failure>,
+        latency: Duration,
+        counts: JobCounts,
+        failures: &AtomicU64,
+    ) {
+        match result {
+            Ok(()) => {
+                self.latencies_us.push(latency.as_micros() as u64);
+                self.ok_requests += 1;
+                self.spans += counts.spans;
+                self.runs += counts.runs;
+                self.message_bytes += counts.message_bytes;
+                self.payload_bytes += counts.payload_bytes;
+                if counts.last_run_id.is_some() {
+                    self.last_run_id = counts.last_run_id;
+                }
+            }
+            Err(failure) => {
+                failures.fetch_add(1, Ordering::Relaxed);
+                self.failed_requests += 1;
+                let entry = self.failures.entry(failure.kind).or_default();
+                if entry.count == 0 {
+                    entry.example = failure.detail;
+                }
+                entry.count += 1;
+            }
+        }
     }
 }
 
@@ -2472,30 +2534,102 @@ async fn drive_connection(
         }
         at_run_boundary = job.ends_at_run_boundary;
         let started = Instant::now();
-        match connection.send(job.payload).await {
-            Ok(()) => {
-                stats
-                    .latencies_us
-                    .push(started.elapsed().as_micros() as u64);
-                stats.ok_requests += 1;
-                stats.spans += job.spans;
-                stats.runs += job.runs;
-                stats.message_bytes += job.message_bytes;
-                stats.payload_bytes += job.payload_bytes;
-                if job.last_run_id.is_some() {
-                    stats.last_run_id = job.last_run_id;
-                }
-            }
-            Err(failure) => {
-                failures.fetch_add(1, Ordering::Relaxed);
-                stats.failed_requests += 1;
-                let entry = stats.failures.entry(failure.kind).or_default();
-                if entry.count == 0 {
-                    entry.example = failure.detail;
-                }
-                entry.count += 1;
+        let result = connection.send(job.payload).await;
+        stats.record(result, started.elapsed(), job.counts, &failures);
+    }
+    stats
+}
+
+/// The schedule of one open-loop connection.
+#[derive(Clone, Copy)]
+struct OpenLoop {
+    /// When its first request is due.
+    first_send: Instant,
+    /// Its share of `--rate`, spans per second.
+    spans_per_s: f64,
+    /// Requests it may have unanswered at once.
+    max_in_flight: usize,
+}
+
+/// What an open-loop request task hands back: its answer, its latency, how late it left and
+/// what it carried.
+type Answered = (Result<(), Failure>, Duration, Duration, JobCounts);
+
+/// Counts one finished open-loop request task (a panicked task counts as a failed request).
+fn record_answered(
+    stats: &mut Stats,
+    joined: Result<Answered, tokio::task::JoinError>,
+    failures: &AtomicU64,
+) {
+    match joined {
+        Ok((result, latency, lag, counts)) => {
+            stats.lags_us.push(lag.as_micros() as u64);
+            stats.record(result, latency, counts, failures);
+        }
+        Err(error) => {
+            let counts = JobCounts {
+                spans: 0,
+                runs: 0,
+                message_bytes: 0,
+                payload_bytes: 0,
+                last_run_id: None,
+            };
+            let failure = Failure {
+                kind: "internal".to_owned(),
+                detail: format!("request task failed: {error}"),
+            };
+            stats.record(Err(failure), Duration::ZERO, counts, failures);
+        }
+    }
+}
+
+/// Sends the jobs of one connection on a fixed schedule (open loop): each request leaves when
+/// its predecessor's spans have used up their share of the rate, without waiting for answers
+/// (up to `schedule.max_in_flight` unanswered). Stops like [`drive_connection`].
+async fn drive_open_loop(
+    connection: Connection,
+    mut jobs: mpsc::Receiver<Job>,
+    schedule: OpenLoop,
+    deadline: Instant,
+    failures: Arc<AtomicU64>,
+    max_failures: u64,
+) -> Stats {
+    let mut stats = Stats::default();
+    let mut in_flight: tokio::task::JoinSet<Answered> = tokio::task::JoinSet::new();
+    let mut next_send = schedule.first_send;
+    let mut at_run_boundary = true;
+    while let Some(job) = jobs.recv().await {
+        if at_run_boundary && next_send.max(Instant::now()) >= deadline {
+            stats.hit_deadline = true;
+            break;
+        }
+        if failures.load(Ordering::Relaxed) >= max_failures {
+            stats.aborted = true;
+            break;
+        }
+        at_run_boundary = job.ends_at_run_boundary;
+        tokio::time::sleep_until(tokio::time::Instant::from_std(next_send)).await;
+        while let Some(joined) = in_flight.try_join_next() {
+            record_answered(&mut stats, joined, &failures);
+        }
+        while in_flight.len() >= schedule.max_in_flight {
+            match in_flight.join_next().await {
+                Some(joined) => record_answered(&mut stats, joined, &failures),
+                None => break,
             }
         }
+        let scheduled = next_send;
+        next_send += Duration::from_secs_f64(job.counts.spans as f64 / schedule.spans_per_s);
+        let mut connection = connection.clone();
+        in_flight.spawn(async move {
+            let sent = Instant::now();
+            let result = connection.send(job.payload).await;
+            let lag = sent.saturating_duration_since(scheduled);
+            (result, sent.elapsed(), lag, job.counts)
+        });
+    }
+    while let Some(joined) = in_flight.join_next().await {
+        record_answered(&mut stats, joined, &failures);
     }
     stats
 }
@@ -2510,17 +2644,43 @@ struct PhaseReport {
     stats: Stats,
     /// Wall time from the first request to the last answer.
     elapsed: Duration,
+    /// Open loop: the spans per second offered (`--rate`).
+    offered_spans_per_s: Option<f64>,
+}
+
+/// Percentile of sorted microsecond samples in milliseconds (nearest rank), 0 without samples.
+fn percentile_ms(sorted: &[u64], quantile: f64) -> f64 {
+    if sorted.is_empty() {
+        return 0.0;
+    }
+    let rank = ((quantile * sorted.len() as f64).ceil() as usize).clamp(1, sorted.len());
+    sorted[rank - 1] as f64 / 1000.0
 }
 
 impl PhaseReport {
     /// Latency percentile in milliseconds (nearest rank), 0 without samples.
     fn latency_ms(&self, quantile: f64) -> f64 {
-        let sorted = &self.stats.latencies_us;
-        if sorted.is_empty() {
-            return 0.0;
+        percentile_ms(&self.stats.latencies_us, quantile)
+    }
+
+    /// Open loop: percentile of how late requests left, in milliseconds.
+    fn lag_ms(&self, quantile: f64) -> f64 {
+        percentile_ms(&self.stats.lags_us, quantile)
+    }
+
+    /// The open-loop part of the machine-readable form (null for a closed loop).
+    fn open_loop_json(&self) -> serde_json::Value {
+        match self.offered_spans_per_s {
+            None => serde_json::Value::Null,
+            Some(offered) => json!({
+                "offered_spans_per_s": round3(offered),
+                "schedule_lag_ms": {
+                    "p50": round3(self.lag_ms(0.50)),
+                    "p99": round3(self.lag_ms(0.99)),
+                    "max": round3(self.lag_ms(1.0)),
+                },
+            }),
         }
-        let rank = ((quantile * sorted.len() as f64).ceil() as usize).clamp(1, sorted.len());
-        sorted[rank - 1] as f64 / 1000.0
     }
 
     /// `count` per second of elapsed time.
@@ -2562,6 +2722,7 @@ impl PhaseReport {
                 "p99": round3(self.latency_ms(0.99)),
                 "max": round3(self.latency_ms(1.0)),
             },
+            "open_loop": self.open_loop_json(),
             "stopped_by_deadline": s.hit_deadline,
             "aborted_after_failures": s.aborted,
         })
@@ -2608,24 +2769,57 @@ async fn run_phase(
         }));
         queues.push(receiver);
     }
+    let idle = if args.rate.is_some() {
+        args.max_in_flight as usize
+    } else {
+        1
+    };
     let mut connections = Vec::new();
     for _ in 0..args.concurrency {
-        connections.push(Connection::open(transport, addr, args.compression, timeout).await?);
+        connections.push(Connection::open(transport, addr, args.compression, timeout, idle).await?);
     }
 
     let started = Instant::now();
     let deadline = started + phase_limit;
+    let connection_count = f64::from(args.concurrency);
+    // Open loop: the connections' schedules are staggered over one request interval.
+    let spans_per_request = if args.batch_spans > 0 {
+        f64::from(args.batch_spans)
+    } else {
+        2.0 * f64::from(args.steps)
+    };
     let drivers: Vec<_> = connections
         .into_iter()
         .zip(queues)
-        .map(|(connection, queue)| {
-            tokio::spawn(drive_connection(
-                connection,
-                queue,
-                deadline,
-                Arc::clone(&failures),
-                args.max_failures,
-            ))
+        .enumerate()
+        .map(|(index, (connection, queue))| {
+            let failures = Arc::clone(&failures);
+            match args.rate {
+                Some(rate) => {
+                    let spans_per_s = rate / connection_count;
+                    let offset = spans_per_request / spans_per_s * index as f64 / connection_count;
+                    let schedule = OpenLoop {
+                        first_send: started + Duration::from_secs_f64(offset.min(60.0)),
+                        spans_per_s,
+                        max_in_flight: args.max_in_flight as usize,
+                    };
+                    tokio::spawn(drive_open_loop(
+                        connection,
+                        queue,
+                        schedule,
+                        deadline,
+                        failures,
+                        args.max_failures,
+                    ))
+                }
+                None => tokio::spawn(drive_connection(
+                    connection,
+                    queue,
+                    deadline,
+                    failures,
+                    args.max_failures,
+                )),
+            }
         })
         .collect();
     let mut stats = Stats::default();
@@ -2637,11 +2831,13 @@ async fn run_phase(
         generator.await.context("a generator task panicked")??;
     }
     stats.latencies_us.sort_unstable();
+    stats.lags_us.sort_unstable();
     Ok(PhaseReport {
         transport,
         convention,
         stats,
         elapsed,
+        offered_spans_per_s: args.rate,
     })
 }
 
@@ -2978,6 +3174,11 @@ async fn main() -> Result<()> {
         (None, Some(_)) => MAX_RUNS,
         (None, None) => DEFAULT_RUNS,
     };
+    if let Some(rate) = args.rate {
+        if !(rate.is_finite() && rate > 0.0) {
+            bail!("--rate must be a positive number of spans per second");
+        }
+    }
     let seed = args
         .seed
         .unwrap_or_else(|| now_unix_nanos() ^ (u64::from(std::process::id()) << 32));
@@ -3135,6 +3336,15 @@ async fn main() -> Result<()> {
                 failure.count, failure.example
             );
         }
+        if let Some(offered) = r.offered_spans_per_s {
+            println!(
+                "  open loop: {offered:.0} spans/s offered; requests left late by p50 {:.2} ms, \
+                 p99 {:.2} ms, max {:.2} ms (latency is from the moment each request left)",
+                r.lag_ms(0.50),
+                r.lag_ms(0.99),
+                r.lag_ms(1.0)
+            );
+        }
         if s.hit_deadline {
             println!("  stopped by the duration/time limit");
         }
@@ -3275,6 +3485,8 @@ async fn main() -> Result<()> {
             "compression": args.compression.name(),
             "runs_per_transport": total_runs,
             "duration_s": duration.map(|d| d.as_secs_f64()),
+            "rate_spans_per_s": args.rate,
+            "max_in_flight": args.rate.map(|_| args.max_in_flight),
             "seed": seed,
         },
         "transports": reports.iter().map(PhaseReport::to_json).collect::<Vec<_>>(),
