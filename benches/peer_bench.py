@@ -551,11 +551,9 @@ def run_latency(bench, args):
 
 
 def short_gauge(name):
-    """`stepline_cache_bytes{cache="chain"}` -> `chain_MB`, `stepline_outbox_entries` -> `outbox`."""
+    """`stepline_cache_bytes{cache="chain"}` -> `chain_MB`; `stepline_outbox_entries`."""
     if "cache=\"" in name:
         return name.split("cache=\"", 1)[1].split("\"", 1)[0] + "_MB"
-    if name.startswith("stepline_rendered_cache_bytes"):
-        return "rendered_MB"
     return "outbox_entries"
 
 
@@ -619,7 +617,6 @@ def run_soak(bench, args):
             sample["stepline_metrics"] = metrics
             if not gauges:
                 gauges = sorted(k for k in metrics if k.startswith("stepline_cache_bytes{")
-                                or k.startswith("stepline_rendered_cache_bytes")
                                 or k.startswith("stepline_outbox_entries"))
         samples.append(sample)
         row = [sample["t_s"], sample["phase"]] + [sample[f"{s}_rss_mb"] for s in servers]
