@@ -1260,15 +1260,15 @@ async fn batching_merges_entries_into_fewer_requests_and_delivers_every_item() {
     let grpc_sink = start_downstream().await;
     let http_sink = start_downstream().await;
     let traces_len = traces(1).encoded_len();
-    // gRPC: batches of at least 9 items (three trace requests of 3 spans), else after 2 s.
-    // HTTP: batches by bytes, at most two trace requests each, else after 2 s.
+    // gRPC: batches of at least 9 items (three trace requests of 3 spans), else after 4 s.
+    // HTTP: batches by bytes, at most two trace requests each, else after 4 s.
     let exporters = [
         format!(
             "  otlp/batched:\n{}",
             exporter(
                 "grpc",
                 &format!("http://{}", grpc_sink.grpc),
-                "    sending_queue: { num_consumers: 1, batch: { flush_timeout: 2s, min_size: 9 } }\n"
+                "    sending_queue: { num_consumers: 1, batch: { flush_timeout: 4s, min_size: 9 } }\n"
             )
         ),
         format!(
@@ -1278,7 +1278,7 @@ async fn batching_merges_entries_into_fewer_requests_and_delivers_every_item() {
                 &format!("http://{}", http_sink.http),
                 &format!(
                     "    compression: none\n    sending_queue: {{ num_consumers: 1, batch: \
-                     {{ flush_timeout: 2s, sizer: bytes, min_size: {min}, max_size: {max} }} }}\n",
+                     {{ flush_timeout: 4s, sizer: bytes, min_size: {min}, max_size: {max} }} }}\n",
                     min = 2 * traces_len,
                     max = 2 * traces_len + 1,
                 )
