@@ -52,6 +52,7 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
             store: store.clone(),
             client,
             retry: exporter.retry.clone(),
+            batch: exporter.batch,
         };
         exporters.spawn(task.run(export_stop_rx.clone()));
     }

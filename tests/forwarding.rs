@@ -1247,3 +1247,167 @@ async fn own_traces_go_to_the_configured_endpoint_and_are_flushed_on_sigterm() {
         .iter()
         .all(|s| s.attributes.contains(&kv("exporter", "otlp"))));
 }
+
+/// The requests `ns` merged into one: their `resource_*` lists appended, in order.
+fn merged_traces(ns: &[u8]) -> ExportTraceServiceRequest {
+    ExportTraceServiceRequest {
+        resource_spans: ns.iter().flat_map(|n| traces(*n).resource_spans).collect(),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn batching_merges_entries_into_fewer_requests_and_delivers_every_item() {
+    let grpc_sink = start_downstream().await;
+    let http_sink = start_downstream().await;
+    let traces_len = traces(1).encoded_len();
+    // gRPC: batches of at least 9 items (three trace requests of 3 spans), else after 4 s.
+    // HTTP: batches by bytes, at most two trace requests each, else after 4 s.
+    let exporters = [
+        format!(
+            "  otlp/batched:\n{}",
+            exporter(
+                "grpc",
+                &format!("http://{}", grpc_sink.grpc),
+                "    sending_queue: { num_consumers: 1, batch: { flush_timeout: 4s, min_size: 9 } }\n"
+            )
+        ),
+        format!(
+            "  otlphttp/batched:\n{}",
+            exporter(
+                "http",
+                &format!("http://{}", http_sink.http),
+                &format!(
+                    "    compression: none\n    sending_queue: {{ num_consumers: 1, batch: \
+                     {{ flush_timeout: 4s, sizer: bytes, min_size: {min}, max_size: {max} }} }}\n",
+                    min = 2 * traces_len,
+                    max = 2 * traces_len + 1,
+                )
+            )
+        ),
+    ];
+    let stepline = Stepline::start_with(Options {
+        exporters: Some(exporters.concat()),
+        pipeline_exporters: Some("[otlp/batched, otlphttp/batched]".into()),
+        ..Options::default()
+    })
+    .await;
+    for n in 1..=3 {
+        send_grpc(&stepline, n).await;
+    }
+
+    // gRPC: the three trace requests went out as one, at min_size; logs (6 records) and
+    // metrics (3 points) stay below it and go out merged at the flush timeout.
+    let sink = &grpc_sink.sink;
+    wait_until(
+        "merged logs and metrics",
+        Duration::from_secs(10),
+        &stepline,
+        || !sink.logs.lock().unwrap().is_empty() && !sink.metrics.lock().unwrap().is_empty(),
+    )
+    .await;
+    assert_eq!(*sink.traces.lock().unwrap(), [merged_traces(&[1, 2, 3])]);
+    let logs = ExportLogsServiceRequest {
+        resource_logs: (1..=3).flat_map(|n| logs(n, 8).resource_logs).collect(),
+    };
+    assert_eq!(*sink.logs.lock().unwrap(), [logs]);
+    let metrics = ExportMetricsServiceRequest {
+        resource_metrics: (1..=3).flat_map(|n| metrics(n).resource_metrics).collect(),
+    };
+    assert_eq!(*sink.metrics.lock().unwrap(), [metrics]);
+
+    // HTTP: two traces requests reach min_size together; the third would pass max_size, so it
+    // waits for the flush timeout alone.
+    let sink = &http_sink.sink;
+    wait_until(
+        "the batched traces",
+        Duration::from_secs(10),
+        &stepline,
+        || sink.traces.lock().unwrap().len() == 2,
+    )
+    .await;
+    assert_eq!(
+        *sink.traces.lock().unwrap(),
+        [merged_traces(&[1, 2]), merged_traces(&[3])]
+    );
+
+    // Delivered = acknowledged, and nothing is left.
+    for name in ["otlp/batched", "otlphttp/batched"] {
+        assert_eq!(
+            settled_metric(&stepline, "otelcol_exporter_sent_spans_total", name, 9).await,
+            9,
+            "{name}"
+        );
+        assert_eq!(
+            settled_metric(
+                &stepline,
+                "otelcol_exporter_sent_log_records_total",
+                name,
+                6
+            )
+            .await,
+            6,
+            "{name}"
+        );
+        assert_eq!(
+            settled_metric(&stepline, "otelcol_exporter_queue_size", name, 0).await,
+            0,
+            "{name}"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn batched_backlog_survives_an_outage_and_a_sigkill() {
+    let sinks = start_downstream().await;
+    *sinks.sink.refuse.lock().unwrap() = true;
+    let options = Options {
+        exporters: Some(format!(
+            "  otlp:\n{}",
+            exporter(
+                "grpc",
+                &format!("http://{}", sinks.grpc),
+                "    sending_queue: { batch: { flush_timeout: 50ms, min_size: 4 } }\n"
+            )
+        )),
+        pipeline_exporters: Some("[otlp]".into()),
+        ..Options::default()
+    };
+    let mut stepline = Stepline::start_with(options).await;
+    for n in 1..=4 {
+        send_grpc(&stepline, n).await;
+    }
+    // Refused and retried in batches; then the process dies with all of it unsent.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(metric(&stepline, "stepline_exporter_retries_total", "otlp").await > 0);
+    stepline.kill();
+    stepline.restart().await;
+    *sinks.sink.refuse.lock().unwrap() = false;
+    let sink = &sinks.sink;
+    wait_until("the backlog", Duration::from_secs(15), &stepline, || {
+        let received = sink.traces.lock().unwrap();
+        let spans: Vec<_> = received
+            .iter()
+            .flat_map(|r| &r.resource_spans)
+            .cloned()
+            .collect();
+        (1..=4).all(|n| traces(n).resource_spans.iter().all(|r| spans.contains(r)))
+    })
+    .await;
+    // After the restart everything was sent again in batches: at least one request held more
+    // than one of the agent's requests.
+    assert!(sink
+        .traces
+        .lock()
+        .unwrap()
+        .iter()
+        .any(|r| r.resource_spans.len() > 1));
+    assert_eq!(
+        metric(
+            &stepline,
+            "otelcol_exporter_send_failed_spans_total",
+            "otlp"
+        )
+        .await,
+        0
+    );
+}

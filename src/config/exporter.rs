@@ -7,10 +7,11 @@ use super::error::ConfigProblem;
 use std::path::PathBuf;
 
 use super::model::{
-    Compression, ExporterConfig, ExporterProtocol, RetryConfig, TlsConfig, WhenFull,
-    DEFAULT_EXPORT_TIMEOUT, DEFAULT_NUM_CONSUMERS, DEFAULT_QUEUE_SIZE_BYTES,
+    BatchConfig, BatchSizer, Compression, ExporterConfig, ExporterProtocol, RetryConfig, TlsConfig,
+    WhenFull, DEFAULT_BATCH_FLUSH_TIMEOUT, DEFAULT_BATCH_MIN_SIZE, DEFAULT_EXPORT_TIMEOUT,
+    DEFAULT_NUM_CONSUMERS, DEFAULT_QUEUE_SIZE_BYTES,
 };
-use super::raw::{RawOtlpExporter, RawRetry, RawTls, Text};
+use super::raw::{RawBatch, RawOtlpExporter, RawRetry, RawTls, Text};
 
 /// The gRPC exporter type.
 pub(crate) const OTLP_EXPORTER: &str = "otlp";
@@ -164,6 +165,11 @@ pub(crate) fn validate_exporter(
         }
     };
 
+    let batch = match queue.batch {
+        None => Some(None),
+        Some(raw) => batch(raw, &mut problem).map(Some),
+    };
+
     let enrich_run_id = raw.enrich_run_id.unwrap_or(false);
     match (
         protocol,
@@ -171,7 +177,7 @@ pub(crate) fn validate_exporter(
         compression,
         timeout,
         retry,
-        (queue_size_bytes, when_full, num_consumers),
+        (queue_size_bytes, when_full, num_consumers, batch),
     ) {
         (
             Some(protocol),
@@ -179,7 +185,7 @@ pub(crate) fn validate_exporter(
             Some(compression),
             Some(timeout),
             Some(retry),
-            (Some(queue_size_bytes), Some(when_full), Some(num_consumers)),
+            (Some(queue_size_bytes), Some(when_full), Some(num_consumers), Some(batch)),
         ) if problems.is_empty() => Ok(ExporterConfig {
             id: id.to_owned(),
             protocol,
@@ -192,11 +198,59 @@ pub(crate) fn validate_exporter(
             queue_size_bytes,
             when_full,
             num_consumers,
+            batch,
             enrich_run_id,
             signals: Vec::new(),
         }),
         _ => Err(problems),
     }
+}
+
+/// `sending_queue.batch`, with the Collector's defaults (200ms, 8192 items, no maximum).
+fn batch(raw: RawBatch, problem: &mut impl FnMut(&str, String)) -> Option<BatchConfig> {
+    let flush_timeout = match raw.flush_timeout {
+        None => Some(DEFAULT_BATCH_FLUSH_TIMEOUT),
+        Some(Text(text)) => match parse_duration(&text) {
+            Ok(timeout) if timeout.is_zero() => {
+                problem(
+                    "sending_queue.batch.flush_timeout",
+                    "must be greater than 0".into(),
+                );
+                None
+            }
+            Ok(timeout) => Some(timeout),
+            Err(message) => {
+                problem("sending_queue.batch.flush_timeout", message);
+                None
+            }
+        },
+    };
+    let sizer = match raw.sizer.as_ref().map(|t| t.0.trim()) {
+        None | Some("items") => Some(BatchSizer::Items),
+        Some("bytes") => Some(BatchSizer::Bytes),
+        Some(other) => {
+            problem(
+                "sending_queue.batch.sizer",
+                format!("unknown sizer \"{other}\" (expected items or bytes)"),
+            );
+            None
+        }
+    };
+    let min_size = raw.min_size.unwrap_or(DEFAULT_BATCH_MIN_SIZE);
+    let max_size = raw.max_size.unwrap_or(0);
+    if max_size != 0 && max_size < min_size {
+        problem(
+            "sending_queue.batch.max_size",
+            format!("must be 0 (no limit) or at least min_size ({min_size}), got {max_size}"),
+        );
+        return None;
+    }
+    Some(BatchConfig {
+        flush_timeout: flush_timeout?,
+        min_size,
+        max_size,
+        sizer: sizer?,
+    })
 }
 
 /// The TLS settings of an endpoint that uses TLS (`tls_on`); on a plain-text endpoint, the
@@ -443,6 +497,66 @@ mod tests {
             lines,
             ["exporters.otlphttp.endpoint: missing: the backend's address, e.g. http://127.0.0.1:4317"]
         );
+    }
+
+    #[test]
+    fn batching_is_off_unless_configured_and_takes_the_collectors_keys() {
+        let config = validate_exporter("otlp", "otlp", raw("endpoint: h:4317"), "e").unwrap();
+        assert_eq!(config.batch, None);
+        let config = validate_exporter(
+            "otlp",
+            "otlp",
+            raw("endpoint: h:4317\nsending_queue: {batch: {}}"),
+            "e",
+        )
+        .unwrap();
+        assert_eq!(
+            config.batch,
+            Some(BatchConfig {
+                flush_timeout: Duration::from_millis(200),
+                min_size: 8192,
+                max_size: 0,
+                sizer: BatchSizer::Items,
+            })
+        );
+        let config = validate_exporter(
+            "otlphttp",
+            "otlphttp",
+            raw("endpoint: http://h:4318\nsending_queue:\n  batch: \
+                 {flush_timeout: 50ms, min_size: 1000, max_size: 4000, sizer: bytes}"),
+            "e",
+        )
+        .unwrap();
+        assert_eq!(
+            config.batch,
+            Some(BatchConfig {
+                flush_timeout: Duration::from_millis(50),
+                min_size: 1000,
+                max_size: 4000,
+                sizer: BatchSizer::Bytes,
+            })
+        );
+        let lines = messages(validate_exporter(
+            "otlp",
+            "otlp",
+            raw("endpoint: h:4317\nsending_queue: \
+                 {batch: {flush_timeout: 0s, min_size: 10, max_size: 5, sizer: requests}}"),
+            "exporters.otlp",
+        ));
+        for expected in [
+            "exporters.otlp.sending_queue.batch.flush_timeout: must be greater than 0",
+            "exporters.otlp.sending_queue.batch.sizer: unknown sizer \"requests\"",
+            "exporters.otlp.sending_queue.batch.max_size: must be 0 (no limit) or at least min_size (10), got 5",
+        ] {
+            assert!(
+                lines.iter().any(|line| line.starts_with(expected)),
+                "{expected} not in {lines:?}"
+            );
+        }
+        let unknown = serde_yaml_ng::from_str::<RawOtlpExporter>(
+            "endpoint: h:4317\nsending_queue: {batch: {send_batch_size: 5}}",
+        );
+        assert!(unknown.is_err(), "unknown batch keys are refused");
     }
 
     #[test]

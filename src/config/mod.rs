@@ -41,10 +41,10 @@ pub use auth::{ReceiverAuthConfig, ServerTlsConfig, TlsVersion, DEFAULT_AUTH_SCH
 pub use error::{ConfigError, ConfigProblem};
 pub use limits::{CacheBudgets, DEFAULT_CACHE_BUDGET};
 pub use model::{
-    ApiConfig, Compression, Config, ExporterConfig, ExporterProtocol, GrpcReceiverConfig,
-    HealthCheckConfig, HttpReceiverConfig, InterpreterConfig, MediaConfig, MediaLocation,
-    OtlpReceiverConfig, RetryConfig, SelfTracesConfig, SignalKind, StorageConfig, TlsConfig,
-    WhenFull, DEFAULT_API_ENDPOINT, DEFAULT_EXPORT_TIMEOUT, DEFAULT_GRPC_ENDPOINT,
+    ApiConfig, BatchConfig, BatchSizer, Compression, Config, ExporterConfig, ExporterProtocol,
+    GrpcReceiverConfig, HealthCheckConfig, HttpReceiverConfig, InterpreterConfig, MediaConfig,
+    MediaLocation, OtlpReceiverConfig, RetryConfig, SelfTracesConfig, SignalKind, StorageConfig,
+    TlsConfig, WhenFull, DEFAULT_API_ENDPOINT, DEFAULT_EXPORT_TIMEOUT, DEFAULT_GRPC_ENDPOINT,
     DEFAULT_GRPC_MAX_RECV_MSG_SIZE, DEFAULT_GRPC_MAX_RECV_MSG_SIZE_MIB, DEFAULT_HTTP_ENDPOINT,
     DEFAULT_HTTP_MAX_REQUEST_BODY_SIZE, DEFAULT_INACTIVITY_TIMEOUT, DEFAULT_MEDIA_MAX_INLINE_BYTES,
     DEFAULT_MEDIA_THRESHOLD, DEFAULT_NUM_CONSUMERS, DEFAULT_QUEUE_SIZE_BYTES,

@@ -339,6 +339,10 @@ pub const DEFAULT_EXPORT_TIMEOUT: Duration = Duration::from_secs(5);
 pub const DEFAULT_QUEUE_SIZE_BYTES: u64 = 256 * 1024 * 1024;
 /// Default number of requests an exporter keeps in flight (`sending_queue.num_consumers`).
 pub const DEFAULT_NUM_CONSUMERS: usize = 10;
+/// Default `sending_queue.batch.flush_timeout`.
+pub const DEFAULT_BATCH_FLUSH_TIMEOUT: Duration = Duration::from_millis(200);
+/// Default `sending_queue.batch.min_size` (in the sizer's unit).
+pub const DEFAULT_BATCH_MIN_SIZE: u64 = 8192;
 
 /// An OTLP signal, as named by pipeline types.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -451,6 +455,31 @@ pub enum WhenFull {
     DropOldest,
 }
 
+/// What `sending_queue.batch` sizes batches in.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum BatchSizer {
+    /// Spans, log records or metric data points.
+    #[default]
+    Items,
+    /// Bytes of the encoded requests.
+    Bytes,
+}
+
+/// `sending_queue.batch`: outbox entries of one signal merged into fewer, larger requests,
+/// with the Collector's exporter batching rules.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BatchConfig {
+    /// A batch below `min_size` goes out this long after its first entry was taken.
+    pub flush_timeout: Duration,
+    /// A batch goes out as soon as it holds this much (in `sizer` units).
+    pub min_size: u64,
+    /// A batch never holds more than this (0: no limit); entries are never split, so one
+    /// larger entry goes out alone.
+    pub max_size: u64,
+    /// What `min_size` and `max_size` count.
+    pub sizer: BatchSizer,
+}
+
 /// `exporters.otlp[/name]` or `exporters.otlphttp[/name]`, as used by the pipelines.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ExporterConfig {
@@ -477,6 +506,8 @@ pub struct ExporterConfig {
     pub when_full: WhenFull,
     /// Requests in flight at once (at least 1).
     pub num_consumers: usize,
+    /// Merging entries into larger requests; `None` sends each entry as its own request.
+    pub batch: Option<BatchConfig>,
     /// Add `stepline.run_id` to agent spans before sending.
     pub enrich_run_id: bool,
     /// The signals whose pipelines list this exporter. Never empty.

@@ -249,6 +249,22 @@ pub(crate) struct RawSendingQueue {
     pub(crate) num_consumers: Option<u64>,
     /// `when_full`: `refuse` (default) or `drop_oldest`.
     pub(crate) when_full: Option<Text>,
+    /// `batch`: merge entries into larger requests (present, even empty, turns it on).
+    pub(crate) batch: Option<RawBatch>,
+}
+
+/// `exporters.<id>.sending_queue.batch`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawBatch {
+    /// `flush_timeout`: how long a batch below `min_size` waits.
+    pub(crate) flush_timeout: Option<Text>,
+    /// `min_size`: the size at which a batch goes out.
+    pub(crate) min_size: Option<u64>,
+    /// `max_size`: the most a batch holds (0: no limit).
+    pub(crate) max_size: Option<u64>,
+    /// `sizer`: `items` (default) or `bytes`.
+    pub(crate) sizer: Option<Text>,
 }
 
 /// `service`. Pipelines are kept as YAML so each one is decoded (and reported) on its own.

@@ -1,18 +1,22 @@
-//! One attempt to send an outbox entry: OTLP/gRPC with tonic's generated clients, or OTLP/HTTP
-//! (protobuf or JSON) with reqwest. No retries here (the exporter task retries). The received
-//! bytes go out as they are unless they must change: JSON, or `enrich_run_id` with span runs.
+//! One attempt to send outbox entries: OTLP/gRPC through tonic with a codec that sends the
+//! stored bytes as the message (no decode / re-encode), or OTLP/HTTP (protobuf or JSON) with
+//! reqwest. No retries here (the exporter task retries). The received bytes go out as they are
+//! unless they must change: JSON, or `enrich_run_id` with span runs. Several entries of one
+//! signal go out as one request by concatenating their bytes: an OTLP export request has one
+//! field, its repeated `resource_*` list, and concatenated protobuf messages decode as one
+//! message with the lists appended.
 
 use std::io::Write;
+use std::marker::PhantomData;
 use std::time::Duration;
 
+use bytes::{BufMut, Bytes};
 use http::header::{CONTENT_ENCODING, CONTENT_TYPE, RETRY_AFTER};
+use http::uri::PathAndQuery;
 use http::{HeaderMap, HeaderName, HeaderValue};
-use opentelemetry_proto::tonic::collector::logs::v1::logs_service_client::LogsServiceClient;
-use opentelemetry_proto::tonic::collector::metrics::v1::metrics_service_client::MetricsServiceClient;
-use opentelemetry_proto::tonic::collector::trace::v1::trace_service_client::TraceServiceClient;
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
 use prost::Message;
-use tonic::codec::CompressionEncoding;
+use tonic::codec::{Codec, CompressionEncoding, DecodeBuf, Decoder, EncodeBuf, Encoder};
 use tonic::metadata::{MetadataKey, MetadataMap, MetadataValue};
 use tonic::transport::{Channel, Endpoint};
 
@@ -125,12 +129,37 @@ impl Client {
         })
     }
 
-    /// One attempt to send `entry`; what the backend said in `partial_success` when it took it.
+    /// One attempt to send `entry` alone; what the backend said in `partial_success` when it
+    /// took it.
     pub async fn send(&self, entry: &OutboxEntry) -> Result<PartialSuccess, ExportError> {
-        let enriched = match entry.signal {
-            SignalKind::Traces => self.enriched(entry)?,
-            SignalKind::Logs | SignalKind::Metrics => None,
-        };
+        let body = self.body_of(entry)?;
+        self.send_body(entry.signal, body).await
+    }
+
+    /// The bytes `entry` goes out as: its payload as received, or (traces, when this exporter
+    /// enriches and the writer resolved span runs) the request with `stepline.run_id` added.
+    pub fn body_of(&self, entry: &OutboxEntry) -> Result<Bytes, ExportError> {
+        Ok(match self.enriched(entry)? {
+            Some(request) => Bytes::from(request.encode_to_vec()),
+            None => Bytes::copy_from_slice(&entry.payload),
+        })
+    }
+
+    /// [`Client::body_of`] taking the entry, so its payload is not copied when unchanged.
+    pub fn into_body(&self, entry: OutboxEntry) -> Result<Bytes, ExportError> {
+        Ok(match self.enriched(&entry)? {
+            Some(request) => Bytes::from(request.encode_to_vec()),
+            None => Bytes::from(entry.payload),
+        })
+    }
+
+    /// One attempt to send `body`, an encoded export request of `signal` (the bytes of one or
+    /// more entries, see [`Client::body_of`]).
+    pub async fn send_body(
+        &self,
+        signal: SignalKind,
+        body: Bytes,
+    ) -> Result<PartialSuccess, ExportError> {
         match &self.transport {
             Transport::Grpc {
                 channel,
@@ -138,46 +167,17 @@ impl Client {
                 compression,
                 timeout,
             } => {
-                let request = |message| grpc_request(message, metadata, *timeout);
-                let logs_request = |message| grpc_request(message, metadata, *timeout);
-                let metrics_request = |message| grpc_request(message, metadata, *timeout);
-                let result = match entry.signal {
-                    SignalKind::Traces => {
-                        let message = match enriched {
-                            Some(message) => message,
-                            None => decode(&entry.payload)?,
-                        };
-                        let mut client = TraceServiceClient::new(channel.clone());
-                        if let Some(encoding) = compression {
-                            client = client.send_compressed(*encoding);
-                        }
-                        client
-                            .export(request(message))
-                            .await
-                            .map(|r| Traces::partial_success(r.into_inner()))
-                    }
-                    SignalKind::Logs => {
-                        let mut client = LogsServiceClient::new(channel.clone());
-                        if let Some(encoding) = compression {
-                            client = client.send_compressed(*encoding);
-                        }
-                        client
-                            .export(logs_request(decode(&entry.payload)?))
-                            .await
-                            .map(|r| Logs::partial_success(r.into_inner()))
-                    }
-                    SignalKind::Metrics => {
-                        let mut client = MetricsServiceClient::new(channel.clone());
-                        if let Some(encoding) = compression {
-                            client = client.send_compressed(*encoding);
-                        }
-                        client
-                            .export(metrics_request(decode(&entry.payload)?))
-                            .await
-                            .map(|r| Metrics::partial_success(r.into_inner()))
-                    }
+                let target = GrpcTarget {
+                    channel,
+                    metadata,
+                    compression: *compression,
+                    timeout: *timeout,
                 };
-                result.map_err(grpc_error)
+                match signal {
+                    SignalKind::Traces => target.send::<Traces>(body).await,
+                    SignalKind::Logs => target.send::<Logs>(body).await,
+                    SignalKind::Metrics => target.send::<Metrics>(body).await,
+                }
             }
             Transport::Http {
                 client,
@@ -193,10 +193,10 @@ impl Client {
                     headers,
                     compression: *compression,
                 };
-                match entry.signal {
-                    SignalKind::Traces => target.send::<Traces>(&entry.payload, enriched).await,
-                    SignalKind::Logs => target.send::<Logs>(&entry.payload, None).await,
-                    SignalKind::Metrics => target.send::<Metrics>(&entry.payload, None).await,
+                match signal {
+                    SignalKind::Traces => target.send::<Traces>(body).await,
+                    SignalKind::Logs => target.send::<Logs>(body).await,
+                    SignalKind::Metrics => target.send::<Metrics>(body).await,
                 }
             }
         }
@@ -208,7 +208,7 @@ impl Client {
         &self,
         entry: &OutboxEntry,
     ) -> Result<Option<ExportTraceServiceRequest>, ExportError> {
-        if !self.enrich_run_id || entry.span_runs.is_empty() {
+        if !self.enrich_run_id || entry.signal != SignalKind::Traces || entry.span_runs.is_empty() {
             return Ok(None);
         }
         let mut request: ExportTraceServiceRequest = decode(&entry.payload)?;
@@ -217,11 +217,83 @@ impl Client {
     }
 }
 
-fn grpc_request<M>(message: M, metadata: &MetadataMap, timeout: Duration) -> tonic::Request<M> {
-    let mut request = tonic::Request::new(message);
-    *request.metadata_mut() = metadata.clone();
-    request.set_timeout(timeout);
-    request
+/// Where a gRPC request goes and how.
+struct GrpcTarget<'a> {
+    channel: &'a Channel,
+    metadata: &'a MetadataMap,
+    compression: Option<CompressionEncoding>,
+    timeout: Duration,
+}
+
+impl GrpcTarget<'_> {
+    /// Sends `body` as the message of `<service>/Export` of signal `S`.
+    async fn send<S: Signal>(&self, body: Bytes) -> Result<PartialSuccess, ExportError> {
+        let path = PathAndQuery::try_from(format!("/{}/Export", S::GRPC_SERVICE))
+            .map_err(|e| ExportError::Payload(format!("gRPC path: {e}")))?;
+        let mut grpc = tonic::client::Grpc::new(self.channel.clone());
+        if let Some(encoding) = self.compression {
+            grpc = grpc.send_compressed(encoding);
+        }
+        // Worded as tonic's generated clients word it.
+        grpc.ready().await.map_err(|e| {
+            grpc_error(tonic::Status::unknown(format!(
+                "Service was not ready: {e}"
+            )))
+        })?;
+        let mut request = tonic::Request::new(body);
+        *request.metadata_mut() = self.metadata.clone();
+        request.set_timeout(self.timeout);
+        grpc.unary(request, path, RawRequestCodec::<S::Response>(PhantomData))
+            .await
+            .map(|response| S::partial_success(response.into_inner()))
+            .map_err(grpc_error)
+    }
+}
+
+/// A client codec that sends an already encoded request message as it is and decodes the
+/// response with prost.
+struct RawRequestCodec<R>(PhantomData<fn() -> R>);
+
+impl<R: Message + Default + Send + 'static> Codec for RawRequestCodec<R> {
+    type Encode = Bytes;
+    type Decode = R;
+    type Encoder = BytesEncoder;
+    type Decoder = MessageDecoder<R>;
+
+    fn encoder(&mut self) -> Self::Encoder {
+        BytesEncoder
+    }
+
+    fn decoder(&mut self) -> Self::Decoder {
+        MessageDecoder(PhantomData)
+    }
+}
+
+/// Writes the message bytes as they are.
+struct BytesEncoder;
+
+impl Encoder for BytesEncoder {
+    type Item = Bytes;
+    type Error = tonic::Status;
+
+    fn encode(&mut self, item: Bytes, dst: &mut EncodeBuf<'_>) -> Result<(), tonic::Status> {
+        dst.put_slice(&item);
+        Ok(())
+    }
+}
+
+/// Decodes a response message with prost.
+struct MessageDecoder<R>(PhantomData<fn() -> R>);
+
+impl<R: Message + Default> Decoder for MessageDecoder<R> {
+    type Item = R;
+    type Error = tonic::Status;
+
+    fn decode(&mut self, src: &mut DecodeBuf<'_>) -> Result<Option<R>, tonic::Status> {
+        R::decode(src)
+            .map(Some)
+            .map_err(|e| tonic::Status::internal(format!("failed to decode the response: {e}")))
+    }
 }
 
 fn grpc_error(status: tonic::Status) -> ExportError {
@@ -257,18 +329,13 @@ struct HttpTarget<'a> {
 }
 
 impl HttpTarget<'_> {
-    /// Posts `payload` (or `changed`, the request as it must go out instead) to the signal's path.
-    async fn send<S: Signal>(
-        &self,
-        payload: &[u8],
-        changed: Option<S::Request>,
-    ) -> Result<PartialSuccess, ExportError> {
-        // The stored protobuf goes out as it is unless it must change (JSON, enrichment).
-        let body = match changed {
-            Some(request) if self.json => to_json(&request)?,
-            Some(request) => request.encode_to_vec(),
-            None if self.json => to_json(&decode::<S::Request>(payload)?)?,
-            None => payload.to_vec(),
+    /// Posts `body` (an encoded request of signal `S`; converted to JSON when this exporter
+    /// speaks JSON) to the signal's path.
+    async fn send<S: Signal>(&self, body: Bytes) -> Result<PartialSuccess, ExportError> {
+        let body = if self.json {
+            Bytes::from(to_json(&decode::<S::Request>(&body)?)?)
+        } else {
+            body
         };
         let (body, encoding) = compress(body, self.compression)?;
         let content_type = if self.json {
@@ -348,9 +415,9 @@ fn error_chain(error: &dyn std::error::Error) -> String {
 }
 
 fn compress(
-    body: Vec<u8>,
+    body: Bytes,
     compression: Compression,
-) -> Result<(Vec<u8>, Option<&'static str>), ExportError> {
+) -> Result<(Bytes, Option<&'static str>), ExportError> {
     let failed = |e: std::io::Error| ExportError::Payload(format!("compression failed: {e}"));
     match compression {
         Compression::None => Ok((body, None)),
@@ -358,10 +425,10 @@ fn compress(
             let mut encoder =
                 flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
             encoder.write_all(&body).map_err(failed)?;
-            Ok((encoder.finish().map_err(failed)?, Some("gzip")))
+            Ok((Bytes::from(encoder.finish().map_err(failed)?), Some("gzip")))
         }
         Compression::Zstd => Ok((
-            zstd::stream::encode_all(body.as_slice(), 1).map_err(failed)?,
+            Bytes::from(zstd::stream::encode_all(&body[..], 1).map_err(failed)?),
             Some("zstd"),
         )),
     }

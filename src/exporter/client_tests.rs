@@ -17,14 +17,14 @@ fn retry_after_forms() {
 
 #[test]
 fn compression_round_trips() {
-    let body = b"hello hello hello".to_vec();
+    let body = Bytes::from_static(b"hello hello hello");
     let (gz, encoding) = compress(body.clone(), Compression::Gzip).unwrap();
     assert_eq!(encoding, Some("gzip"));
     let mut out = Vec::new();
-    std::io::Read::read_to_end(&mut flate2::read::GzDecoder::new(gz.as_slice()), &mut out).unwrap();
+    std::io::Read::read_to_end(&mut flate2::read::GzDecoder::new(&gz[..]), &mut out).unwrap();
     assert_eq!(out, body);
     let (zs, _) = compress(body.clone(), Compression::Zstd).unwrap();
-    assert_eq!(zstd::decode_all(zs.as_slice()).unwrap(), body);
+    assert_eq!(zstd::decode_all(&zs[..]).unwrap(), body);
 }
 
 /// A backend recording what arrives at `POST /v1/traces` (content type and raw body) and
@@ -78,6 +78,7 @@ fn http_exporter(
         queue_size_bytes: 1 << 20,
         when_full: crate::config::WhenFull::Refuse,
         num_consumers: 1,
+        batch: None,
         enrich_run_id,
         signals: vec![SignalKind::Traces],
     }
@@ -209,4 +210,106 @@ async fn enrichment_tags_the_spans_of_the_entrys_span_runs() {
     assert_eq!(content_type, JSON_CONTENT_TYPE);
     let request: ExportTraceServiceRequest = serde_json::from_slice(&body).unwrap();
     assert_eq!(run_ids(&request.encode_to_vec()), want);
+}
+
+/// A gRPC backend (stepline's own receiver) recording the protobuf bytes of every trace
+/// request as they arrived, after decompression.
+#[derive(Default)]
+struct EncodedSink(Mutex<Vec<Vec<u8>>>);
+
+impl crate::receiver::ExportSink for EncodedSink {
+    async fn export_traces(
+        &self,
+        _request: ExportTraceServiceRequest,
+    ) -> Result<crate::ingest::ExportOutcome, crate::ingest::IngestError> {
+        Ok(Default::default())
+    }
+
+    async fn export_logs(
+        &self,
+        _request: opentelemetry_proto::tonic::collector::logs::v1::ExportLogsServiceRequest,
+    ) -> Result<crate::ingest::ExportOutcome, crate::ingest::IngestError> {
+        Ok(Default::default())
+    }
+
+    async fn export_metrics(
+        &self,
+        _request: opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequest,
+    ) -> Result<crate::ingest::ExportOutcome, crate::ingest::IngestError> {
+        Ok(Default::default())
+    }
+
+    async fn export_traces_encoded(
+        &self,
+        _request: ExportTraceServiceRequest,
+        encoded: Option<bytes::Bytes>,
+    ) -> Result<crate::ingest::ExportOutcome, crate::ingest::IngestError> {
+        let encoded = encoded.map(|b| b.to_vec()).unwrap_or_default();
+        self.0.lock().unwrap().push(encoded);
+        Ok(Default::default())
+    }
+}
+
+fn grpc_exporter(endpoint: &str, compression: Compression, enrich_run_id: bool) -> ExporterConfig {
+    ExporterConfig {
+        id: "otlp".into(),
+        protocol: ExporterProtocol::Grpc,
+        compression,
+        ..http_exporter(endpoint, ExporterProtocol::Grpc, enrich_run_id)
+    }
+}
+
+#[tokio::test]
+async fn grpc_sends_the_stored_bytes_as_the_message_and_merges_by_concatenation() {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let endpoint = format!("http://{}", listener.local_addr().unwrap());
+    let sink = Arc::new(EncodedSink::default());
+    tokio::spawn(crate::receiver::serve_grpc(
+        listener,
+        sink.clone(),
+        crate::receiver::ReceiverLimits::default(),
+        std::future::pending(),
+    ));
+    let (entry, payload) = entry();
+
+    // Byte for byte, unknown field included, with and without compression.
+    for compression in [Compression::None, Compression::Gzip, Compression::Zstd] {
+        let client = Client::new(&grpc_exporter(&endpoint, compression, false)).unwrap();
+        assert_eq!(
+            client.send(&entry).await.unwrap(),
+            PartialSuccess::default()
+        );
+    }
+    assert_eq!(*sink.0.lock().unwrap(), vec![payload.clone(); 3]);
+
+    // Two entries merged: the concatenation, which decodes as both requests' resource spans.
+    let client = Client::new(&grpc_exporter(&endpoint, Compression::None, true)).unwrap();
+    let mut plain = entry.clone();
+    plain.span_runs.clear();
+    let mut body = client.body_of(&plain).unwrap().to_vec();
+    let enriched = client.body_of(&entry).unwrap();
+    assert_ne!(
+        enriched.as_ref(),
+        payload.as_slice(),
+        "enriched entries are re-encoded"
+    );
+    body.extend_from_slice(&enriched);
+    client
+        .send_body(SignalKind::Traces, body.clone().into())
+        .await
+        .unwrap();
+    let received = sink.0.lock().unwrap()[3].clone();
+    assert_eq!(received, body);
+    let merged = ExportTraceServiceRequest::decode(received.as_slice()).unwrap();
+    assert_eq!(merged.resource_spans.len(), 2);
+    let tags = |i: usize| {
+        run_ids(
+            &ExportTraceServiceRequest {
+                resource_spans: vec![merged.resource_spans[i].clone()],
+            }
+            .encode_to_vec(),
+        )
+    };
+    assert!(tags(0).iter().all(|(_, ids)| ids.is_empty()));
+    assert_eq!(tags(1)[0].1, ["r-1"]);
 }

@@ -5,14 +5,17 @@
 //!
 //! - `queue`: [`Outbox`] and the per-exporter [`ExporterQueue`]s (caps, cursors, counters).
 //! - `task`: [`ExporterTask`], the loop reading one exporter's entries and keeping them in flight.
+//! - `batcher`: merging entries into fewer, larger requests (`sending_queue.batch`).
 //! - `retry`: retryable or permanent, the backoff, the retry loop (backon).
-//! - `client`: [`Client`], one attempt over OTLP/gRPC or OTLP/HTTP.
+//! - `client`: [`Client`], one attempt over OTLP/gRPC (the stored bytes as the message) or
+//!   OTLP/HTTP.
 //! - `enrich`: `stepline.run_id` from the entry's span runs (`enrich_run_id`).
 //! - `tls`: the rustls client side; `error`: [`ExportError`].
 //!
 //! The exporter depends only on the layers below it (config, outbox, store, otlp), never on
 //! ingest, the interpreter or the receivers.
 
+mod batcher;
 mod client;
 mod enrich;
 mod error;
@@ -23,6 +26,7 @@ mod tls;
 
 /// Kept here for the callers that name them through the exporter; they live in [`crate::otlp`].
 pub use crate::otlp::{item_name, TlsError};
+pub use batcher::{Batcher, MAX_MERGED_BYTES};
 pub use client::Client;
 pub use enrich::{add_run_ids, RUN_ID_ATTRIBUTE};
 pub use error::ExportError;

@@ -346,6 +346,7 @@ mod tests {
             queue_size_bytes: cap,
             when_full: crate::config::WhenFull::Refuse,
             num_consumers: 1,
+            batch: None,
             enrich_run_id: false,
             signals,
         }

@@ -1,22 +1,25 @@
 //! One task per exporter: reads the outbox after its cursor and keeps up to
-//! `sending_queue.num_consumers` entries of its signals in flight (each sent with retries).
-//! The cursor advances only over the contiguous prefix of finished entries, so everything
-//! after it is sent again after a crash (at-least-once); entries every exporter finished are
-//! deleted with the cursor update.
+//! `sending_queue.num_consumers` requests of its signals in flight (each sent with retries).
+//! Each entry is one request, or with `sending_queue.batch` entries of one signal are merged
+//! into larger ones (`batcher`). The cursor advances only over the contiguous prefix of
+//! finished entries, so everything after it is sent again after a crash (at-least-once);
+//! entries every exporter finished are deleted with the cursor update.
 
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
+use bytes::{Bytes, BytesMut};
 use tokio::sync::watch;
 use tokio::task::JoinSet;
 use tracing::Instrument;
 
+use super::batcher::{Batch, Batcher};
 use super::client::Client;
 use super::error::ExportError;
 use super::queue::{ExporterQueue, Outbox};
 use super::retry::with_retries;
-use crate::config::RetryConfig;
+use crate::config::{BatchConfig, RetryConfig, SignalKind};
 use crate::otlp::PartialSuccess;
 use crate::outbox::OutboxEntry;
 use crate::store::{OutboxCursor, Store};
@@ -25,12 +28,13 @@ use crate::store::{OutboxCursor, Store};
 const READ_ENTRIES: usize = 64;
 /// Bytes read from the outbox at a time (at least one entry is read).
 const READ_BYTES: usize = 4 * 1024 * 1024;
-/// Bytes of requests in flight at once per exporter (at least one request, whatever its size).
-const IN_FLIGHT_BYTES: u64 = 8 * 1024 * 1024;
+/// Bytes of entries an exporter holds at once, in open batches and in flight (at least one
+/// entry, whatever its size). At the bound, open batches go out without waiting.
+const HELD_BYTES: u64 = 8 * 1024 * 1024;
 /// Wait after a failed outbox read or cursor write.
 const STORE_RETRY: Duration = Duration::from_secs(1);
 
-/// What became of one entry.
+/// What became of one request.
 enum Fate {
     Sent(PartialSuccess),
     Dropped(ExportError),
@@ -48,46 +52,66 @@ pub struct ExporterTask {
     pub client: Client,
     /// Retry policy.
     pub retry: RetryConfig,
+    /// Merging entries into larger requests (`None`: one request per entry).
+    pub batch: Option<BatchConfig>,
 }
 
-/// The entries after the cursor, by seq: finished (`true`) or in flight (`false`).
+/// The entries after the cursor, by seq: finished (`true`) or taken and not finished (`false`).
 #[derive(Default)]
 struct Window {
     entries: BTreeMap<u64, bool>,
-    /// Highest seq taken for sending (the persisted `in_flight`).
-    highest: u64,
+    /// Highest seq sent (the persisted `in_flight`).
+    highest_sent: u64,
 }
+
+/// What a finished send hands back: the seqs of its entries and the bytes they held.
+type Finished = (Vec<u64>, u64);
 
 impl ExporterTask {
     /// Runs until `stop` turns true and the outbox holds nothing more for this exporter (the
-    /// caller bounds the drain with a deadline; what is not sent stays in the outbox).
+    /// caller bounds the drain with a deadline; what is not sent stays in the outbox). Open
+    /// batches go out at once when `stop` turns true.
     pub async fn run(self, mut stop: watch::Receiver<bool>) {
         let this = Arc::new(self);
         let queue = this.queue.clone();
         let id = queue.id.clone();
-        tracing::info!(exporter = %id, consumers = queue.num_consumers, "exporter started");
+        let consumers = queue.num_consumers.max(1);
+        tracing::info!(exporter = %id, consumers, batching = this.batch.is_some(), "exporter started");
         let mut window = Window {
-            highest: queue.done(),
+            highest_sent: queue.done(),
             ..Window::default()
         };
         let mut read_after = queue.done();
         let mut buffered: VecDeque<OutboxEntry> = VecDeque::new();
-        let mut sends: JoinSet<(u64, u64)> = JoinSet::new();
-        let mut in_flight_bytes = 0u64;
+        let mut batcher = Batcher::new(this.batch);
+        let mut ready: VecDeque<Batch> = VecDeque::new();
+        let mut sends: JoinSet<Finished> = JoinSet::new();
+        let mut held_bytes = 0u64;
+        // The last read reached the end of the outbox: nothing to read until `notify` (every
+        // commit after that read notifies).
+        let mut drained = false;
         loop {
-            // Take entries while there is room in flight.
+            // Take entries while requests could start and the held bytes allow.
+            let stopping = *stop.borrow();
             let mut outbox_empty = false;
-            let mut dispatch = Vec::new();
-            while sends.len() + dispatch.len() < queue.num_consumers
-                && (in_flight_bytes < IN_FLIGHT_BYTES || sends.is_empty() && dispatch.is_empty())
+            while sends.len() + ready.len() < consumers
+                && (held_bytes < HELD_BYTES || held_bytes == 0)
             {
                 if buffered.is_empty() {
+                    // Stopping, a last read makes sure nothing committed is left.
+                    if drained && !stopping {
+                        outbox_empty = true;
+                        break;
+                    }
                     match this.read(read_after).await {
                         Some(entries) if entries.is_empty() => {
+                            drained = true;
                             outbox_empty = true;
                             break;
                         }
                         Some(entries) => {
+                            let bytes: u64 = entries.iter().map(OutboxEntry::size).sum();
+                            drained = entries.len() < READ_ENTRIES && bytes < READ_BYTES as u64;
                             read_after = entries.last().map_or(read_after, |e| e.seq);
                             buffered.extend(entries);
                         }
@@ -103,61 +127,89 @@ impl ExporterTask {
                     continue;
                 }
                 window.entries.insert(entry.seq, false);
-                window.highest = entry.seq;
-                in_flight_bytes += entry.size();
-                dispatch.push(entry);
+                held_bytes += entry.size();
+                ready.extend(batcher.add(entry, Instant::now()));
             }
-            if !dispatch.is_empty() {
-                // Durable before sending: after a crash, these count as possible duplicates.
-                this.persist(OutboxCursor {
-                    done: queue.done(),
-                    in_flight: window.highest,
-                })
-                .await;
-                for entry in dispatch {
-                    // stepline's own trace of the send (exported with service.telemetry.traces).
-                    let span = tracing::info_span!(
-                        "stepline.export",
-                        exporter = %queue.id,
-                        signal = entry.signal.name(),
-                        items = entry.items,
-                        seq = entry.seq,
-                    );
-                    sends.spawn(this.clone().deliver(entry).instrument(span));
-                }
-            }
-            this.advance(&mut window).await;
+            ready.extend(batcher.due(Instant::now(), stopping || held_bytes >= HELD_BYTES));
 
-            if sends.is_empty() && buffered.is_empty() && outbox_empty {
-                if *stop.borrow() {
+            // Start what is ready while consumers are free.
+            let mut starting = Vec::new();
+            while sends.len() + starting.len() < consumers {
+                let Some(batch) = ready.pop_front() else {
+                    break;
+                };
+                if let Some(last) = batch.last() {
+                    window.highest_sent = window.highest_sent.max(last.seq);
+                }
+                starting.push(batch);
+            }
+            // One cursor write: the finished prefix, and (durable before sending) what is about
+            // to go out, which counts as possible duplicates after a crash.
+            let moved = this.advance(&mut window);
+            if moved || !starting.is_empty() {
+                let done = queue.done();
+                let in_flight = if window.entries.is_empty() {
+                    done
+                } else {
+                    window.highest_sent.max(done)
+                };
+                this.persist(OutboxCursor { done, in_flight }).await;
+            }
+            for batch in starting {
+                let (signal, items, seq) = summary(&batch);
+                // stepline's own trace of the send (exported with service.telemetry.traces).
+                let span = tracing::info_span!(
+                    "stepline.export",
+                    exporter = %queue.id,
+                    signal = signal.name(),
+                    items,
+                    seq,
+                    entries = batch.len(),
+                );
+                sends.spawn(this.clone().deliver(batch).instrument(span));
+            }
+
+            let idle = sends.is_empty() && buffered.is_empty() && ready.is_empty();
+            if idle && outbox_empty && batcher.is_empty() {
+                if stopping {
                     break;
                 }
                 tokio::select! {
-                    _ = queue.notify.notified() => {}
-                    _ = stop.changed() => {}
+                    _ = queue.notify.notified() => drained = false,
+                    // Read once more before stopping: a last commit may have come with it.
+                    _ = stop.changed() => drained = false,
                 }
                 continue;
             }
-            if sends.is_empty() {
-                continue;
-            }
-            let room = sends.len() < queue.num_consumers && in_flight_bytes < IN_FLIGHT_BYTES;
+            let room = sends.len() + ready.len() < consumers && held_bytes < HELD_BYTES;
+            let deadline = batcher.deadline();
             let finished = tokio::select! {
-                finished = sends.join_next() => finished,
-                _ = queue.notify.notified(), if room && buffered.is_empty() && outbox_empty => None,
+                finished = sends.join_next(), if !sends.is_empty() => finished,
+                _ = queue.notify.notified(), if room && buffered.is_empty() && outbox_empty => {
+                    drained = false;
+                    None
+                }
+                _ = sleep_until(deadline), if deadline.is_some() => None,
+                _ = stop.changed(), if !stopping && !batcher.is_empty() => {
+                    drained = false;
+                    None
+                }
+                else => None,
             };
             for result in finished
                 .into_iter()
                 .chain(std::iter::from_fn(|| sends.try_join_next()))
             {
                 match result {
-                    Ok((seq, size)) => {
-                        in_flight_bytes = in_flight_bytes.saturating_sub(size);
-                        window.entries.insert(seq, true);
+                    Ok((seqs, size)) => {
+                        held_bytes = held_bytes.saturating_sub(size);
+                        for seq in seqs {
+                            window.entries.insert(seq, true);
+                        }
                     }
                     Err(e) => {
-                        // A send task cannot panic on input; if it did, the entry stays in
-                        // flight and is sent again after a restart.
+                        // A send task cannot panic on input; if it did, its entries stay in
+                        // flight and are sent again after a restart.
                         tracing::error!(exporter = %id, error = %e, "a send task failed");
                     }
                 }
@@ -184,8 +236,8 @@ impl ExporterTask {
         None
     }
 
-    /// Moves the cursor over the finished prefix of the window, and persists it if it moved.
-    async fn advance(&self, window: &mut Window) {
+    /// Moves the cursor over the finished prefix of the window; whether it moved.
+    fn advance(&self, window: &mut Window) -> bool {
         let mut done = None;
         while let Some(entry) = window.entries.first_entry() {
             if !*entry.get() {
@@ -194,64 +246,84 @@ impl ExporterTask {
             done = Some(*entry.key());
             entry.remove();
         }
-        if let Some(done) = done {
-            self.queue.set_done(done);
-            let in_flight = if window.entries.is_empty() {
-                done
-            } else {
-                window.highest.max(done)
-            };
-            self.persist(OutboxCursor { done, in_flight }).await;
+        match done {
+            Some(done) => {
+                self.queue.set_done(done);
+                true
+            }
+            None => false,
         }
     }
 
-    /// Sends one entry (with retries) and counts the outcome; returns its seq and size, whose
-    /// bytes have left the queue.
-    async fn deliver(self: Arc<Self>, entry: OutboxEntry) -> (u64, u64) {
+    /// Sends one batch (with retries) and counts the outcome; returns its seqs and the bytes
+    /// that have left the queue.
+    async fn deliver(self: Arc<Self>, batch: Batch) -> Finished {
         let queue = &self.queue;
-        if entry.seq <= queue.recovered_in_flight {
-            queue
-                .counters
-                .possible_duplicates
-                .add(entry.signal, entry.items);
+        let (signal, _, _) = summary(&batch);
+        let size: u64 = batch.iter().map(OutboxEntry::size).sum();
+        let seqs: Vec<u64> = batch.iter().map(|e| e.seq).collect();
+        let duplicates: u64 = batch
+            .iter()
+            .filter(|e| e.seq <= queue.recovered_in_flight)
+            .map(|e| e.items)
+            .sum();
+        if duplicates > 0 {
+            queue.counters.possible_duplicates.add(signal, duplicates);
         }
-        match self.send_with_retries(&entry).await {
-            Fate::Sent(delivered) => {
-                queue.counters.sent.add(entry.signal, entry.items);
-                if delivered.rejected > 0 || !delivered.message.is_empty() {
-                    let rejected = u64::try_from(delivered.rejected).unwrap_or(0);
-                    queue
-                        .counters
-                        .partially_rejected
-                        .add(entry.signal, rejected);
-                    tracing::warn!(
-                        exporter = %queue.id,
-                        signal = entry.signal.name(),
-                        rejected,
-                        message = %delivered.message,
-                        "the backend rejected part of a request (partial success)"
-                    );
+        // The request body: each entry's bytes, concatenated. An entry that cannot be prepared
+        // (its stored request does not decode for enrichment) is dropped on its own.
+        let mut items = 0;
+        let mut parts: Vec<Bytes> = Vec::with_capacity(batch.len());
+        for entry in batch {
+            let entry_items = entry.items;
+            match self.client.into_body(entry) {
+                Ok(body) => {
+                    items += entry_items;
+                    parts.push(body);
                 }
-            }
-            Fate::Dropped(reason) => {
-                queue.counters.send_failed.add(entry.signal, entry.items);
-                tracing::error!(
-                    exporter = %queue.id,
-                    signal = entry.signal.name(),
-                    items = entry.items,
-                    error = %reason,
-                    "dropping a request the backend will not take"
-                );
+                Err(reason) => self.dropped(signal, entry_items, &reason),
             }
         }
-        queue.release(entry.size());
-        (entry.seq, entry.size())
+        if !parts.is_empty() {
+            let body = concat(parts);
+            match self.send_with_retries(signal, body).await {
+                Fate::Sent(delivered) => {
+                    queue.counters.sent.add(signal, items);
+                    if delivered.rejected > 0 || !delivered.message.is_empty() {
+                        let rejected = u64::try_from(delivered.rejected).unwrap_or(0);
+                        queue.counters.partially_rejected.add(signal, rejected);
+                        tracing::warn!(
+                            exporter = %queue.id,
+                            signal = signal.name(),
+                            rejected,
+                            message = %delivered.message,
+                            "the backend rejected part of a request (partial success)"
+                        );
+                    }
+                }
+                Fate::Dropped(reason) => self.dropped(signal, items, &reason),
+            }
+        }
+        queue.release(size);
+        (seqs, size)
     }
 
-    async fn send_with_retries(&self, entry: &OutboxEntry) -> Fate {
+    /// Counts and logs `items` given up for `reason`.
+    fn dropped(&self, signal: SignalKind, items: u64, reason: &ExportError) {
+        self.queue.counters.send_failed.add(signal, items);
+        tracing::error!(
+            exporter = %self.queue.id,
+            signal = signal.name(),
+            items,
+            error = %reason,
+            "dropping a request the backend will not take"
+        );
+    }
+
+    async fn send_with_retries(&self, signal: SignalKind, body: Bytes) -> Fate {
         let sent = with_retries(
             &self.retry,
-            || self.client.send(entry),
+            || self.client.send_body(signal, body.clone()),
             |error, wait| {
                 self.queue
                     .counters
@@ -259,7 +331,7 @@ impl ExporterTask {
                     .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 tracing::warn!(
                     exporter = %self.queue.id,
-                    signal = entry.signal.name(),
+                    signal = signal.name(),
                     error = %error,
                     retry_in = ?wait,
                     "export failed; retrying"
@@ -293,5 +365,34 @@ impl ExporterTask {
             }
             tokio::time::sleep(STORE_RETRY).await;
         }
+    }
+}
+
+/// The signal, items and first seq of a batch (never empty).
+fn summary(batch: &[OutboxEntry]) -> (SignalKind, u64, u64) {
+    let signal = batch.first().map_or(SignalKind::Traces, |e| e.signal);
+    let items = batch.iter().map(|e| e.items).sum();
+    let seq = batch.first().map_or(0, |e| e.seq);
+    (signal, items, seq)
+}
+
+/// One request of the parts: concatenated protobuf export requests decode as one request
+/// holding all their `resource_*` entries.
+fn concat(mut parts: Vec<Bytes>) -> Bytes {
+    if parts.len() == 1 {
+        return parts.pop().unwrap_or_default();
+    }
+    let mut body = BytesMut::with_capacity(parts.iter().map(Bytes::len).sum());
+    for part in parts {
+        body.extend_from_slice(&part);
+    }
+    body.freeze()
+}
+
+/// Sleeps until `deadline` (forever without one; the caller disables the branch then).
+async fn sleep_until(deadline: Option<Instant>) {
+    match deadline {
+        Some(at) => tokio::time::sleep_until(at.into()).await,
+        None => std::future::pending().await,
     }
 }

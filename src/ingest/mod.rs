@@ -16,6 +16,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use bytes::Bytes;
 use opentelemetry_proto::tonic::collector::logs::v1::ExportLogsServiceRequest;
 use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequest;
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
@@ -211,6 +212,17 @@ impl Drop for Admitted<'_> {
     }
 }
 
+/// The encoded size of a request: the length of its bytes as received, when given.
+fn encoded_len(request: &impl Message, received: Option<&Bytes>) -> u64 {
+    received.map_or_else(|| request.encoded_len(), Bytes::len) as u64
+}
+
+/// The outbox payload of a request: its bytes as received (the receivers decoded them into
+/// `request`), or the request encoded.
+fn payload(request: &impl Message, received: Option<Bytes>) -> Vec<u8> {
+    received.map_or_else(|| request.encode_to_vec(), Vec::from)
+}
+
 impl Ingest {
     /// Starts the writer thread over `store`; accepted requests of the signals some exporter
     /// forwards are appended to `outbox`.
@@ -269,11 +281,18 @@ impl Ingest {
         &self.outbox
     }
 
-    /// The outbox entry for a request of `signal`, when some exporter forwards it.
-    fn entry(&self, signal: SignalKind, items: u64, request: &impl Message) -> Option<OutboxEntry> {
+    /// The outbox entry for a request of `signal`, when some exporter forwards it: the bytes
+    /// as received when given, else the request encoded.
+    fn entry(
+        &self,
+        signal: SignalKind,
+        items: u64,
+        request: &impl Message,
+        received: Option<Bytes>,
+    ) -> Option<OutboxEntry> {
         self.outbox
             .wants(signal)
-            .then(|| OutboxEntry::new(signal, items, request.encode_to_vec()))
+            .then(|| OutboxEntry::new(signal, items, payload(request, received)))
     }
 
     /// Counters of what was received.
@@ -302,7 +321,17 @@ impl Ingest {
         &self,
         request: ExportTraceServiceRequest,
     ) -> Result<ExportOutcome, IngestError> {
-        let _admitted = match self.admit(request.encoded_len() as u64) {
+        self.export_traces_from(request, None).await
+    }
+
+    /// [`Ingest::export_traces`] given the request's protobuf bytes as received (`received`):
+    /// they go to the outbox as they are instead of the request encoded again.
+    pub async fn export_traces_from(
+        &self,
+        request: ExportTraceServiceRequest,
+        received: Option<Bytes>,
+    ) -> Result<ExportOutcome, IngestError> {
+        let _admitted = match self.admit(encoded_len(&request, received.as_ref())) {
             Ok(admitted) => admitted,
             Err(error) => {
                 let spans: usize = request
@@ -363,7 +392,7 @@ impl Ingest {
                         Vec::new()
                     }
                 };
-                let payload = forward.then(|| request.encode_to_vec());
+                let payload = forward.then(|| payload(&request, received));
                 (out, blobs, total, invalid, over, payload)
             })
             .await
@@ -427,17 +456,29 @@ impl Ingest {
         &self,
         request: ExportLogsServiceRequest,
     ) -> Result<ExportOutcome, IngestError> {
+        self.export_logs_from(request, None).await
+    }
+
+    /// [`Ingest::export_logs`] given the request's protobuf bytes as received (forwarded as
+    /// they are).
+    pub async fn export_logs_from(
+        &self,
+        request: ExportLogsServiceRequest,
+        received: Option<Bytes>,
+    ) -> Result<ExportOutcome, IngestError> {
         let records: usize = request
             .resource_logs
             .iter()
             .flat_map(|r| &r.scope_logs)
             .map(|s| s.log_records.len())
             .sum();
-        let _admitted = self.admit(request.encoded_len() as u64).inspect_err(|_| {
-            self.counters
-                .refused_log_records
-                .fetch_add(records as u64, Ordering::Relaxed);
-        })?;
+        let _admitted = self
+            .admit(encoded_len(&request, received.as_ref()))
+            .inspect_err(|_| {
+                self.counters
+                    .refused_log_records
+                    .fetch_add(records as u64, Ordering::Relaxed);
+            })?;
         // Encoding for the outbox and interpreting are CPU work: both on the blocking pool.
         let forward = self.outbox.wants(SignalKind::Logs);
         let limits = self.limits;
@@ -455,7 +496,7 @@ impl Ingest {
                     Err(reason) => over.note(reason),
                 }
             }
-            (events, over, forward.then(|| request.encode_to_vec()))
+            (events, over, forward.then(|| payload(&request, received)))
         })
         .await
         .map_err(|e| self.task_failed(e))?;
@@ -484,6 +525,16 @@ impl Ingest {
         &self,
         request: ExportMetricsServiceRequest,
     ) -> Result<ExportOutcome, IngestError> {
+        self.export_metrics_from(request, None).await
+    }
+
+    /// [`Ingest::export_metrics`] given the request's protobuf bytes as received (forwarded as
+    /// they are).
+    pub async fn export_metrics_from(
+        &self,
+        request: ExportMetricsServiceRequest,
+        received: Option<Bytes>,
+    ) -> Result<ExportOutcome, IngestError> {
         let points: usize = request
             .resource_metrics
             .iter()
@@ -498,12 +549,14 @@ impl Ingest {
                 None => 0,
             })
             .sum();
-        let _admitted = self.admit(request.encoded_len() as u64).inspect_err(|_| {
-            self.counters
-                .refused_metric_points
-                .fetch_add(points as u64, Ordering::Relaxed);
-        })?;
-        if let Some(entry) = self.entry(SignalKind::Metrics, points as u64, &request) {
+        let _admitted = self
+            .admit(encoded_len(&request, received.as_ref()))
+            .inspect_err(|_| {
+                self.counters
+                    .refused_metric_points
+                    .fetch_add(points as u64, Ordering::Relaxed);
+            })?;
+        if let Some(entry) = self.entry(SignalKind::Metrics, points as u64, &request, received) {
             let submitted = self
                 .writer
                 .receive(Vec::new(), Vec::new(), Some(entry))

@@ -578,6 +578,7 @@ mod tests {
             queue_size_bytes: 1 << 20,
             when_full: crate::config::WhenFull::Refuse,
             num_consumers: 1,
+            batch: None,
             enrich_run_id: true,
             signals: vec![SignalKind::Traces],
         }];

@@ -73,13 +73,22 @@ pub(crate) struct Received {
     pub(crate) max_bytes: usize,
 }
 
+/// A decoded request with its protobuf bytes as received (after decompression), kept so they
+/// can be forwarded as they are; `None` for OTLP/JSON.
+pub(crate) struct Decoded<R> {
+    /// The decoded request.
+    pub(crate) request: R,
+    /// The protobuf message it was decoded from.
+    pub(crate) encoded: Option<Bytes>,
+}
+
 /// Decompresses, counts and decodes a request of signal `G` in a decoding slot of `gate`, off
 /// the async workers. A request over its item cap in `limits` is refused before decoding.
 pub(crate) async fn decode_admitted<G: Signal>(
     gate: &DecodeGate,
     limits: &Limits,
     received: Received,
-) -> Result<G::Request, ReceiverError> {
+) -> Result<Decoded<G::Request>, ReceiverError> {
     let permit = gate.enter().await?;
     let cap = ItemCap {
         counted: G::COUNTED,
@@ -89,7 +98,9 @@ pub(crate) async fn decode_admitted<G: Signal>(
     tokio::task::spawn_blocking(move || {
         let _permit = permit;
         let raw = decompress(received.encoding, received.body, received.max_bytes)?;
-        decode_counted(received.format, &raw, G::REQUEST_TYPE, cap)
+        let request = decode_counted(received.format, &raw, G::REQUEST_TYPE, cap)?;
+        let encoded = (received.format == PayloadFormat::Protobuf).then_some(raw);
+        Ok(Decoded { request, encoded })
     })
     .await
     .map_err(|err| ReceiverError::Internal(format!("decoding task failed: {err}")))?

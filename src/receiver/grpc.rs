@@ -133,7 +133,7 @@ impl<S: ExportSink> GrpcReceiver<S> {
                 }
                 other => to_status(&other),
             })?;
-        match G::export(self.sink.as_ref(), decoded).await {
+        match G::export(self.sink.as_ref(), decoded.request, decoded.encoded).await {
             Ok(outcome) => Ok(tonic::Response::new(G::response(outcome))),
             Err(err) => Err(to_status(&ReceiverError::from(err))),
         }

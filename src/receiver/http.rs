@@ -181,9 +181,9 @@ async fn accept<S: ExportSink, G: Signal>(
         body,
         max_bytes: limit,
     };
-    let request = decode_admitted::<G>(DecodeGate::shared(), &state.limits.items, received).await?;
+    let decoded = decode_admitted::<G>(DecodeGate::shared(), &state.limits.items, received).await?;
 
-    let outcome = G::export(state.sink.as_ref(), request).await?;
+    let outcome = G::export(state.sink.as_ref(), decoded.request, decoded.encoded).await?;
     encode_response(format, &G::response(outcome))
 }
 

@@ -4,6 +4,8 @@
 
 use std::future::Future;
 
+use bytes::Bytes;
+
 use super::sink::ExportSink;
 use super::wire_count::Counted;
 use crate::ingest::{ExportOutcome, IngestError};
@@ -21,10 +23,12 @@ pub(crate) trait Signal: crate::otlp::Signal {
     /// The cap on [`Self::COUNTED`] items per request.
     fn cap(limits: &Limits) -> usize;
 
-    /// Hands a decoded request to the sink.
+    /// Hands a decoded request to the sink, with its protobuf bytes as received when there
+    /// are (`encoded`; none for OTLP/JSON).
     fn export<S: ExportSink>(
         sink: &S,
         request: Self::Request,
+        encoded: Option<Bytes>,
     ) -> impl Future<Output = Result<ExportOutcome, IngestError>> + Send;
 
     /// The response for an accepted request; `partial_success` is set only when it says something.
@@ -47,8 +51,9 @@ impl Signal for Traces {
     fn export<S: ExportSink>(
         sink: &S,
         request: Self::Request,
+        encoded: Option<Bytes>,
     ) -> impl Future<Output = Result<ExportOutcome, IngestError>> + Send {
-        sink.export_traces(request)
+        sink.export_traces_encoded(request, encoded)
     }
 }
 
@@ -63,8 +68,9 @@ impl Signal for Logs {
     fn export<S: ExportSink>(
         sink: &S,
         request: Self::Request,
+        encoded: Option<Bytes>,
     ) -> impl Future<Output = Result<ExportOutcome, IngestError>> + Send {
-        sink.export_logs(request)
+        sink.export_logs_encoded(request, encoded)
     }
 }
 
@@ -79,8 +85,9 @@ impl Signal for Metrics {
     fn export<S: ExportSink>(
         sink: &S,
         request: Self::Request,
+        encoded: Option<Bytes>,
     ) -> impl Future<Output = Result<ExportOutcome, IngestError>> + Send {
-        sink.export_metrics(request)
+        sink.export_metrics_encoded(request, encoded)
     }
 }
 
