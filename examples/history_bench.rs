@@ -5,8 +5,8 @@
 //! cargo run --release --example history_bench -- --steps 1000 --iterations 200
 //! ```
 //!
-//! `--formats otel,pydantic-ai` and `--modes cold,next-step,prefetched,render,warm` measure some
-//! continuations only;
+//! `--formats otel,pydantic-ai` and `--modes cold,next-step,prefetched,render,warm,restart,
+//! restart-prefetched` measure some continuations only;
 //! `--checkpoints 10,100` sets the steps after which a report is printed besides the last.
 //!
 //! Each step is one OTLP export request holding a Pydantic-AI-shaped `chat` span (the whole history
@@ -20,7 +20,10 @@
 //!   second store alone (the store's part: merge, append or derive, durable commit);
 //! - continuation: the answer for the latest snapshot, through the API's own path, p50/p99 per
 //!   format: cold, with the history of the step before in memory, right after the service loaded
-//!   the run ahead, rendered from cached history, and kept from an earlier request.
+//!   the run ahead, rendered from cached history, and kept from an earlier request; and, after
+//!   the run (the store closed and opened again before each read, so RocksDB's block cache and
+//!   every cache of the process start empty), the first read after a restart, with and without
+//!   the load ahead the service does at start.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -55,7 +58,18 @@ struct Args {
 }
 
 /// The continuation modes, in the order they are measured.
-const MODES: [&str; 5] = ["cold", "next-step", "prefetched", "render", "warm"];
+const MODES: [&str; 7] = [
+    "cold",
+    "next-step",
+    "prefetched",
+    "render",
+    "warm",
+    "restart",
+    "restart-prefetched",
+];
+
+/// The modes measured once the run is over, on a store opened again before each read.
+const RESTART_MODES: [&str; 2] = ["restart", "restart-prefetched"];
 
 fn parse_args() -> anyhow::Result<Args> {
     let mut args = Args {
@@ -234,7 +248,70 @@ async fn main() -> anyhow::Result<()> {
             report(&store, &run.history, &steps, &args).await?;
         }
     }
-    second_run(&ingest, &filler, &step_times).await
+    second_run(&ingest, &filler, &step_times).await?;
+    // Every holder of the store lets go, so RocksDB is closed and can be opened again.
+    drop(ingest);
+    let Ok(store) = Arc::try_unwrap(store) else {
+        bail!("the store is still shared after the run");
+    };
+    drop(store);
+    after_restart(dir.path(), &args).await
+}
+
+/// The first continuation after a restart, per format: before each read the store is opened
+/// anew (RocksDB's block cache empty, no cache of the process held; the operating system's page
+/// cache stays warm) and, in `restart-prefetched`, the runs active at start loaded ahead as the
+/// service does when it starts (not timed).
+async fn after_restart(dir: &std::path::Path, args: &Args) -> anyhow::Result<()> {
+    let modes: Vec<&str> = args
+        .modes
+        .iter()
+        .map(String::as_str)
+        .filter(|m| RESTART_MODES.contains(m))
+        .collect();
+    if modes.is_empty() {
+        return Ok(());
+    }
+    println!(
+        "continuation of the latest snapshot after a restart ({} iterations each; the store \
+         opened again before each read): restart: the first read; restart-prefetched: the first \
+         read after the service's load ahead at start:",
+        args.iterations
+    );
+    for &format in &args.formats {
+        let request = continuation::Request::latest(format);
+        for &mode in &modes {
+            let mut times = Vec::with_capacity(args.iterations);
+            let mut size = 0;
+            for _ in 0..args.iterations {
+                let store = Arc::new(Store::open(dir, false)?);
+                let continuations = Arc::new(Continuations::new(
+                    store.clone(),
+                    Arc::new(Media::in_memory(None)),
+                ));
+                if mode == "restart-prefetched" {
+                    let loaded =
+                        prefetch::load_ahead_at_open(&continuations, prefetch::MIN_MESSAGES)
+                            .await?;
+                    if loaded == 0 {
+                        bail!("the run was not loaded ahead at start");
+                    }
+                }
+                let started = Instant::now();
+                let body = continuations.respond(ALIAS, request).await?;
+                times.push(started.elapsed());
+                size = body.len();
+            }
+            times.sort();
+            println!(
+                "  {:<17} {mode:<18} p50 {:>7.3} ms  p99 {:>7.3} ms  ({size} bytes)",
+                format.as_str(),
+                ms(percentile(&times, 0.50)),
+                ms(percentile(&times, 0.99)),
+            );
+        }
+    }
+    Ok(())
 }
 
 /// One bench run: its trace, alias and the history its next model request carries.
@@ -516,7 +593,12 @@ async fn report(
     for &format in &args.formats {
         let name = format.as_str();
         let request = continuation::Request::latest(format);
-        for mode in args.modes.iter().map(String::as_str) {
+        for mode in args
+            .modes
+            .iter()
+            .map(String::as_str)
+            .filter(|m| !RESTART_MODES.contains(m))
+        {
             let mut times = Vec::with_capacity(iterations);
             let mut size = 0;
             for _ in 0..iterations {

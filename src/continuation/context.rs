@@ -18,14 +18,19 @@ use std::sync::{Arc, Mutex};
 use rustc_hash::{FxBuildHasher, FxHashMap};
 
 use crate::cache_budget::{json_bytes, ByteCache, ENTRY_OVERHEAD};
-use crate::domain::{EffectOutcome, IdMap, IdSet, MessageHash, NodeId, ToolEffect};
-use crate::store::{ModelRequestRecord, RunNodes, Store, StoreError};
+use crate::domain::{EffectOutcome, HistoryNode, IdMap, IdSet, MessageHash, NodeId, ToolEffect};
+use crate::store::{model_requests, ModelRequestRecord, RunNodes, Store, StoreError};
 
 /// Default byte budget of [`ContextCache`]: the context share of the default cache budget.
 pub const CONTEXT_CACHE_BYTES: usize = 38 << 20;
 
+/// Most history nodes a read of a run's provenance looks up one by one to extend the provenance
+/// read at an earlier revision by the model requests added since; past this the run's nodes are
+/// read with one scan and the provenance indexed anew.
+const EXTEND_NODES: usize = 256;
+
 /// Which model request sent and produced each message of a run.
-#[derive(Debug, Default, PartialEq)]
+#[derive(Debug, Default)]
 pub struct Provenance {
     /// The run's model requests, in start order (what a continuation shows of the request that
     /// produced a message).
@@ -34,14 +39,128 @@ pub struct Provenance {
     pub sent_at: IdMap<MessageHash, u64>,
     /// Index in `models` of the first model request whose output holds each message.
     pub produced_by: IdMap<MessageHash, usize>,
+    /// Per record, a 64-bit hash and the length of its stored bytes (empty unless read from the
+    /// store), so the next read can tell whether the records read now are unchanged.
+    stored: Vec<(u64, usize)>,
+    /// The history nodes whose messages `sent_at` covers.
+    seen: IdSet<NodeId>,
+    /// True when some input chain ended at a node the run did not have (the next read then
+    /// starts over: the node may have been written since).
+    broken: bool,
+}
+
+impl PartialEq for Provenance {
+    /// The same requests, times and producers (how it was read aside).
+    fn eq(&self, other: &Self) -> bool {
+        self.models == other.models
+            && self.sent_at == other.sent_at
+            && self.produced_by == other.produced_by
+    }
+}
+
+/// Where [`Provenance::extend`] looks up history nodes.
+enum Nodes<'a> {
+    /// All the run's nodes, read with one scan.
+    All(RunNodes),
+    /// One lookup per node, at most `left` more.
+    Each {
+        store: &'a Store,
+        run_id: &'a str,
+        left: usize,
+    },
+}
+
+impl Nodes<'_> {
+    /// The node `id`; `Err(None)` when the lookups allowed are used up.
+    fn get(&mut self, id: &NodeId) -> Result<Option<HistoryNode>, Option<StoreError>> {
+        match self {
+            Nodes::All(nodes) => Ok(nodes.get(id)),
+            Nodes::Each {
+                store,
+                run_id,
+                left,
+            } => {
+                if *left == 0 {
+                    return Err(None);
+                }
+                *left -= 1;
+                store.node(run_id, id).map_err(Some)
+            }
+        }
+    }
 }
 
 impl Provenance {
     /// Reads the run's model-request records (kept at ingest next to its facts) and indexes them
     /// by the messages they sent and produced.
+    #[cfg(test)]
     fn read(store: &Store, run_id: &str) -> Result<Provenance, StoreError> {
-        let requests = store.model_requests(run_id)?;
-        Self::index(store, run_id, requests)
+        Self::read_after(store, run_id, None)
+    }
+
+    /// [`Provenance::read`], building on `prior` (an earlier read of the same run) when its
+    /// records are, unchanged, the first records of the run now: a run's next step adds a model
+    /// request or two at the end, so only those are decoded and their input chains walked back
+    /// node by node to what `prior` covers, instead of reading every node of the run and
+    /// indexing every request again. Otherwise (a record changed, moved or went, an input chain
+    /// was broken, or the walk is long) the provenance is indexed anew. Taking a changed record
+    /// for an unchanged one needs its new bytes to have the old ones' length and 64-bit hash.
+    fn read_after(
+        store: &Store,
+        run_id: &str,
+        prior: Option<&Provenance>,
+    ) -> Result<Provenance, StoreError> {
+        let prior = prior.filter(|p| !p.broken && p.stored.len() == p.models.len());
+        let mut stored: Vec<(u64, usize)> = Vec::new();
+        let mut added: Vec<ModelRequestRecord> = Vec::new();
+        let mut all: Vec<ModelRequestRecord> = Vec::new();
+        // Whether the records so far are the prior's; once not, every record is decoded.
+        let mut extends = prior.is_some();
+        store.model_request_bytes(run_id, |bytes| {
+            let at = stored.len();
+            let seen = (FxBuildHasher.hash_one(bytes), bytes.len());
+            stored.push(seen);
+            match prior {
+                Some(p) if extends && at < p.stored.len() => {
+                    if p.stored[at] != seen {
+                        extends = false;
+                    }
+                }
+                Some(_) if extends => added.push(model_requests::decode(bytes)?),
+                _ => all.push(model_requests::decode(bytes)?),
+            }
+            Ok(true)
+        })?;
+        if let Some(p) = prior.filter(|p| extends && stored.len() >= p.stored.len()) {
+            let nodes = Nodes::Each {
+                store,
+                run_id,
+                left: EXTEND_NODES,
+            };
+            let base = Provenance {
+                models: p.models.clone(),
+                sent_at: p.sent_at.clone(),
+                produced_by: p.produced_by.clone(),
+                stored: Vec::new(),
+                seen: p.seen.clone(),
+                broken: false,
+            };
+            if let Some(mut extended) = base.extend(nodes, added)? {
+                extended.stored = stored;
+                return Ok(extended);
+            }
+        }
+        if all.len() != stored.len() {
+            // Some records were taken for the prior's: read them all.
+            all = store.model_requests(run_id)?;
+        }
+        let mut provenance = Self::index(store, run_id, all)?;
+        // Fingerprints only when they are of the records indexed (a write may have come between
+        // the two reads above).
+        if provenance.models.len() == stored.len() {
+            provenance.stored = stored;
+        }
+        Ok(provenance)
     }
 
     /// Indexes a run's model requests, given in start order (ties by span id).
@@ -50,39 +169,54 @@ impl Provenance {
         run_id: &str,
         requests: Vec<ModelRequestRecord>,
     ) -> Result<Provenance, StoreError> {
-        // The first request that sent each message: walk each request's input chain back until
-        // a node an earlier request already covered (its ancestors are covered too).
-        let mut sent_at: IdMap<MessageHash, u64> = IdMap::default();
-        let mut seen: IdSet<NodeId> = IdSet::default();
         let nodes = if requests.is_empty() {
             RunNodes::default()
         } else {
             store.run_nodes(run_id)?
         };
+        let extended = Provenance::default().extend(Nodes::All(nodes), requests)?;
+        // Reading every node at once never runs out of lookups.
+        Ok(extended.unwrap_or_default())
+    }
+
+    /// Adds `requests` (in start order, all after the ones held) to the index: the first
+    /// request that sent each message (walking each request's input chain back until a node
+    /// an earlier request already covered: its ancestors are covered too) and the first that
+    /// produced it. None when `nodes` ran out of lookups.
+    fn extend(
+        mut self,
+        mut nodes: Nodes<'_>,
+        requests: Vec<ModelRequestRecord>,
+    ) -> Result<Option<Provenance>, StoreError> {
         for r in &requests {
             let mut at = r.input_tip;
             while let Some(id) = at {
-                let Some(node) = nodes.get(&id) else { break };
-                if !seen.insert(id) {
+                if self.seen.contains(&id) {
                     break;
                 }
-                sent_at.entry(node.message).or_insert(r.start_ns);
+                let node = match nodes.get(&id) {
+                    Ok(Some(node)) => node,
+                    Ok(None) => {
+                        self.broken = true;
+                        break;
+                    }
+                    Err(Some(e)) => return Err(e),
+                    Err(None) => return Ok(None),
+                };
+                self.seen.insert(id);
+                self.sent_at.entry(node.message).or_insert(r.start_ns);
                 at = node.parent;
             }
         }
-        let mut produced_by = IdMap::default();
-        let mut models = Vec::with_capacity(requests.len());
-        for (i, r) in requests.into_iter().enumerate() {
+        self.models.reserve(requests.len());
+        for r in requests {
+            let i = self.models.len();
             for hash in &r.output {
-                produced_by.entry(*hash).or_insert(i);
+                self.produced_by.entry(*hash).or_insert(i);
             }
-            models.push(r);
+            self.models.push(r);
         }
-        Ok(Provenance {
-            models,
-            sent_at,
-            produced_by,
-        })
+        Ok(Some(self))
     }
 
     /// Estimated bytes held.
@@ -98,6 +232,8 @@ impl Provenance {
             })
             .sum::<usize>()
             + (self.sent_at.len() + self.produced_by.len()) * hash_entry
+            + self.stored.capacity() * size_of::<(u64, usize)>()
+            + self.seen.len() * (size_of::<NodeId>() + size_of::<u64>())
     }
 }
 
@@ -152,8 +288,8 @@ impl Effects {
     fn read(
         store: &Store,
         run_id: &str,
-        prior: Option<&Effects>,
-    ) -> Result<(Self, Vec<ToolEffect>), StoreError> {
+        prior: Option<&Arc<Effects>>,
+    ) -> Result<(Arc<Self>, Vec<ToolEffect>), StoreError> {
         let mut stored: Vec<(u64, usize)> = Vec::new();
         let (outcomes, unresolved) = store.effect_outcomes_with(run_id, |bytes| {
             let at = stored.len();
@@ -165,9 +301,13 @@ impl Effects {
             }
             prior.outcomes.get(at).cloned()
         })?;
+        // Every entry unchanged: the ledger held is this one, shared instead of indexed again.
+        if let Some(prior) = prior.filter(|p| p.stored == stored) {
+            return Ok((prior.clone(), unresolved));
+        }
         let mut effects = Self::new(outcomes);
         effects.stored = stored;
-        Ok((effects, unresolved))
+        Ok((Arc::new(effects), unresolved))
     }
 
     /// Indexes the ledger outcomes, given in request order.
@@ -301,20 +441,28 @@ impl ContextCache {
         provenance: bool,
     ) -> Result<RunContext, StoreError> {
         let cached = self.lookup(run_id, revision);
+        // The context read at an earlier revision, if any, spares decoding what is unchanged.
+        let prior = match &cached {
+            Some(_) => None,
+            None => self.prior(run_id),
+        };
         let (effects, unresolved, held_provenance) = match cached {
             Some(c) => (c.effects, c.unresolved, c.provenance),
             None => {
-                // The ledger read at an earlier revision, if any, spares decoding what is unchanged.
-                let prior = self.prior_effects(run_id);
-                let (effects, unresolved) = Effects::read(store, run_id, prior.as_deref())?;
-                (Arc::new(effects), Arc::from(unresolved), None)
+                let (effects, unresolved) =
+                    Effects::read(store, run_id, prior.as_ref().map(|p| &p.effects))?;
+                (effects, Arc::from(unresolved), None)
             }
         };
         let provenance = match (provenance, held_provenance) {
             (_, Some(p)) => Some(p),
-            (true, None) => Some(Arc::new(Provenance::read(store, run_id)?)),
+            (true, None) => {
+                let prior = prior.as_ref().and_then(|p| p.provenance.as_deref());
+                Some(Arc::new(Provenance::read_after(store, run_id, prior)?))
+            }
             (false, None) => None,
         };
+        drop(prior);
         let context = RunContext {
             effects,
             unresolved,
@@ -324,12 +472,25 @@ impl ContextCache {
         Ok(context)
     }
 
-    /// The ledger last read for `run_id`, at whatever revision.
-    fn prior_effects(&self, run_id: &str) -> Option<Arc<Effects>> {
+    /// True when the context of `run_id` at `revision` is held (with provenance, when
+    /// `provenance` asks for it): [`ContextCache::get`] then reads nothing.
+    pub fn holds(&self, run_id: &str, revision: u64, provenance: bool) -> bool {
+        self.entries
+            .lock()
+            .ok()
+            .and_then(|e| {
+                e.peek(run_id).map(|entry| {
+                    entry.revision == revision
+                        && (!provenance || entry.context.provenance.is_some())
+                })
+            })
+            .unwrap_or(false)
+    }
+
+    /// The context last read for `run_id`, at whatever revision.
+    fn prior(&self, run_id: &str) -> Option<RunContext> {
         let entries = self.entries.lock().ok()?;
-        entries
-            .peek(run_id)
-            .map(|entry| entry.context.effects.clone())
+        entries.peek(run_id).map(|entry| entry.context.clone())
     }
 
     fn lookup(&self, run_id: &str, revision: u64) -> Option<RunContext> {
@@ -536,20 +697,90 @@ mod tests {
             store.effect_outcomes(&run).unwrap()
         );
         // A prior read whose first entry has the same stored bytes is taken at its word (the
-        // planted name shows it was not decoded again) ...
+        // planted name shows it was not decoded again); with every entry the same, the prior
+        // itself is the ledger read ...
         let mut planted = Effects::read(&store, &run, None).unwrap().0;
-        planted.outcomes[0].tool_name = "planted".into();
+        Arc::get_mut(&mut planted).unwrap().outcomes[0].tool_name = "planted".into();
         let (again, _) = Effects::read(&store, &run, Some(&planted)).unwrap();
+        assert!(Arc::ptr_eq(&again, &planted));
         assert_eq!(again.outcomes()[0].tool_name, "planted");
-        assert_eq!(again.outcomes()[1..], first.outcomes()[1..]);
+        drop(again);
+        // ... and when the ledger differs otherwise (here the prior has an entry more), the
+        // unchanged entries are still taken ...
+        {
+            let p = Arc::get_mut(&mut planted).unwrap();
+            p.outcomes.push(first.outcomes()[0].clone());
+            p.stored.push((0, 0));
+        }
+        let (mixed, _) = Effects::read(&store, &run, Some(&planted)).unwrap();
+        assert!(!Arc::ptr_eq(&mixed, &planted));
+        assert_eq!(mixed.outcomes()[0].tool_name, "planted");
+        assert_eq!(mixed.outcomes()[1..], first.outcomes()[1..]);
+        assert_eq!(mixed.stored, first.stored);
+        assert_eq!(mixed.len(), first.len());
         // ... and one whose bytes differ is decoded.
-        planted.stored[0].0 ^= 1;
+        Arc::get_mut(&mut planted).unwrap().stored[0].0 ^= 1;
         let (fresh, _) = Effects::read(&store, &run, Some(&planted)).unwrap();
         assert_eq!(fresh.outcomes(), first.outcomes());
         // A prior of another length lines up by position only.
-        let short = Effects::new(Vec::new());
+        let short = Arc::new(Effects::new(Vec::new()));
         let (alone, _) = Effects::read(&store, &run, Some(&short)).unwrap();
         assert_eq!(alone.outcomes(), first.outcomes());
+    }
+
+    #[test]
+    fn provenance_read_again_extends_the_prior_one_only_when_its_records_are_unchanged() {
+        let store = Store::in_memory();
+        let run = run_id(1);
+        let agent = span(
+            1,
+            0,
+            "invoke_agent a",
+            50,
+            vec![
+                kv("gen_ai.operation.name", "invoke_agent"),
+                kv("gen_ai.agent.name", "a"),
+            ],
+        );
+        apply(
+            &store,
+            &[agent, request(1, 100, "10"), request(2, 200, "20")],
+        );
+        let first = Provenance::read_after(&store, &run, None).unwrap();
+        assert_eq!(first.stored.len(), 2);
+        // Two more requests: the prior is extended (the planted model name shows its records
+        // were not decoded again) and otherwise equals a read from nothing.
+        apply(&store, &[request(3, 300, "30"), request(4, 400, "40")]);
+        let full = Provenance::read_after(&store, &run, None).unwrap();
+        let extended = Provenance::read_after(&store, &run, Some(&first)).unwrap();
+        assert_eq!(extended, full);
+        assert_eq!(extended.stored, full.stored);
+        assert_eq!(extended.models.len(), 4);
+        let mut planted = Provenance::read_after(&store, &run, None).unwrap();
+        planted.models.truncate(2);
+        planted.stored.truncate(2);
+        planted.models[0].model = Some("planted".into());
+        // (The planted prior covers what the first read covered.)
+        planted.seen = first.seen.clone();
+        planted.sent_at = first.sent_at.clone();
+        planted.produced_by = first.produced_by.clone();
+        let from_planted = Provenance::read_after(&store, &run, Some(&planted)).unwrap();
+        assert_eq!(from_planted.models[0].model.as_deref(), Some("planted"));
+        assert_eq!(from_planted.models[1..], full.models[1..]);
+        assert_eq!(from_planted.sent_at, full.sent_at);
+        // A rewritten record (other tokens) or a moved one is not extended: read anew.
+        apply(&store, &[request(2, 200, "21")]);
+        let rewritten = Provenance::read_after(&store, &run, Some(&from_planted)).unwrap();
+        assert_eq!(
+            rewritten,
+            Provenance::read_after(&store, &run, None).unwrap()
+        );
+        assert_eq!(rewritten.models[0].model.as_deref(), Some("model-1"));
+        apply(&store, &[request(3, 90, "31")]);
+        let moved = Provenance::read_after(&store, &run, Some(&rewritten)).unwrap();
+        assert_eq!(moved, Provenance::read_after(&store, &run, None).unwrap());
+        assert_eq!(moved, read_from_facts(&store, &run));
+        assert_eq!(moved.models[0].start_ns, 90);
     }
 
     #[test]

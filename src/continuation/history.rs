@@ -175,18 +175,36 @@ pub fn load(
             })?,
     };
 
-    let resolved = store.history(&run.run_id, &chosen.history)?;
+    let run_id = run.run_id.as_str();
+    let context = || contexts.get(store, run_id, revision, selector.provenance);
+    let (resolved, context) = if contexts.holds(run_id, revision, selector.provenance) {
+        (store.history(run_id, &chosen.history)?, context()?)
+    } else {
+        // The ledger (and provenance) are read on a second thread while the history is read
+        // here: neither needs the other, and a long run's cold read is mostly these two.
+        std::thread::scope(|scope| {
+            let other = std::thread::Builder::new()
+                .name("stepline-context".into())
+                .spawn_scoped(scope, context);
+            let resolved = store.history(run_id, &chosen.history);
+            let context = match other {
+                Ok(handle) => handle
+                    .join()
+                    .map_err(|_| ContinuationError::Task("the context read failed".into()))?,
+                // No second thread to be had: read it here.
+                Err(_) => context(),
+            };
+            Ok::<_, ContinuationError>((resolved?, context?))
+        })?
+    };
     let system_instructions = match &chosen.instructions {
-        Some(hash) => store
-            .messages(&run.run_id, std::slice::from_ref(hash))?
-            .pop(),
+        Some(hash) => store.messages(run_id, std::slice::from_ref(hash))?.pop(),
         None => None,
     };
-    let context = contexts.get(store, &run.run_id, revision, selector.provenance)?;
     let ancestors = super::lineage::ancestors(
         store,
         contexts,
-        &run.run_id,
+        run_id,
         &resolved.hashes,
         selector.provenance,
     )?;

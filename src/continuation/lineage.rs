@@ -8,7 +8,7 @@ use std::sync::Arc;
 use serde_json::Value;
 
 use super::context::{ContextCache, Provenance};
-use crate::domain::{ChainIds, MessageHash};
+use crate::domain::{ChainIds, MessageHash, NodeId};
 use crate::store::{Store, StoreError};
 
 /// Most runs followed back from one run (a chain of continuations longer than this is cut).
@@ -43,18 +43,20 @@ pub fn ancestors(
     let Some(mut link) = store.lineage_link(run_id)? else {
         return Ok(out);
     };
-    let mut chain = ChainIds::default();
-    let ids = chain.ids(hashes.iter());
+    // The node ids of the history's prefixes, computed (one SHA-256 each) only when a source is
+    // named, and only up to the longest source: the first (later ones are shorter).
+    let mut ids: Vec<NodeId> = Vec::new();
     let mut limit = hashes.len();
     while let Some(source) = link.source {
         let len = source.len as usize;
         let looped = source.run_id == run_id || out.iter().any(|a| a.run_id == source.run_id);
-        if len == 0
-            || len > limit
-            || ids.get(len - 1) != Some(&source.tip)
-            || looped
-            || out.len() == MAX_ANCESTORS
-        {
+        if len == 0 || len > limit || looped || out.len() == MAX_ANCESTORS {
+            break;
+        }
+        if ids.is_empty() {
+            ids = ChainIds::default().ids(hashes[..len].iter()).to_vec();
+        }
+        if ids.get(len - 1) != Some(&source.tip) {
             break;
         }
         let snapshot =

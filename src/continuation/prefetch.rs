@@ -6,6 +6,11 @@
 //! continuation request is then answered from memory instead of decoding and rendering the
 //! whole history. A history the history cache could not keep (over its byte budget) is not
 //! loaded ahead.
+//!
+//! After a restart the caches are empty and no run has been written yet, so nothing would go
+//! quiet: at start the newest running and waiting runs (at most [`AT_OPEN_RUNS`], while the
+//! history cache is under half full) are loaded ahead once ([`load_ahead_at_open`]); an
+//! orchestrator resuming them after the restart then reads them from memory.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -26,6 +31,9 @@ pub const MIN_MESSAGES: u32 = 256;
 
 /// How often quiet runs are looked for.
 const TICK: Duration = Duration::from_millis(100);
+
+/// Most runs loaded ahead at start ([`load_ahead_at_open`]).
+pub const AT_OPEN_RUNS: usize = 16;
 
 /// Loads the latest complete continuation of a run into the caches when its history has at
 /// least `min_messages`; true when it did.
@@ -101,10 +109,58 @@ pub async fn load_ahead(
     Ok(true)
 }
 
-/// Runs until `stop` completes: every [`TICK`], loads ahead the continuations of the long runs
-/// quiet for [`QUIET`].
+/// The runs an orchestrator may resume after a restart: the newest waiting runs, then the
+/// newest running ones, at most `limit` (index order is start order, so the newest are last).
+fn active_runs(store: &Store, limit: usize) -> Result<Vec<String>, ContinuationError> {
+    let mut out: Vec<String> = Vec::new();
+    for ids in [store.waiting_run_ids()?, store.running_run_ids()?] {
+        for id in ids.into_iter().rev() {
+            if out.len() == limit {
+                return Ok(out);
+            }
+            out.push(id);
+        }
+    }
+    Ok(out)
+}
+
+/// Loads ahead, once at start, the continuations of the newest waiting and running runs (at
+/// most [`AT_OPEN_RUNS`] runs of at least `min_messages`, and only while the history cache is
+/// under half full, so the load ahead never evicts what it loaded); how many it loaded.
+pub async fn load_ahead_at_open(
+    continuations: &Arc<Continuations>,
+    min_messages: u32,
+) -> Result<usize, ContinuationError> {
+    let this = continuations.clone();
+    let runs = tokio::task::spawn_blocking(move || active_runs(this.store(), AT_OPEN_RUNS))
+        .await
+        .map_err(|e| ContinuationError::Task(e.to_string()))??;
+    let mut loaded = 0;
+    for run_id in runs {
+        let (held, budget) = continuations.store().history_cache_bytes();
+        if held >= budget / 2 {
+            break;
+        }
+        if load_ahead(continuations, &run_id, min_messages).await? {
+            loaded += 1;
+        }
+    }
+    Ok(loaded)
+}
+
+/// Runs until `stop` completes: first loads ahead the runs active at start
+/// ([`load_ahead_at_open`]), then every [`TICK`] the continuations of the long runs quiet for
+/// [`QUIET`].
 pub async fn run(continuations: Arc<Continuations>, stop: impl std::future::Future<Output = ()>) {
     tokio::pin!(stop);
+    tokio::select! {
+        _ = &mut stop => return,
+        loaded = load_ahead_at_open(&continuations, MIN_MESSAGES) => match loaded {
+            Ok(0) => {}
+            Ok(runs) => tracing::debug!(runs, "continuations of active runs loaded ahead at start"),
+            Err(e) => tracing::debug!(error = %e, "continuation prefetch at start failed"),
+        },
+    }
     let mut tick = tokio::time::interval(TICK);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {

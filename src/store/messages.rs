@@ -5,6 +5,7 @@ use serde_json::Value;
 
 use super::core::{decode, Store, WriteBatch};
 use super::error::StoreError;
+use super::history_cache::message_bytes;
 use super::keys::{self, cf, RunKey};
 use crate::domain::{IdMap, MessageHash};
 
@@ -44,6 +45,27 @@ impl Store {
     /// Message bodies of a run, in the order of `hashes`. A missing one is an error, never a
     /// silently different history.
     pub fn messages(&self, run_id: &str, hashes: &[MessageHash]) -> Result<Vec<Value>, StoreError> {
+        Ok(self.read_messages(run_id, hashes, false)?.0)
+    }
+
+    /// [`Store::messages`], with the estimated bytes the decoded bodies hold (the sum of
+    /// [`message_bytes`] over them, as the history cache counts them), estimated on the threads
+    /// that decode them.
+    pub fn messages_sized(
+        &self,
+        run_id: &str,
+        hashes: &[MessageHash],
+    ) -> Result<(Vec<Value>, usize), StoreError> {
+        self.read_messages(run_id, hashes, true)
+    }
+
+    /// The bodies, and their estimated bytes when `sized` (else 0).
+    fn read_messages(
+        &self,
+        run_id: &str,
+        hashes: &[MessageHash],
+        sized: bool,
+    ) -> Result<(Vec<Value>, usize), StoreError> {
         let missing = |hash: &MessageHash| StoreError::MissingMessage {
             run_id: run_id.to_string(),
             hash: hash.to_string(),
@@ -51,19 +73,25 @@ impl Store {
         let Some(run) = self.run_key(run_id)? else {
             return match hashes.first() {
                 Some(hash) => Err(missing(hash)),
-                None => Ok(Vec::new()),
+                None => Ok((Vec::new(), 0)),
             };
         };
-        let bodies = if hashes.len() >= SCAN_FROM {
-            self.scan_messages(run, hashes)?
+        let (bodies, bytes) = if hashes.len() >= SCAN_FROM {
+            self.scan_messages(run, hashes, sized)?
         } else {
-            self.get_messages(run, hashes)?
+            (self.get_messages(run, hashes)?, 0)
         };
-        hashes
+        let bodies = hashes
             .iter()
             .zip(bodies)
             .map(|(hash, body)| body.ok_or_else(|| missing(hash)))
-            .collect()
+            .collect::<Result<Vec<Value>, StoreError>>()?;
+        // Short histories are sized here (the long ones were, while decoded).
+        let bytes = match sized && hashes.len() < SCAN_FROM {
+            true => bodies.iter().map(message_bytes).sum(),
+            false => bytes,
+        };
+        Ok((bodies, bytes))
     }
 
     /// One lookup per message.
@@ -88,7 +116,8 @@ impl Store {
         &self,
         run: RunKey,
         hashes: &[MessageHash],
-    ) -> Result<Vec<Option<Value>>, StoreError> {
+        sized: bool,
+    ) -> Result<(Vec<Option<Value>>, usize), StoreError> {
         // Where each wanted hash goes (a message may appear more than once in a history).
         let mut wanted: IdMap<MessageHash, Vec<usize>> = IdMap::default();
         for (at, hash) in hashes.iter().enumerate() {
@@ -115,7 +144,7 @@ impl Store {
                 ordered[i] = Some(bytes);
             }
         }
-        decode_all(&ordered)
+        decode_all(&ordered, sized)
     }
 }
 
@@ -123,34 +152,53 @@ impl Store {
 /// history's cold read).
 const PARALLEL_FROM: usize = 512;
 
-fn decode_some(bodies: &[Option<&[u8]>]) -> Result<Vec<Option<Value>>, StoreError> {
-    bodies
+/// Decodes the bodies in order (none stays none), with their estimated bytes when `sized`.
+fn decode_some(
+    bodies: &[Option<&[u8]>],
+    sized: bool,
+) -> Result<(Vec<Option<Value>>, usize), StoreError> {
+    let mut bytes = 0;
+    let decoded = bodies
         .iter()
-        .map(|bytes| bytes.map(|b| decode(cf::MESSAGES, b)).transpose())
-        .collect()
+        .map(|body| {
+            let Some(body) = body else {
+                return Ok(None);
+            };
+            let value: Value = decode(cf::MESSAGES, body)?;
+            if sized {
+                bytes += message_bytes(&value);
+            }
+            Ok(Some(value))
+        })
+        .collect::<Result<Vec<_>, StoreError>>()?;
+    Ok((decoded, bytes))
 }
 
-/// Decodes the bodies in order (none stays none).
-fn decode_all(bodies: &[Option<&[u8]>]) -> Result<Vec<Option<Value>>, StoreError> {
+/// Decodes the bodies in order (none stays none), with their estimated bytes when `sized`.
+fn decode_all(
+    bodies: &[Option<&[u8]>],
+    sized: bool,
+) -> Result<(Vec<Option<Value>>, usize), StoreError> {
     if bodies.len() < PARALLEL_FROM {
-        return decode_some(bodies);
+        return decode_some(bodies, sized);
     }
     let (first, second) = bodies.split_at(bodies.len() / 2);
     std::thread::scope(|scope| {
         let other = std::thread::Builder::new()
             .name("stepline-decode".into())
-            .spawn_scoped(scope, || decode_some(second));
-        let mut out = decode_some(first)?;
-        let rest = match other {
+            .spawn_scoped(scope, || decode_some(second, sized));
+        let (mut out, mut bytes) = decode_some(first, sized)?;
+        let (rest, more) = match other {
             Ok(handle) => handle.join().map_err(|_| StoreError::Corrupt {
                 cf: cf::MESSAGES,
                 reason: "the decoding thread failed".into(),
             })??,
             // No second thread to be had: decode here.
-            Err(_) => decode_some(second)?,
+            Err(_) => decode_some(second, sized)?,
         };
         out.extend(rest);
-        Ok(out)
+        bytes += more;
+        Ok((out, bytes))
     })
 }
 
@@ -197,5 +245,17 @@ mod tests {
         assert!(store
             .messages("no-such-run", &[MessageHash::of(&message(0))])
             .is_err());
+        // Sized, the same bodies and the bytes the history cache counts for them, on every path.
+        for len in [3, SCAN_FROM, PARALLEL_FROM + 100] {
+            let hashes: Vec<MessageHash> = bodies[..len].iter().map(MessageHash::of).collect();
+            let (read, bytes) = store.messages_sized("run", &hashes).unwrap();
+            assert_eq!(read, bodies[..len], "{len} messages");
+            assert_eq!(
+                bytes,
+                read.iter().map(message_bytes).sum::<usize>(),
+                "{len}"
+            );
+            assert!(bytes > 0);
+        }
     }
 }

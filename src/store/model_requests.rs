@@ -78,6 +78,20 @@ impl Store {
         Ok(out)
     }
 
+    /// The stored bytes of a run's model-request records, in start order (ties by span id),
+    /// given to `visit` one at a time until it returns false (decode them with [`decode`]): a
+    /// reader that read the records before can tell which are unchanged without decoding them.
+    pub fn model_request_bytes(
+        &self,
+        run_id: &str,
+        mut visit: impl FnMut(&[u8]) -> Result<bool, StoreError>,
+    ) -> Result<(), StoreError> {
+        let Some(run) = self.run_key(run_id)? else {
+            return Ok(());
+        };
+        self.scan(cf::MODEL_REQUESTS, &run.0, &run.0, |_, value| visit(value))
+    }
+
     /// Writes the model-request record of every stored model-request fact (a schema-3 store
     /// has facts but no records), in durable batches; `finish` is put in the last one (the
     /// schema version, so a store is marked migrated only once every record is written).

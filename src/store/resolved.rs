@@ -7,9 +7,7 @@ use serde_json::Value;
 
 use super::core::Store;
 use super::error::StoreError;
-use super::history_cache::{
-    history_bytes, message_bytes, HistoryCache, ResolvedHistory, EXTEND_WALK,
-};
+use super::history_cache::{message_bytes, HistoryCache, ResolvedHistory, EXTEND_WALK};
 use super::keys::{self, cf};
 use crate::cache_budget::ENTRY_OVERHEAD;
 use crate::domain::{ChainRef, MessageHash, NodeId};
@@ -32,12 +30,13 @@ impl Store {
             return Ok(extended);
         }
         let hashes = self.run_nodes(run_id)?.resolve(chain)?;
-        let messages = self.messages(run_id, &hashes)?;
+        // Sized while decoded (on the decoding threads): `history_bytes` of the messages.
+        let (messages, body_bytes) = self.messages_sized(run_id, &hashes)?;
         let resolved = ResolvedHistory {
             hashes: hashes.into(),
             messages: messages.into_iter().map(Arc::new).collect(),
         };
-        let bytes = history_bytes(&resolved.messages);
+        let bytes = ENTRY_OVERHEAD + body_bytes;
         if let Ok(mut cache) = self.resolved.lock() {
             cache.put(run_id, tip, resolved.clone(), bytes);
         }
