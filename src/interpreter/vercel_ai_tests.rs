@@ -374,9 +374,10 @@ fn prompts_read_through_the_memo_give_what_a_full_read_gives() {
                 outcome(&memoised),
                 "system {system}, step {k}"
             );
-            assert_eq!(plain.fact.system_instructions.is_some(), system);
+            // Step 3's message without a role makes the whole prompt a content problem.
             if k != 3 {
                 assert!(plain.fact.input.is_some(), "step {k}");
+                assert_eq!(plain.fact.system_instructions.is_some(), system);
             }
             prompt.push(json!({"role": "assistant", "content": [
                 {"type": "tool-call", "toolCallId": format!("c{k}"), "toolName": "f",
