@@ -20,13 +20,45 @@ binary_id!(MessageHash, MESSAGE_HASH_BYTES, "message hash");
 impl MessageHash {
     /// Hashes a message. `serde_json::Value` keeps object keys sorted, so equal messages hash
     /// equally whatever key order the producer used.
+    ///
+    /// The canonical JSON is written into a buffer kept per thread (no allocation per message
+    /// once it has grown) and hashed in one pass.
     pub fn of(message: &Value) -> Self {
-        let canonical = serde_json::to_vec(message).unwrap_or_default();
-        let digest = Sha256::digest(&canonical);
+        CANONICAL.with(|cell| match cell.try_borrow_mut() {
+            Ok(mut buffer) => {
+                buffer.clear();
+                let hash = Self::of_canonical(message, &mut buffer);
+                if buffer.capacity() > KEPT_BUFFER_BYTES {
+                    *buffer = Vec::new();
+                }
+                hash
+            }
+            // Only reachable if hashing re-entered itself; a fresh buffer gives the same hash.
+            Err(_) => Self::of_canonical(message, &mut Vec::new()),
+        })
+    }
+
+    /// Hashes `message`'s canonical JSON, written into the empty `buffer`.
+    fn of_canonical(message: &Value, buffer: &mut Vec<u8>) -> Self {
+        // Writing a `Value` into a `Vec` cannot fail (keys are strings); an error would leave
+        // the text empty, as `serde_json::to_vec(..).unwrap_or_default()` did.
+        if serde_json::to_writer(&mut *buffer, message).is_err() {
+            buffer.clear();
+        }
+        let digest = Sha256::digest(&buffer[..]);
         let mut out = [0u8; MESSAGE_HASH_BYTES];
         out.copy_from_slice(&digest[..MESSAGE_HASH_BYTES]);
         Self(out)
     }
+}
+
+/// Capacity of the per-thread canonical JSON buffer kept between messages; a larger one (left
+/// by a very large message) is freed after use.
+const KEPT_BUFFER_BYTES: usize = 256 * 1024;
+
+thread_local! {
+    /// The buffer [`MessageHash::of`] writes canonical JSON into.
+    static CANONICAL: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
 }
 
 /// What the validity walk needs to know of a message, kept next to its hash so snapshots can be
@@ -109,6 +141,23 @@ mod tests {
             serde_json::from_str(r#"{"parts":[{"content":"hi","type":"text"}],"role":"user"}"#)
                 .unwrap();
         assert_eq!(MessageHash::of(&a), MessageHash::of(&b));
+    }
+
+    #[test]
+    fn the_hash_is_the_truncated_sha256_of_the_canonical_json() {
+        let big = "x".repeat(KEPT_BUFFER_BYTES + 10);
+        for message in [
+            json!({"role": "user", "parts": [{"type": "text", "content": "hi"}]}),
+            json!({"role": "assistant", "parts": [{"type": "text", "content": big}]}),
+            json!({"z": 1.5, "a": [null, true, {"b": "\u{e9}\"\n"}]}),
+            json!({"role": "user"}),
+        ] {
+            let digest = Sha256::digest(serde_json::to_vec(&message).unwrap());
+            assert_eq!(
+                MessageHash::of(&message).0[..],
+                digest[..MESSAGE_HASH_BYTES]
+            );
+        }
     }
 
     #[test]

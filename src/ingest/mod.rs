@@ -353,7 +353,14 @@ impl Ingest {
         let run_info = self.run_info.clone();
         let (interpreted, blobs, total, invalid, over, payload) =
             tokio::task::spawn_blocking(move || {
-                let mut out = Vec::new();
+                // Sized once for a typical request (facts are large: no regrowth copies).
+                let spans: usize = request
+                    .resource_spans
+                    .iter()
+                    .flat_map(|r| &r.scope_spans)
+                    .map(|s| s.spans.len())
+                    .sum();
+                let mut out = Vec::with_capacity(spans.min(1024));
                 let (mut total, mut invalid) = (0u64, 0u64);
                 let mut over = OverLimits::default();
                 for resource_spans in &request.resource_spans {

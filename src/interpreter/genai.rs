@@ -116,21 +116,38 @@ pub fn interpret_span(
             fact.arguments = attrs.loose_json(&["gen_ai.tool.call.arguments", "tool_arguments"]);
         }
         FactKind::AgentRun => {
-            fact.all_messages = read_messages(
-                &attrs,
-                "pydantic_ai.all_messages",
-                &mut fact,
-                &mut messages,
-                cut,
-            );
+            let key = "pydantic_ai.all_messages";
+            // The whole conversation: the last model request's input (memoised under this
+            // run's key) and its output. Read through the memo when it extends that input; its
+            // bodies are copied out of the memo, which then forgets the finished run.
+            let memo_key = history_key(&fact.trace_id, &span_id);
+            let depth = cut.max_depth();
+            let read = memo.and_then(|memo| {
+                let Some(Any::StringValue(raw)) = attrs.get(key)?.value.as_ref() else {
+                    return None;
+                };
+                memo.read_last(&memo_key, raw, |item| {
+                    is_message(item) && within_depth(item, depth)
+                })
+            });
+            fact.all_messages = match read {
+                Some(read) => {
+                    messages.extend(
+                        read.messages
+                            .iter()
+                            .map(|m| (m.reference.hash, m.body.clone())),
+                    );
+                    Some(Arc::unwrap_or_clone(read.references))
+                }
+                None => read_messages(&attrs, key, &mut fact, &mut messages, cut),
+            };
             fact.system_instructions = read_instructions(&attrs);
         }
         FactKind::ModelRequest => {
             let key = "gen_ai.input.messages";
-            let memo_key = format!(
-                "{}-{}\0{key}",
-                fact.trace_id,
-                parent_span_id.as_deref().unwrap_or(&span_id)
+            let memo_key = history_key(
+                &fact.trace_id,
+                parent_span_id.as_deref().unwrap_or(&span_id),
             );
             let depth = cut.max_depth();
             // ADK's response ids are repaired against the calls before them (see `adk`), which
@@ -222,6 +239,12 @@ pub fn interpret_span(
     let mut interpreted = Interpreted::keyed(fact, messages);
     interpreted.shared = shared;
     Some(interpreted)
+}
+
+/// The memo key of the input histories of the model requests under `run_span_id` (and of the
+/// whole conversation of that agent run).
+fn history_key(trace_id: &str, run_span_id: &str) -> String {
+    format!("{trace_id}-{run_span_id}\0gen_ai.input.messages")
 }
 
 /// A message-list attribute given as a JSON string, read through the memo; `None` when it is
@@ -677,6 +700,88 @@ mod tests {
             interpret_span(&s, None, &mut test_cut()).unwrap(),
             interpret_span(&s, Some(&memo), &mut test_cut()).unwrap()
         );
+    }
+
+    #[test]
+    fn an_agent_runs_conversation_reuses_its_last_inputs_memo_and_gives_a_full_parse() {
+        let memo = PrefixMemo::default();
+        let limits = crate::limits::Limits::default();
+        let text = |role: &str, content: &str| serde_json::json!({"role": role, "parts": [{"type": "text", "content": content}]});
+        let mut history = vec![text("user", "go")];
+        let mut last_request = None;
+        for k in 0..3 {
+            let output = serde_json::json!([{"role":"assistant","parts":[
+                {"type":"tool_call","id":format!("c{k}"),"name":"f","arguments":{"k":k}}]}]);
+            let request = span(
+                "chat m",
+                vec![
+                    kv("gen_ai.operation.name", "chat"),
+                    kv(
+                        "gen_ai.input.messages",
+                        &Value::Array(history.clone()).to_string(),
+                    ),
+                    kv("gen_ai.output.messages", &output.to_string()),
+                ],
+            );
+            crate::interpreter::interpret_span_with(&request, &memo, &limits).unwrap();
+            last_request = Some(request);
+            history.push(output[0].clone());
+            history.push(serde_json::json!({"role":"user","parts":[
+                {"type":"tool_call_response","id":format!("c{k}"),"result":"ok"}]}));
+        }
+        history.pop();
+        history.push(text("assistant", "done"));
+        // The agent-run span (3) above the requests, in the Pydantic AI shape.
+        let agent = |all: &str| {
+            crate::test_fixtures::span(
+                3,
+                0,
+                "invoke_agent a",
+                0,
+                vec![
+                    kv("gen_ai.operation.name", "invoke_agent"),
+                    kv("pydantic_ai.all_messages", all),
+                ],
+            )
+        };
+        let key = history_key(
+            &hex::encode(crate::test_fixtures::TRACE),
+            "0303030303030303",
+        );
+        let whole = Value::Array(history.clone()).to_string();
+        let cases = [
+            // Extends the last input.
+            whole.clone(),
+            // Extends it with something that is not a message: a content problem.
+            format!("{}, {{\"role\":\"user\"}}]", &whole[..whole.len() - 1]),
+            // Differs from it in an early message.
+            whole.replacen("\"go\"", "\"went\"", 1),
+            // Not JSON.
+            "[{\"role\"".to_string(),
+        ];
+        for all in cases.iter().map(String::as_str).chain([whole.as_str()]) {
+            let plain = crate::interpreter::interpret_span(&agent(all)).unwrap();
+            let memoised =
+                crate::interpreter::interpret_span_with(&agent(all), &memo, &limits).unwrap();
+            assert_eq!(plain, memoised, "{all}");
+            assert!(!memo.holds(&key), "the finished run is forgotten");
+            // The last request again (a retried delivery) puts its input back in the memo.
+            if let Some(request) = &last_request {
+                crate::interpreter::interpret_span_with(request, &memo, &limits).unwrap();
+                assert!(memo.holds(&key));
+            }
+            // The final round reads the conversation with nothing memoised.
+            if all == cases[3] {
+                last_request = None;
+                memo.read_last(&key, "", |_| true);
+            }
+        }
+        let plain = crate::interpreter::interpret_span(&agent(&whole)).unwrap();
+        assert_eq!(
+            plain.fact.all_messages.as_ref().map(Vec::len),
+            Some(history.len())
+        );
+        assert_eq!(plain.messages.len(), history.len());
     }
 
     #[test]

@@ -71,9 +71,11 @@ pub fn interpret_span_within(span: &Span, limits: &Limits) -> Result<Interpreted
 
 /// Interprets one span as [`interpret_span_within`] does, with the same result, reusing what
 /// `memo` holds of the span's run: a model request whose input history extends the last one
-/// interpreted for its run parses and hashes only the new messages. Only the OTel GenAI
-/// convention's `gen_ai.input.messages` (Pydantic AI 2.x, Strands) goes through the memo; the
-/// other conventions flatten or map their messages first and are read in full.
+/// interpreted for its run parses and hashes only the new messages, and so does an agent run's
+/// `pydantic_ai.all_messages` that extends its last model request's input. The OTel GenAI
+/// `gen_ai.input.messages` (Pydantic AI 2.x, Strands), `pydantic_ai.all_messages` and the
+/// Vercel AI SDK's `ai.prompt.messages` (mapped message by message) go through the memo; the
+/// other conventions flatten their messages into attributes or events and are read in full.
 pub fn interpret_span_with(
     span: &Span,
     memo: &PrefixMemo,
@@ -93,7 +95,7 @@ fn interpret(
         Convention::GenAi => genai::interpret_span(span, memo, &mut cut),
         Convention::OpenInference => openinference::interpret_span(span, &mut cut),
         Convention::Traceloop => openllmetry::interpret_span(span, &mut cut),
-        Convention::VercelAi => vercel_ai::interpret_span(span, &mut cut),
+        Convention::VercelAi => vercel_ai::interpret_span(span, memo, &mut cut),
         Convention::LangSmith => langsmith::interpret_span(span, &mut cut),
     };
     let mut interpreted = interpreted.ok_or(NotInterpreted::NotAgentSpan)?;

@@ -260,12 +260,14 @@ fn end_of_last_element(raw: &str) -> Option<usize> {
     Some(inner.len())
 }
 
-/// Interprets parsed elements: `None` when one is not a message (`accept` says no).
-fn interpret(items: Vec<Value>, accept: impl Fn(&Value) -> bool) -> Option<Vec<MemoMessage>> {
+/// Interprets parsed elements: each is mapped to its message body, `None` when one is not a
+/// message (`map` gives none).
+fn interpret(items: Vec<Value>, map: impl Fn(Value) -> Option<Value>) -> Option<Vec<MemoMessage>> {
     items
         .into_iter()
-        .map(|body| {
-            accept(&body).then(|| MemoMessage {
+        .map(|item| {
+            let body = map(item)?;
+            Some(MemoMessage {
                 reference: MessageRef::of(&body),
                 body,
             })
@@ -288,14 +290,27 @@ impl PrefixMemo {
     /// non-empty array of elements `accept`ed (the caller then interprets it in full, which
     /// also gives the reason).
     pub fn read(&self, key: &str, raw: &str, accept: impl Fn(&Value) -> bool) -> Option<MemoRead> {
+        self.read_mapped(key, raw, |item| accept(&item).then_some(item))
+    }
+
+    /// [`Self::read`] for histories whose elements are mapped to messages one by one (a
+    /// provider's message shape to the canonical one): `map` gives an element's message body,
+    /// or `None` when the element is not usable (the caller then interprets `raw` in full). The
+    /// mapping must depend on the element alone, as the memo keeps what it gave.
+    pub fn read_mapped(
+        &self,
+        key: &str,
+        raw: &str,
+        map: impl Fn(Value) -> Option<Value>,
+    ) -> Option<MemoRead> {
         // Taken out while extending, so its raw bytes, segment list and reference list are not
         // shared and grow in place.
         let (read, kept, message_bytes) = match self.take(key) {
-            Some(previous) => match Self::extend(previous, raw, &accept) {
+            Some(previous) => match Self::extend(previous, raw, &map) {
                 Some(extended) => extended,
-                None => Self::parse(raw, &accept)?,
+                None => Self::parse(raw, &map)?,
             },
-            None => Self::parse(raw, &accept)?,
+            None => Self::parse(raw, &map)?,
         };
         self.put(
             key,
@@ -307,12 +322,27 @@ impl PrefixMemo {
         Some(read)
     }
 
+    /// Reads `raw` for `key` as [`Self::read`] does when `raw` extends the memoised history of
+    /// `key`, and then forgets `key`: for the last history of a run (an agent run's whole
+    /// conversation), which no later read extends. `None` when the memo holds nothing for `key`
+    /// or `raw` does not extend it (nothing is parsed then: the caller reads `raw` in full).
+    pub fn read_last(
+        &self,
+        key: &str,
+        raw: &str,
+        accept: impl Fn(&Value) -> bool,
+    ) -> Option<MemoRead> {
+        let previous = self.take(key)?;
+        let map = |item: Value| accept(&item).then_some(item);
+        Self::extend(previous, raw, &map).map(|(read, _, _)| read)
+    }
+
     /// `previous` followed by the elements of `raw` after it, when `raw` extends it; with the raw
     /// bytes of the extended history.
     fn extend(
         previous: Entry,
         raw: &str,
-        accept: &impl Fn(&Value) -> bool,
+        map: &impl Fn(Value) -> Option<Value>,
     ) -> Option<(MemoRead, String, usize)> {
         let Entry {
             raw: mut kept,
@@ -348,7 +378,7 @@ impl PrefixMemo {
         if items.is_empty() {
             return None; // `[a, ]` is not JSON
         }
-        let messages = interpret(items, accept)?;
+        let messages = interpret(items, map)?;
         let added_bytes: usize = messages.iter().map(message_bytes).sum();
         let end = at + end_of_last_element(rest)?;
         kept.push_str(raw.get(at..end)?);
@@ -363,14 +393,17 @@ impl PrefixMemo {
     }
 
     /// Every element of `raw`, parsed and hashed now; with the raw bytes of the history.
-    fn parse(raw: &str, accept: &impl Fn(&Value) -> bool) -> Option<(MemoRead, String, usize)> {
+    fn parse(
+        raw: &str,
+        map: &impl Fn(Value) -> Option<Value>,
+    ) -> Option<(MemoRead, String, usize)> {
         let Ok(Value::Array(items)) = serde_json::from_str::<Value>(raw) else {
             return None;
         };
         if items.is_empty() {
             return None;
         }
-        let messages = interpret(items, accept)?;
+        let messages = interpret(items, map)?;
         let message_bytes: usize = messages.iter().map(message_bytes).sum();
         let kept = raw.get(..end_of_last_element(raw)?)?.to_string();
         let references = messages.iter().map(|m| m.reference.clone()).collect();
@@ -499,6 +532,31 @@ mod tests {
         assert_eq!(read_as_full(&memo, "run", &array(&history)), history.len());
         // Another key does not see this run's history.
         assert_eq!(read_as_full(&memo, "other", &array(&history)), 0);
+    }
+
+    #[test]
+    fn the_last_read_of_a_run_reuses_its_history_and_forgets_it() {
+        let memo = PrefixMemo::default();
+        let first = [message("user", "a"), message("assistant", "b")];
+        let all = [first.to_vec(), vec![message("user", "c")]].concat();
+        // Nothing memoised: nothing is parsed.
+        assert!(memo.read_last("k", &array(&all), is_message).is_none());
+        read_as_full(&memo, "k", &array(&first));
+        let read = memo
+            .read_last("k", &array(&all), is_message)
+            .expect("extends the memoised history");
+        assert_eq!(read.reused, 2);
+        let (references, bodies) = full(&array(&all));
+        assert_eq!(*read.references, references);
+        let read_bodies: Vec<Value> = read.messages.iter().map(|m| m.body.clone()).collect();
+        assert_eq!(read_bodies, bodies);
+        assert!(!memo.holds("k"));
+        assert_eq!((memo.messages(), memo.bytes()), (0, 0));
+        // A history that does not extend the memoised one is a miss, and forgets it too.
+        read_as_full(&memo, "k", &array(&first));
+        let other = [message("user", "x"), message("user", "c")];
+        assert!(memo.read_last("k", &array(&other), is_message).is_none());
+        assert!(!memo.holds("k"));
     }
 
     #[test]

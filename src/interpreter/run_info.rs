@@ -34,15 +34,28 @@ fn text(kv: &KeyValue) -> Option<(&str, Cow<'_, str>)> {
     Some((kv.key.as_str(), value))
 }
 
-/// The scalar attributes of `attributes` as (key, text) pairs.
-fn texts(attributes: &[KeyValue]) -> Vec<(&str, Cow<'_, str>)> {
-    attributes.iter().filter_map(text).collect()
+/// The scalar attributes of `attributes` that `keys` may name, as (key, text) pairs. Others are
+/// passed by before their text is made: a span's message attributes never reach the extraction.
+fn texts<'a>(keys: &RunInfoKeys, attributes: &'a [KeyValue]) -> Vec<(&'a str, Cow<'a, str>)> {
+    attributes
+        .iter()
+        .filter(|kv| may_name(keys, &kv.key))
+        .filter_map(text)
+        .collect()
+}
+
+/// True when `keys` may file `key` (the trigger kind, trigger meta or a run attribute); a
+/// superset of what [`RunInfoKeys::extract`] keeps, which decides.
+fn may_name(keys: &RunInfoKeys, key: &str) -> bool {
+    key == keys.kind_key
+        || (!keys.meta_prefix.is_empty() && key.starts_with(keys.meta_prefix.as_str()))
+        || keys.attributes.iter().any(|a| a == key)
 }
 
 impl ResourceInfo {
     /// Reads the configured keys of a resource's attributes.
     pub fn read(keys: &RunInfoKeys, attributes: &[KeyValue]) -> Self {
-        let pairs = texts(attributes);
+        let pairs = texts(keys, attributes);
         let (info, warnings) = keys.extract(pairs.iter().map(|(k, v)| (*k, v.as_ref())), []);
         Self { info, warnings }
     }
@@ -57,7 +70,7 @@ pub fn note_run_info(
     resource: &ResourceInfo,
     attributes: &[KeyValue],
 ) {
-    let pairs = texts(attributes);
+    let pairs = texts(keys, attributes);
     let (mut info, warnings) = keys.extract([], pairs.iter().map(|(k, v)| (*k, v.as_ref())));
     info.merge_missing(&resource.info);
     let fact = &mut interpreted.fact;
@@ -123,6 +136,40 @@ mod tests {
         assert!(!info.trigger.meta.contains_key("raw"));
         assert_eq!(info.attributes["tenant"], "globex");
         assert_eq!(info.attributes["shard"], "7");
+    }
+
+    #[test]
+    fn only_the_keys_configured_are_read_and_a_filtered_read_equals_the_unfiltered_one() {
+        let keys = RunInfoKeys {
+            attributes: vec!["tenant".into()],
+            ..RunInfoKeys::default()
+        };
+        let kind = keys.kind_key.clone();
+        let meta = format!("{}retry", keys.meta_prefix);
+        let attributes = [
+            kv(&kind, Any::StringValue("webhook".into())),
+            kv(&meta, Any::IntValue(2)),
+            kv(
+                &keys.meta_prefix.clone(),
+                Any::StringValue("empty meta key".into()),
+            ),
+            kv("tenant", Any::DoubleValue(1.5)),
+            kv("gen_ai.input.messages", Any::StringValue("[]".into())),
+            kv("other", Any::BoolValue(true)),
+        ];
+        let read: Vec<&str> = texts(&keys, &attributes).iter().map(|(k, _)| *k).collect();
+        assert_eq!(
+            read,
+            [kind.as_str(), meta.as_str(), &keys.meta_prefix, "tenant"]
+        );
+        let all: Vec<(&str, Cow<'_, str>)> = attributes.iter().filter_map(text).collect();
+        let unfiltered = keys.extract([], all.iter().map(|(k, v)| (*k, v.as_ref())));
+        let mut i = interpreted(FactKind::AgentRun);
+        note_run_info(&mut i, &keys, &ResourceInfo::default(), &attributes);
+        assert_eq!(i.fact.run_info, unfiltered.0);
+        assert_eq!(i.fact.warnings, unfiltered.1);
+        assert_eq!(i.fact.run_info.trigger.kind.as_deref(), Some("webhook"));
+        assert_eq!(i.fact.run_info.attributes["tenant"], "1.5");
     }
 
     #[test]

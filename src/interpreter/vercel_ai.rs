@@ -25,15 +25,21 @@ use std::sync::{Arc, OnceLock};
 use opentelemetry_proto::tonic::trace::v1::Span;
 use serde_json::{json, Map, Value};
 
+use opentelemetry_proto::tonic::common::v1::any_value::Value as Any;
+
 use super::attributes::Attributes;
-use super::budget::Cut;
+use super::budget::{within_depth, Cut};
 use super::fact::{FactKind, Interpreted, SpanFact};
 use super::genai::{error_text, requested_calls, store_bodies};
+use super::prefix_memo::{MemoRead, PrefixMemo, SharedMessages};
 
 /// The `ai.telemetry.metadata.*` keys read for the conversation id when none are configured,
 /// in order: `sessionId` (what Langfuse reads), then `session_id`, `conversationId`, `threadId`.
 pub const DEFAULT_CONVERSATION_KEYS: &[&str] =
     &["sessionId", "session_id", "conversationId", "threadId"];
+
+/// The provider prompt of a model request: the full history of each step.
+const PROMPT: &str = "ai.prompt.messages";
 
 /// The attribute every `ai.*` span carries (and v7 `@ai-sdk/otel` spans do not).
 const OPERATION_ID: &str = "ai.operationId";
@@ -104,7 +110,15 @@ fn classify(span: &Span, attrs: &Attributes<'_>) -> Option<FactKind> {
 
 /// Interprets one `ai.*` span; message bodies are cut to `cut`'s depth. Spans that are not a
 /// run, a model request or a tool call (embeddings, for one) give `None`.
-pub fn interpret_span(span: &Span, cut: &mut Cut) -> Option<Interpreted> {
+///
+/// With a memo, a model request's `ai.prompt.messages` that extends the last prompt of its run
+/// maps, hashes and parses only the new messages (see [`PrefixMemo`]); the result is the same
+/// with or without it.
+pub fn interpret_span(
+    span: &Span,
+    memo: Option<&PrefixMemo>,
+    cut: &mut Cut,
+) -> Option<Interpreted> {
     let attrs = Attributes(&span.attributes);
     let kind = classify(span, &attrs)?;
     let mut fact = SpanFact::of_finished_span(kind, span, error_text(span, &attrs))?;
@@ -114,6 +128,7 @@ pub fn interpret_span(span: &Span, cut: &mut Cut) -> Option<Interpreted> {
     fact.agent_name = attrs.str(&["ai.telemetry.functionId"]);
 
     let mut messages = Vec::new();
+    let mut shared = SharedMessages::default();
     match kind {
         FactKind::AgentRun | FactKind::Group => {}
         FactKind::ToolCall => {
@@ -122,9 +137,79 @@ pub fn interpret_span(span: &Span, cut: &mut Cut) -> Option<Interpreted> {
             fact.arguments = json_or_text(&attrs, &["ai.toolCall.args", "ai.toolCall.input"]);
             fact.result = json_or_text(&attrs, &["ai.toolCall.result", "ai.toolCall.output"]);
         }
-        FactKind::ModelRequest => read_model_request(&attrs, &mut fact, &mut messages, cut),
+        FactKind::ModelRequest => {
+            let memoised = memo.and_then(|memo| read_prompt_memoised(memo, &attrs, &fact, cut));
+            if let Some(read) = memoised {
+                shared = use_memoised_prompt(read, &mut fact, &mut messages);
+            }
+            read_model_request(&attrs, &mut fact, &mut messages, cut);
+        }
     }
-    Some(Interpreted::keyed(fact, messages))
+    let mut interpreted = Interpreted::keyed(fact, messages);
+    interpreted.shared = shared;
+    Some(interpreted)
+}
+
+/// `ai.prompt.messages` given as a JSON string, read through the memo (keyed by the run above
+/// the model request), each element mapped to a canonical message; `None` when it is not a
+/// string, not a non-empty array, holds an element without a role, or maps to a message nested
+/// deeper than `cut`'s depth (the caller reads it in full, which gives the same result or the
+/// reason it is unusable).
+fn read_prompt_memoised(
+    memo: &PrefixMemo,
+    attrs: &Attributes<'_>,
+    fact: &SpanFact,
+    cut: &Cut,
+) -> Option<MemoRead> {
+    let Some(Any::StringValue(raw)) = attrs.get(PROMPT).and_then(|v| v.value.as_ref()) else {
+        return None;
+    };
+    let run_span = fact.parent_span_id.as_deref().unwrap_or(&fact.span_id);
+    let key = format!("{}-{run_span}\0{PROMPT}", fact.trace_id);
+    let depth = cut.max_depth();
+    memo.read_mapped(&key, raw, |item| {
+        let message = prompt_message(&item)?;
+        within_depth(&message, depth).then_some(message)
+    })
+}
+
+/// Puts a prompt read through the memo on `fact` as [`prompt_history`] would: the parts of its
+/// leading system messages are the system instructions, the other messages the input. Without
+/// leading system messages the bodies stay shared with the memo (returned, by position of the
+/// input); otherwise the input's bodies are copied into `bodies`.
+fn use_memoised_prompt(
+    read: MemoRead,
+    fact: &mut SpanFact,
+    bodies: &mut Vec<(crate::domain::MessageHash, Value)>,
+) -> SharedMessages {
+    let leading = read
+        .messages
+        .iter()
+        .take_while(|m| m.body.get("role").and_then(Value::as_str) == Some("system"))
+        .count();
+    if leading == 0 {
+        fact.input = Some(read.references);
+        return read.messages;
+    }
+    let system: Vec<Value> = read
+        .messages
+        .iter()
+        .take(leading)
+        .filter_map(|m| m.body.get("parts").and_then(Value::as_array))
+        .flatten()
+        .cloned()
+        .collect();
+    if !system.is_empty() {
+        fact.system_instructions = Some(Value::Array(system));
+    }
+    bodies.extend(
+        read.messages
+            .iter()
+            .skip(leading)
+            .map(|m| (m.reference.hash, m.body.clone())),
+    );
+    fact.input = Some(Arc::new(read.references[leading..].to_vec()));
+    SharedMessages::default()
 }
 
 /// A model request's history, response, model and usage.
@@ -134,7 +219,12 @@ fn read_model_request(
     bodies: &mut Vec<(crate::domain::MessageHash, Value)>,
     cut: &mut Cut,
 ) {
-    match attrs.json("ai.prompt.messages") {
+    // Read through the memo already when the input is set.
+    let prompt = match fact.input {
+        Some(_) => None,
+        None => attrs.json(PROMPT),
+    };
+    match prompt {
         None => {}
         Some(Err(reason)) => fact.content_problem = Some(reason),
         Some(Ok(Value::Array(items))) => match prompt_history(&items) {
@@ -210,6 +300,13 @@ fn prompt_history(items: &[Value]) -> Result<(Vec<Value>, Vec<Value>), String> {
         history.push(json!({"role": role, "parts": parts}));
     }
     Ok((system, history))
+}
+
+/// One provider prompt message as a canonical message (what [`prompt_history`] makes of it);
+/// `None` without a role.
+fn prompt_message(item: &Value) -> Option<Value> {
+    let role = item.get("role")?.as_str()?;
+    Some(json!({"role": role, "parts": content_parts(role, item.get("content"))}))
 }
 
 /// The canonical parts of one message's content (a string is one text part).

@@ -254,7 +254,7 @@ fn v4_parts_args_and_result_are_read() {
             kv("ai.usage.promptTokens", "7"),
         ],
     );
-    let i = super::interpret_span(&s, &mut test_cut()).unwrap();
+    let i = super::interpret_span(&s, None, &mut test_cut()).unwrap();
     assert_eq!(i.fact.conversation_id.as_deref(), Some("t-9"));
     assert_eq!(i.fact.input_tokens, Some(7));
     assert!(i.fact.output.is_none());
@@ -286,7 +286,7 @@ fn damaged_prompts_are_content_problems_and_other_operations_are_ignored() {
         r#"{"a":1}"#,
         r#"[{"x":1}]"#,
     ] {
-        let i = super::interpret_span(&request(damaged), &mut test_cut()).unwrap();
+        let i = super::interpret_span(&request(damaged), None, &mut test_cut()).unwrap();
         assert!(i.fact.input.is_none(), "{damaged}");
         assert!(i.fact.content_problem.is_some(), "{damaged}");
     }
@@ -297,7 +297,7 @@ fn damaged_prompts_are_content_problems_and_other_operations_are_ignored() {
         10,
         vec![kv("ai.operationId", "ai.streamText.doStream")],
     );
-    let i = super::interpret_span(&without, &mut test_cut()).unwrap();
+    let i = super::interpret_span(&without, None, &mut test_cut()).unwrap();
     assert!(i
         .fact
         .content_problem
@@ -305,7 +305,7 @@ fn damaged_prompts_are_content_problems_and_other_operations_are_ignored() {
         .is_some_and(|p| p.contains("recordInputs")));
     let embed =
         crate::test_fixtures::span(2, 1, "ai.embed", 10, vec![kv("ai.operationId", "ai.embed")]);
-    assert!(super::interpret_span(&embed, &mut test_cut()).is_none());
+    assert!(super::interpret_span(&embed, None, &mut test_cut()).is_none());
 }
 
 #[test]
@@ -317,4 +317,74 @@ fn conversation_keys_default_in_order() {
     let keys = conversation_attributes();
     let keys: Vec<&str> = keys.iter().map(String::as_str).collect();
     assert_eq!(Attributes(&attrs).str(&keys).as_deref(), Some("snake"));
+}
+
+/// What an interpretation gives, whatever holds the bodies: the fact and every body in order.
+fn outcome(i: &Interpreted) -> (SpanFact, String, Vec<(crate::domain::MessageHash, Value)>) {
+    let bodies = i.bodies().map(|(h, v)| (*h, v.clone())).collect();
+    (i.fact.clone(), i.run_span_id.clone(), bodies)
+}
+
+#[test]
+fn prompts_read_through_the_memo_give_what_a_full_read_gives() {
+    use crate::interpreter::{interpret_span_with, PrefixMemo};
+    let limits = crate::limits::Limits::default();
+    // The recordings, span by span, through one memo.
+    for recorded in [V6, V7_LEGACY] {
+        let memo = PrefixMemo::default();
+        for s in spans(recorded) {
+            let plain = interpret_span(&s);
+            let memoised = interpret_span_with(&s, &memo, &limits).ok();
+            assert_eq!(plain.as_ref().map(outcome), memoised.as_ref().map(outcome));
+        }
+    }
+    // Steps of growing prompts, with and without a leading system message, with a changed
+    // early message, a message without a role and a prompt nested too deep in between.
+    let deep = (0..80).fold(json!("x"), |v, _| json!([v]));
+    for system in [false, true] {
+        let memo = PrefixMemo::default();
+        let mut prompt: Vec<Value> = Vec::new();
+        if system {
+            prompt.push(json!({"role": "system", "content": "be brief"}));
+        }
+        prompt.push(json!({"role": "user", "content": [{"type": "text", "text": "go"}]}));
+        for k in 0..6 {
+            let mut sent = prompt.clone();
+            match k {
+                2 => sent[usize::from(system)] = json!({"role": "user", "content": "changed"}),
+                3 => sent.push(json!({"content": "no role"})),
+                4 => sent.push(json!({"role": "user", "content": [{"type": "x", "v": deep}]})),
+                _ => {}
+            }
+            let s = crate::test_fixtures::span(
+                2,
+                1,
+                "ai.generateText.doGenerate",
+                10,
+                vec![
+                    kv("ai.operationId", "ai.generateText.doGenerate"),
+                    kv("ai.prompt.messages", &Value::Array(sent).to_string()),
+                    kv("ai.response.text", &format!("answer {k}")),
+                ],
+            );
+            let plain = interpret_span(&s).unwrap();
+            let memoised = interpret_span_with(&s, &memo, &limits).unwrap();
+            assert_eq!(
+                outcome(&plain),
+                outcome(&memoised),
+                "system {system}, step {k}"
+            );
+            // Step 3's message without a role makes the whole prompt a content problem.
+            if k != 3 {
+                assert!(plain.fact.input.is_some(), "step {k}");
+                assert_eq!(plain.fact.system_instructions.is_some(), system);
+            }
+            prompt.push(json!({"role": "assistant", "content": [
+                {"type": "tool-call", "toolCallId": format!("c{k}"), "toolName": "f",
+                 "input": {"k": k}}]}));
+            prompt.push(json!({"role": "tool", "content": [
+                {"type": "tool-result", "toolCallId": format!("c{k}"), "toolName": "f",
+                 "output": {"type": "json", "value": k}}]}));
+        }
+    }
 }
