@@ -189,7 +189,9 @@ fn write_fact_with(
         if !maybe_new.contains(hash) || work.known_messages.contains(hash) {
             continue;
         }
-        if !store.has_message(run_id, hash)? {
+        // A run this batch gave its key has no message committed (and the ones this group put
+        // are in `known_messages`).
+        if batch.gave_key(run_id) || !store.has_message(run_id, hash)? {
             batch.put_message(run_id, hash, body)?;
         }
         work.known_messages.insert(*hash);
@@ -211,7 +213,10 @@ fn write_chain(
     let mut from = ids.len();
     while from > 0 {
         let id = &ids[from - 1];
-        if work.known_nodes.contains(id) || store.has_node(run_id, id)? {
+        // A run this batch gave its key has no node committed: only the group's are known.
+        if work.known_nodes.contains(id)
+            || (!batch.gave_key(run_id) && store.has_node(run_id, id)?)
+        {
             break;
         }
         from -= 1;
