@@ -129,8 +129,11 @@ pub(super) fn write_run(
         Some(state) => batch.put_json(cf::RUN_STATE, run_id.as_bytes(), state)?,
         None => batch.delete(cf::RUN_STATE, run_id.as_bytes())?,
     }
-    for key in store.keys_with_prefix(cf::RUN_STATE, &keys::run_prefix(run_id))? {
-        batch.delete(cf::RUN_STATE, &key)?;
+    // Call counts are written with the run record: a run without one has none to clear.
+    if work.old.is_some() {
+        for key in store.keys_with_prefix(cf::RUN_STATE, &keys::run_prefix(run_id))? {
+            batch.delete(cf::RUN_STATE, &key)?;
+        }
     }
     let mut counts: BTreeMap<&str, u32> = BTreeMap::new();
     for e in &derived.effects {
