@@ -333,3 +333,47 @@ fn an_agent_run_in_one_request_commits_and_reads_within_budget() {
     // No log record was ever stored: no span looks for its log records.
     assert_eq!(counts.scans.get(&Cf::SpanLogs), None);
 }
+
+/// A log record stored before a restart is found after it: the store notes at opening that it
+/// holds log records (spans look for theirs only then), and a store that never held one finds
+/// a record as soon as one is put.
+#[test]
+fn log_records_are_found_after_a_restart_and_once_the_first_is_put() {
+    use crate::interpreter::LogEvent;
+    let event = |span: &str| LogEvent {
+        trace_id: "aa".repeat(16),
+        span_id: span.to_string(),
+        message_index: Some(0),
+        time_ns: 5,
+        name: "gen_ai.user.message".into(),
+        body: serde_json::Map::new(),
+    };
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let store = Store::open(dir.path(), false).unwrap();
+        assert!(store.span_logs(&"aa".repeat(16), "s1").unwrap().is_empty());
+        apply_group(
+            &store,
+            &[Work::Received {
+                spans: Vec::new(),
+                logs: vec![event("s1")],
+                outbox: None,
+            }],
+            1,
+        )
+        .unwrap();
+        assert_eq!(
+            store.span_logs(&"aa".repeat(16), "s1").unwrap(),
+            vec![event("s1")]
+        );
+    }
+    let reopened = Store::open(dir.path(), false).unwrap();
+    assert_eq!(
+        reopened.span_logs(&"aa".repeat(16), "s1").unwrap(),
+        vec![event("s1")]
+    );
+    assert!(reopened
+        .span_logs(&"aa".repeat(16), "s2")
+        .unwrap()
+        .is_empty());
+}
