@@ -3,7 +3,7 @@
 //! build on. Opening is in `store::open`; the domain reads and writes are in the modules named
 //! after what they read and write.
 
-use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
 use std::sync::Mutex;
 
 use serde::de::DeserializeOwned;
@@ -41,6 +41,9 @@ pub struct Store {
     pub(super) alias_conflicts: AtomicU64,
     /// Where lineage is looked for (see `store::lineage_index`).
     pub(super) lineage_mode: AtomicU8,
+    /// Whether a log record may be stored: false while the store has never held one since it
+    /// was opened empty of them, so a span's log records are not looked for (a scan each).
+    pub(super) span_logs_stored: AtomicBool,
 }
 
 /// A set of writes committed atomically by [`Store::commit`].
@@ -133,6 +136,7 @@ impl Store {
             recent: Mutex::new(Default::default()),
             alias_conflicts: AtomicU64::new(0),
             lineage_mode: AtomicU8::new(0),
+            span_logs_stored: AtomicBool::new(false),
         }
     }
 

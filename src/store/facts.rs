@@ -4,7 +4,9 @@
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
-use super::core::{decode, Store};
+use std::sync::atomic::Ordering;
+
+use super::core::{decode, Store, WriteBatch};
 use super::error::StoreError;
 use super::keys::{self, cf, Cf};
 use crate::domain::{ChainRef, IdMap, MessageHash, MessageRef, MessageShape};
@@ -130,9 +132,25 @@ impl Store {
 
     /// The legacy GenAI events received as log records for one span, in their order.
     pub fn span_logs(&self, trace_id: &str, span_id: &str) -> Result<Vec<LogEvent>, StoreError> {
+        if !self.span_logs_stored.load(Ordering::Acquire) {
+            return Ok(Vec::new());
+        }
         let mut prefix = keys::span_key(trace_id, span_id);
         prefix.push(0);
         self.scan_json(cf::SPAN_LOGS, &prefix)
+    }
+
+    /// Notes whether the store holds a log record (when it is opened).
+    pub(super) fn note_stored_span_logs(&self) -> Result<(), StoreError> {
+        let mut any = false;
+        self.scan(cf::SPAN_LOGS, b"", b"", |_, _| {
+            any = true;
+            Ok(false)
+        })?;
+        if any {
+            self.span_logs_stored.store(true, Ordering::Release);
+        }
+        Ok(())
     }
 
     /// Stored log records timed at or before `cutoff_ns` whose span has not arrived as a model
@@ -187,5 +205,14 @@ impl Store {
             Ok(true)
         })?;
         Ok(out)
+    }
+}
+
+impl WriteBatch<'_> {
+    /// Puts a log record of a span (JSON) under `key` (`trace span \0 order key`); from now on
+    /// the store looks for a span's log records.
+    pub fn put_span_log(&mut self, key: &[u8], event: &LogEvent) -> Result<(), StoreError> {
+        self.store.span_logs_stored.store(true, Ordering::Release);
+        self.put_json(cf::SPAN_LOGS, key, event)
     }
 }

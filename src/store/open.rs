@@ -38,6 +38,7 @@ impl Store {
     /// and migrates an older schema. `place` names the storage in errors.
     pub fn over(kv: Box<dyn KvStore>, sync: bool, place: &str) -> Result<Store, StoreError> {
         let store = Store::assemble(kv, sync);
+        store.note_stored_span_logs()?;
         let migrate = check_schema(store.kv.as_ref(), place)?;
         store
             .next_run_key

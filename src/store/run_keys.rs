@@ -60,6 +60,13 @@ impl WriteBatch<'_> {
         Ok(key)
     }
 
+    /// True when this batch gave the run its key: nothing of the run's history is committed
+    /// under it, so a message or history node of the run is stored only if this batch put it
+    /// (no need to ask the store).
+    pub fn gave_key(&self, run_id: &str) -> bool {
+        self.run_keys.assigned.contains_key(run_id)
+    }
+
     /// Deletes a run's messages, history nodes, snapshots and model-request records, and its key
     /// (a merged run).
     pub fn delete_run_history(&mut self, run_id: &str) -> Result<(), StoreError> {

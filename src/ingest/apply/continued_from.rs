@@ -141,6 +141,16 @@ fn hold_snapshots(
     scope: ScopeKey,
     snapshots: &[SnapshotRecord],
 ) -> Result<(), StoreError> {
+    // The stored holders of every tip not held in this group, read with one multi-get.
+    let mut tips: Vec<NodeId> = snapshots.iter().filter_map(|s| s.history.tip).collect();
+    tips.sort_unstable();
+    tips.dedup();
+    tips.retain(|tip| !group.holders.contains_key(&(scope, *tip)));
+    let stored: HashMap<NodeId, Option<(u64, String)>> = tips
+        .iter()
+        .copied()
+        .zip(store.lineage_holders(&scope, &tips)?)
+        .collect();
     let mut last = None;
     for snapshot in snapshots {
         let Some(tip) = snapshot.history.tip else {
@@ -153,7 +163,7 @@ fn hold_snapshots(
         let key = (scope, tip);
         let holder = match group.holders.get(&key) {
             Some(h) => Some(h.clone()),
-            None => store.lineage_holders(&scope, &[tip])?.pop().flatten(),
+            None => stored.get(&tip).cloned().flatten(),
         };
         let me = (run.started_ns, run.run_id.clone());
         if holder

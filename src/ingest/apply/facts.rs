@@ -47,7 +47,7 @@ pub(super) fn add_fact(
         batch,
         run_id,
         work,
-        (&i.fact, previous),
+        (&i.fact, &stored, previous),
         &chains,
         bodies,
     )?;
@@ -78,12 +78,13 @@ pub(super) fn write_fact(
     };
     let previous = work.all.as_ref().and_then(|all| all.get(&fact.span_id));
     let previous = previous.and_then(request_start);
+    let stored = chains.stored(fact);
     write_fact_with(
         store,
         batch,
         run_id,
         work,
-        (fact, previous),
+        (fact, &stored, previous),
         &chains,
         bodies,
     )?;
@@ -141,20 +142,20 @@ struct Bodies<'a> {
     shared: &'a SharedMessages,
 }
 
-/// Writes a fact (with the start of the span's previous fact, when that was a model request:
-/// see [`WriteBatch::note_fact`]), its history nodes and the message bodies the run lacks.
+/// Writes a fact in its stored form `stored` (with the start of the span's previous fact, when
+/// that was a model request: see [`WriteBatch::note_fact`]), its history nodes and the message
+/// bodies the run lacks.
 fn write_fact_with(
     store: &Store,
     batch: &mut WriteBatch<'_>,
     run_id: &str,
     work: &mut RunWork,
-    (fact, previous_start): (&SpanFact, Option<u64>),
+    (fact, stored, previous_start): (&SpanFact, &StoredFact, Option<u64>),
     chains: &FactChains,
     bodies: Bodies<'_>,
 ) -> Result<(), StoreError> {
-    let stored = chains.stored(fact);
-    batch.put_json(cf::FACTS, &keys::run_child(run_id, &fact.span_id), &stored)?;
-    batch.note_fact(run_id, previous_start, &stored)?;
+    batch.put_json(cf::FACTS, &keys::run_child(run_id, &fact.span_id), stored)?;
+    batch.note_fact(run_id, previous_start, stored)?;
     // Messages before the first new node of a history are stored already (a node is written
     // with its message); the others may be new.
     let mut maybe_new: IdSet<&MessageHash> = IdSet::default();
@@ -189,7 +190,9 @@ fn write_fact_with(
         if !maybe_new.contains(hash) || work.known_messages.contains(hash) {
             continue;
         }
-        if !store.has_message(run_id, hash)? {
+        // A run this batch gave its key has no message committed (and the ones this group put
+        // are in `known_messages`).
+        if batch.gave_key(run_id) || !store.has_message(run_id, hash)? {
             batch.put_message(run_id, hash, body)?;
         }
         work.known_messages.insert(*hash);
@@ -211,7 +214,10 @@ fn write_chain(
     let mut from = ids.len();
     while from > 0 {
         let id = &ids[from - 1];
-        if work.known_nodes.contains(id) || store.has_node(run_id, id)? {
+        // A run this batch gave its key has no node committed: only the group's are known.
+        if work.known_nodes.contains(id)
+            || (!batch.gave_key(run_id) && store.has_node(run_id, id)?)
+        {
             break;
         }
         from -= 1;

@@ -3,6 +3,7 @@
 //! delegate run links to the run of the tool span it nests in; children stored before their
 //! grouping span arrived (an orphan run) are merged into the run above it.
 
+use std::cell::RefCell;
 use std::collections::HashMap;
 
 use super::facts::write_fact;
@@ -30,6 +31,10 @@ pub(super) struct Links<'a> {
 pub(super) struct Groups {
     /// The span each grouping span of this group names as its run key, by `(trace, span)`.
     parents: HashMap<(String, String), String>,
+    /// What the store said of spans not in `parents`, by `(trace, span)`: every span of a run
+    /// names the same run key span, so the store is asked once per run, not once per span
+    /// (the store does not change while the group is applied).
+    stored: RefCell<HashMap<(String, String), Option<String>>>,
 }
 
 /// Deepest nesting of grouping spans followed when resolving a run.
@@ -84,9 +89,10 @@ impl Groups {
     fn follow(&self, store: &Store, trace: &str, mut key: String) -> Result<String, StoreError> {
         let trace = &trace.to_string();
         for _ in 0..MAX_GROUP_DEPTH {
-            let parent = match self.parents.get(&(trace.clone(), key.clone())) {
+            let at = (trace.clone(), key.clone());
+            let parent = match self.parents.get(&at) {
                 Some(p) => Some(p.clone()),
-                None => store.group_parent(trace, &key)?,
+                None => self.stored_parent(store, at)?,
             };
             match parent {
                 Some(p) if p != key => key = p,
@@ -94,6 +100,22 @@ impl Groups {
             }
         }
         Ok(format!("{trace}-{key}"))
+    }
+}
+
+impl Groups {
+    /// The stored parent of grouping span `at`, asked of the store once per group.
+    fn stored_parent(
+        &self,
+        store: &Store,
+        at: (String, String),
+    ) -> Result<Option<String>, StoreError> {
+        if let Some(known) = self.stored.borrow().get(&at) {
+            return Ok(known.clone());
+        }
+        let parent = store.group_parent(&at.0, &at.1)?;
+        self.stored.borrow_mut().insert(at, parent.clone());
+        Ok(parent)
     }
 }
 

@@ -23,7 +23,7 @@ pub(super) fn put_logs<'e>(
         let mut key = keys::span_key(&e.trace_id, &e.span_id);
         key.push(0);
         key.extend_from_slice(&e.order_key());
-        batch.put_json(cf::SPAN_LOGS, &key, e)?;
+        batch.put_span_log(&key, e)?;
         logs.entry((e.trace_id.clone(), e.span_id.clone()))
             .or_default()
             .push(e.clone());

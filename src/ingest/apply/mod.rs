@@ -21,6 +21,8 @@ mod abandon;
 mod continued_from;
 #[cfg(test)]
 mod continued_from_tests;
+#[cfg(test)]
+mod cost_tests;
 mod delete;
 #[cfg(test)]
 mod delete_tests;

@@ -40,7 +40,14 @@ pub(super) fn write_run(
         return Ok(());
     }
     let work = load_full(store, runs, run_id)?;
-    let facts: Vec<SpanFact> = work.all.iter().flat_map(|a| a.values().cloned()).collect();
+    // The run is written once per group, last: its facts move out of the work set (nothing
+    // reads them after this), not copied.
+    let facts: Vec<SpanFact> = work
+        .all
+        .take()
+        .into_iter()
+        .flat_map(|a| a.into_values())
+        .collect();
     let mut derived = derive(run_id, &facts, &work.meta);
     // A run waiting on calls takes the answers known for them, and is derived again with them.
     if super::interactions::note_waiting(
@@ -122,8 +129,11 @@ pub(super) fn write_run(
         Some(state) => batch.put_json(cf::RUN_STATE, run_id.as_bytes(), state)?,
         None => batch.delete(cf::RUN_STATE, run_id.as_bytes())?,
     }
-    for key in store.keys_with_prefix(cf::RUN_STATE, &keys::run_prefix(run_id))? {
-        batch.delete(cf::RUN_STATE, &key)?;
+    // Call counts are written with the run record: a run without one has none to clear.
+    if work.old.is_some() {
+        for key in store.keys_with_prefix(cf::RUN_STATE, &keys::run_prefix(run_id))? {
+            batch.delete(cf::RUN_STATE, &key)?;
+        }
     }
     let mut counts: BTreeMap<&str, u32> = BTreeMap::new();
     for e in &derived.effects {

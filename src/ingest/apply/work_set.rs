@@ -55,8 +55,18 @@ pub(super) fn load<'a>(
     run_id: &str,
 ) -> Result<&'a mut RunWork, StoreError> {
     if !runs.contains_key(run_id) {
+        let old = store
+            .run_record(run_id)
+            .map_err(|e| e.in_run(run_id, None))?;
+        // A run without a record is derived in full when written (there is nothing to append
+        // to), so its facts are read now, with one scan: each span added then is checked
+        // against them instead of with a read of its own.
+        let all = match old {
+            Some(_) => None,
+            None => Some(stored_facts(store, run_id)?),
+        };
         let work = RunWork {
-            all: None,
+            all,
             added: BTreeMap::new(),
             full: false,
             known_messages: IdSet::default(),
@@ -66,9 +76,7 @@ pub(super) fn load<'a>(
                 .run_meta(run_id)
                 .map_err(|e| e.in_run(run_id, None))?
                 .unwrap_or_default(),
-            old: store
-                .run_record(run_id)
-                .map_err(|e| e.in_run(run_id, None))?,
+            old,
             dirty: false,
             order: runs.len(),
         };
@@ -88,18 +96,23 @@ pub(super) fn load_full<'a>(
 ) -> Result<&'a mut RunWork, StoreError> {
     let work = load(store, runs, run_id)?;
     if work.all.is_none() {
-        let mut all: BTreeMap<String, SpanFact> = store
-            .facts(run_id)
-            .map_err(|e| e.in_run(run_id, None))?
-            .into_iter()
-            .map(|f| (f.span_id.clone(), f))
-            .collect();
+        let mut all = stored_facts(store, run_id)?;
         for (span, fact) in &work.added {
             all.insert(span.clone(), fact.clone());
         }
         work.all = Some(all);
     }
     Ok(work)
+}
+
+/// Every fact stored for the run, by span id.
+fn stored_facts(store: &Store, run_id: &str) -> Result<BTreeMap<String, SpanFact>, StoreError> {
+    Ok(store
+        .facts(run_id)
+        .map_err(|e| e.in_run(run_id, None))?
+        .into_iter()
+        .map(|f| (f.span_id.clone(), f))
+        .collect())
 }
 
 /// The fact of `span_id` already known for the run (added by this group or stored), in its
