@@ -3,6 +3,7 @@
 
 mod cli;
 
+use std::ffi::{c_int, c_long};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -49,7 +50,35 @@ where
     tracing_subscriber::fmt::layer().with_writer(std::io::stderr)
 }
 
+/// mimalloc's `mi_option_purge_delay`: milliseconds before freed memory goes back to the OS
+/// (1000 by default in mimalloc 3, 10 in mimalloc 2; 15 in the option enum of both).
+const MI_OPTION_PURGE_DELAY: c_int = 15;
+/// The defaults of that option in the mimalloc versions the `mimalloc` crate builds.
+const MI_PURGE_DELAY_DEFAULTS: [c_long; 2] = [1000, 10];
+
+extern "C" {
+    fn mi_option_get(option: c_int) -> c_long;
+    fn mi_option_set(option: c_int, value: c_long);
+}
+
+/// Lets mimalloc give freed pages back to the OS at once rather than a second later: between
+/// bursts of ingest (each request builds and drops megabytes of JSON values) the pages freed
+/// otherwise stay resident, about 30 MB of the resident set under the agent-span load, at no
+/// measurable cost in throughput. Set only while the option still holds its default, so that
+/// another `MIMALLOC_PURGE_DELAY` from the environment wins and another option layout is left
+/// alone.
+fn purge_freed_memory_at_once() {
+    // SAFETY: both functions only read or write mimalloc's option table, which is initialised
+    // before main; the index is checked against the option's known defaults first.
+    unsafe {
+        if MI_PURGE_DELAY_DEFAULTS.contains(&mi_option_get(MI_OPTION_PURGE_DELAY)) {
+            mi_option_set(MI_OPTION_PURGE_DELAY, 0);
+        }
+    }
+}
+
 fn main() -> ExitCode {
+    purge_freed_memory_at_once();
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
         Err(e) => {
