@@ -81,8 +81,36 @@ fn purge_freed_memory_at_once() {
     }
 }
 
+/// glibc's `mallopt` parameter for the number of malloc arenas.
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+const M_ARENA_MAX: c_int = -8;
+
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+extern "C" {
+    fn mallopt(param: c_int, value: c_int) -> c_int;
+}
+
+/// Keeps RocksDB's C++ allocations (glibc malloc; Rust's go to mimalloc) in one malloc arena
+/// instead of one per thread that allocated: memtable blocks are allocated by writers and freed
+/// by flush threads, and each arena kept its own freed memory. About 30 MB less resident under
+/// the agent-span load, same throughput. Left alone when `MALLOC_ARENA_MAX` or
+/// `GLIBC_TUNABLES` is set.
+fn one_malloc_arena() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    if std::env::var_os("MALLOC_ARENA_MAX").is_none()
+        && std::env::var_os("GLIBC_TUNABLES").is_none()
+    {
+        // SAFETY: mallopt only changes a malloc setting; it is called before any other thread
+        // starts. A refusal (0) leaves the default, which is fine.
+        unsafe {
+            mallopt(M_ARENA_MAX, 1);
+        }
+    }
+}
+
 fn main() -> ExitCode {
     purge_freed_memory_at_once();
+    one_malloc_arena();
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
         Err(e) => {
