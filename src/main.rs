@@ -3,6 +3,7 @@
 
 mod cli;
 
+use std::ffi::{c_int, c_long};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -49,7 +50,67 @@ where
     tracing_subscriber::fmt::layer().with_writer(std::io::stderr)
 }
 
+/// mimalloc's `mi_option_purge_delay`: milliseconds before freed memory goes back to the OS
+/// (1000 by default in mimalloc 3, 10 in mimalloc 2; 15 in the option enum of both).
+const MI_OPTION_PURGE_DELAY: c_int = 15;
+/// The defaults of that option in the mimalloc versions the `mimalloc` crate builds.
+const MI_PURGE_DELAY_DEFAULTS: [c_long; 2] = [1000, 10];
+
+extern "C" {
+    fn mi_option_get(option: c_int) -> c_long;
+    fn mi_option_set(option: c_int, value: c_long);
+}
+
+/// Lets mimalloc give freed pages back to the OS at once rather than a second later: between
+/// bursts of ingest (each request builds and drops megabytes of JSON values) the pages freed
+/// otherwise stay resident: 30 to 60 MB of the resident set under the agent-span and 500-span
+/// loads. The cost is page faults on reuse: no measurable change in agent-span throughput, about
+/// 10% fewer plain spans per second in 500-span requests (`MIMALLOC_PURGE_DELAY=1000` takes the
+/// other side of that trade). Left alone when `MIMALLOC_PURGE_DELAY` is set, and unless the
+/// option holds a known default (so that another option layout is not written to).
+fn purge_freed_memory_at_once() {
+    if std::env::var_os("MIMALLOC_PURGE_DELAY").is_some() {
+        return;
+    }
+    // SAFETY: both functions only read or write mimalloc's option table, which is initialised
+    // before main; the index is checked against the option's known defaults first.
+    unsafe {
+        if MI_PURGE_DELAY_DEFAULTS.contains(&mi_option_get(MI_OPTION_PURGE_DELAY)) {
+            mi_option_set(MI_OPTION_PURGE_DELAY, 0);
+        }
+    }
+}
+
+/// glibc's `mallopt` parameter for the number of malloc arenas.
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+const M_ARENA_MAX: c_int = -8;
+
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+extern "C" {
+    fn mallopt(param: c_int, value: c_int) -> c_int;
+}
+
+/// Keeps RocksDB's C++ allocations (glibc malloc; Rust's go to mimalloc) in one malloc arena
+/// instead of one per thread that allocated: memtable blocks are allocated by writers and freed
+/// by flush threads, and each arena kept its own freed memory. About 30 MB less resident under
+/// the agent-span load, same throughput. Left alone when `MALLOC_ARENA_MAX` or
+/// `GLIBC_TUNABLES` is set.
+fn one_malloc_arena() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    if std::env::var_os("MALLOC_ARENA_MAX").is_none()
+        && std::env::var_os("GLIBC_TUNABLES").is_none()
+    {
+        // SAFETY: mallopt only changes a malloc setting; it is called before any other thread
+        // starts. A refusal (0) leaves the default, which is fine.
+        unsafe {
+            mallopt(M_ARENA_MAX, 1);
+        }
+    }
+}
+
 fn main() -> ExitCode {
+    purge_freed_memory_at_once();
+    one_malloc_arena();
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
         Err(e) => {

@@ -20,6 +20,7 @@ use crate::ingest::{Ingest, IngestCounters};
 use crate::interpreter::prefix_memo;
 use crate::media::MediaCounters;
 use crate::store::keys::cf;
+use crate::store::kv::KvMemory;
 use crate::store::Store;
 
 /// The content type `/metrics` is served with.
@@ -45,6 +46,42 @@ pub struct StoreGauges {
     pub history_cache_messages: u64,
     /// Alias claims refused because another run owns the alias (since the start).
     pub alias_conflicts: u64,
+    /// What the key-value store (RocksDB) holds in memory.
+    pub kv_memory: KvMemory,
+    /// The process's memory, when the platform says.
+    pub process: Option<ProcessMemory>,
+}
+
+/// The process's resident memory, in bytes (from `/proc/self/status` on Linux).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ProcessMemory {
+    /// Resident set size now (`VmRSS`).
+    pub resident: u64,
+    /// The largest resident set size since the start (`VmHWM`).
+    pub peak_resident: u64,
+}
+
+impl ProcessMemory {
+    /// Reads the process's memory; `None` where `/proc/self/status` is not there or says
+    /// neither.
+    pub fn read() -> Option<Self> {
+        std::fs::read_to_string("/proc/self/status")
+            .ok()
+            .and_then(|status| Self::parse(&status))
+    }
+
+    /// The `VmRSS` and `VmHWM` lines of a `/proc/<pid>/status` text (in kB there).
+    fn parse(status: &str) -> Option<Self> {
+        let kib = |field: &str| -> Option<u64> {
+            let line = status.lines().find_map(|l| l.strip_prefix(field))?;
+            let number = line.trim().strip_suffix("kB")?.trim();
+            number.parse::<u64>().ok()?.checked_mul(1024)
+        };
+        Some(Self {
+            resident: kib("VmRSS:")?,
+            peak_resident: kib("VmHWM:")?,
+        })
+    }
 }
 
 impl StoreGauges {
@@ -60,6 +97,8 @@ impl StoreGauges {
             outbox_entries: store.estimated_keys(cf::OUTBOX).ok()?,
             history_cache_messages: store.history_cache_messages() as u64,
             alias_conflicts: store.alias_conflicts(),
+            kv_memory: store.kv().memory(),
+            process: ProcessMemory::read(),
         })
     }
 }
@@ -278,7 +317,66 @@ fn encode_store(encoder: &mut DescriptorEncoder, g: StoreGauges) -> Result<(), f
         "stepline_alias_conflicts",
         "Alias claims refused because another run owns the alias.",
         g.alias_conflicts,
-    )
+    )?;
+    encode_memory(encoder, g.kv_memory, g.process)
+}
+
+/// RocksDB's memory and the process's.
+fn encode_memory(
+    encoder: &mut DescriptorEncoder,
+    kv: KvMemory,
+    process: Option<ProcessMemory>,
+) -> Result<(), fmt::Error> {
+    let gauges = [
+        (
+            "stepline_rocksdb_memtable_bytes",
+            "Bytes of RocksDB memtables, over every column family (those being flushed included).",
+            kv.memtables,
+        ),
+        (
+            "stepline_rocksdb_memtable_budget_bytes",
+            "Budget of all RocksDB memtables together (writes wait past it until a flush ends).",
+            kv.memtable_budget,
+        ),
+        (
+            "stepline_rocksdb_block_cache_bytes",
+            "Bytes in use in RocksDB's block cache (data, index and filter blocks).",
+            kv.block_cache,
+        ),
+        (
+            "stepline_rocksdb_block_cache_pinned_bytes",
+            "Bytes of RocksDB's block cache pinned by readers (not evictable now).",
+            kv.block_cache_pinned,
+        ),
+        (
+            "stepline_rocksdb_block_cache_capacity_bytes",
+            "Capacity of RocksDB's block cache.",
+            kv.block_cache_capacity,
+        ),
+        (
+            "stepline_rocksdb_table_readers_bytes",
+            "Bytes of RocksDB's table readers outside the block cache (estimate).",
+            kv.table_readers,
+        ),
+    ];
+    for (name, help, value) in gauges {
+        gauge(encoder, name, help, value)?;
+    }
+    if let Some(process) = process {
+        gauge(
+            encoder,
+            "process_resident_memory_bytes",
+            "Resident memory size of the process.",
+            process.resident,
+        )?;
+        gauge(
+            encoder,
+            "stepline_process_peak_resident_memory_bytes",
+            "The largest resident memory size of the process since it started.",
+            process.peak_resident,
+        )?;
+    }
+    Ok(())
 }
 
 /// Each exporter's counters and queue gauges, labelled `exporter="<id>"`.
@@ -553,6 +651,32 @@ mod tests {
             );
         }
         assert!(sample(&text, "stepline_runs_running").is_some(), "{text}");
+        // RocksDB's memory: the ingest wrote to the memtables, within their budget.
+        let memtables = sample(&text, "stepline_rocksdb_memtable_bytes").unwrap();
+        let budget = sample(&text, "stepline_rocksdb_memtable_budget_bytes").unwrap();
+        assert!(memtables > 0 && memtables <= budget, "{text}");
+        let kv = store.kv().memory();
+        assert_eq!(budget, kv.memtable_budget, "{text}");
+        let capacity = sample(&text, "stepline_rocksdb_block_cache_capacity_bytes").unwrap();
+        assert!(
+            capacity > 0 && capacity == kv.block_cache_capacity,
+            "{text}"
+        );
+        for name in [
+            "stepline_rocksdb_block_cache_bytes",
+            "stepline_rocksdb_block_cache_pinned_bytes",
+            "stepline_rocksdb_table_readers_bytes",
+        ] {
+            assert!(
+                sample(&text, name).is_some_and(|v| v <= capacity),
+                "{name}: {text}"
+            );
+        }
+        if cfg!(target_os = "linux") {
+            let resident = sample(&text, "process_resident_memory_bytes").unwrap();
+            let peak = sample(&text, "stepline_process_peak_resident_memory_bytes").unwrap();
+            assert!(resident > 1 << 20 && peak >= resident, "{text}");
+        }
         assert!(sample(&text, "stepline_history_cache_messages").is_some());
         assert_eq!(sample(&text, "stepline_media_stored_total"), Some(0));
         assert_eq!(sample(&text, "stepline_rendered_cache_bytes"), Some(0));
@@ -564,5 +688,30 @@ mod tests {
             assert!(budget.is_some_and(|b| b > 0), "{cache}: {text}");
             assert!(sample(&text, &format!("stepline_cache_bytes{{cache=\"{cache}\"}}")).is_some());
         }
+    }
+
+    #[test]
+    fn process_memory_reads_the_resident_lines_of_proc_status() {
+        let status =
+            "Name:\tstepline\nVmPeak:\t 2000 kB\nVmHWM:\t    3072 kB\nVmRSS:\t    1024 kB\n";
+        assert_eq!(
+            ProcessMemory::parse(status),
+            Some(ProcessMemory {
+                resident: 1024 * 1024,
+                peak_resident: 3072 * 1024,
+            })
+        );
+        assert_eq!(ProcessMemory::parse("VmRSS:\t1 kB\n"), None, "no VmHWM");
+        assert_eq!(
+            ProcessMemory::parse("VmRSS:\tlots kB\nVmHWM:\t1 kB\n"),
+            None
+        );
+        assert_eq!(
+            ProcessMemory::parse("VmRSS:\t1\nVmHWM:\t1 kB\n"),
+            None,
+            "no unit"
+        );
+        let overflow = format!("VmRSS:\t{} kB\nVmHWM:\t1 kB\n", u64::MAX);
+        assert_eq!(ProcessMemory::parse(&overflow), None);
     }
 }

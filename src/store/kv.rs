@@ -97,6 +97,24 @@ impl KvBatch {
     }
 }
 
+/// What a [`KvStore`] holds in memory, in bytes (0 where the backend does not say).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct KvMemory {
+    /// Memtables of every column family: the ones taking writes, and the ones being flushed.
+    pub memtables: u64,
+    /// The budget of all memtables together.
+    pub memtable_budget: u64,
+    /// The block cache in use (data, index and filter blocks, and memtable reservations when the
+    /// memtables are charged to it).
+    pub block_cache: u64,
+    /// The part of the block cache held by readers or pinned, which cannot be evicted now.
+    pub block_cache_pinned: u64,
+    /// The block cache's capacity.
+    pub block_cache_capacity: u64,
+    /// Table readers of the open data files, beside the block cache.
+    pub table_readers: u64,
+}
+
 /// An ordered key-value store with column families.
 pub trait KvStore: Send + Sync {
     /// The value of `key`, none when absent.
@@ -145,4 +163,9 @@ pub trait KvStore: Send + Sync {
 
     /// Bytes of `cf`'s live data files on disk (0 in memory).
     fn live_bytes(&self, cf: Cf) -> u64;
+
+    /// What the backend holds in memory (all 0 where it does not keep such buffers).
+    fn memory(&self) -> KvMemory {
+        KvMemory::default()
+    }
 }

@@ -1,28 +1,50 @@
-//! The RocksDB implementation of [`KvStore`]: the database on disk, with its tuning (one block
-//! cache shared by the column families, small outbox memtables, memtable bloom filters for the
-//! column families probed for absent keys).
+//! The RocksDB implementation of [`KvStore`]: the database on disk, with its tuning. RocksDB's
+//! memory is bounded by two budgets: [`MEMTABLE_BUDGET_BYTES`] over the memtables of every
+//! column family (one write buffer manager), and [`BLOCK_CACHE_BYTES`], one block cache shared
+//! by the column families that also holds their index and filter blocks (so table readers do not
+//! grow with the data on disk). Memtable bloom filters serve the column families probed for
+//! absent keys.
 
 use std::path::Path;
 
-use rocksdb::{ColumnFamilyDescriptor, Direction, IteratorMode, Options, WriteOptions, DB};
+use rocksdb::{
+    BlockBasedOptions, Cache, ColumnFamilyDescriptor, Direction, IteratorMode, Options,
+    WriteBufferManager, WriteOptions, DB,
+};
 
 use super::column::Cf;
 use super::error::StoreError;
-use super::kv::{KvBatch, KvStore, Op, Visit};
+use super::kv::{KvBatch, KvMemory, KvStore, Op, Visit};
 
-/// Bytes of the block cache shared by the column families.
-pub const BLOCK_CACHE_BYTES: usize = 64 * 1024 * 1024;
+/// Bytes of the block cache shared by the column families: data blocks, and the index and
+/// filter blocks of every table file.
+pub const BLOCK_CACHE_BYTES: usize = 32 * 1024 * 1024;
+/// Bytes of all memtables together, over every column family: past 90% of it the column family
+/// with the oldest memtable is flushed (which also lets the oldest write-ahead log go), and
+/// writers wait while the memtables (those being flushed included) hold more than all of it.
+pub const MEMTABLE_BUDGET_BYTES: usize = 64 * 1024 * 1024;
+/// Memtable size of each column family: small, so that a memtable's arena blocks (an eighth of
+/// it each) stay small beside [`MEMTABLE_BUDGET_BYTES`] while a column family is written.
+pub const MEMTABLE_BYTES: usize = 16 * 1024 * 1024;
 /// Memtable size of the outbox column family.
 pub const OUTBOX_MEMTABLE_BYTES: usize = 8 * 1024 * 1024;
-/// Size of the in-memory bloom filter of a memtable, as a fraction of the memtable's size (64 MiB
-/// by default: 640 KiB of filter each), for the column families in [`MEMTABLE_BLOOM_CFS`].
+/// Bytes of write-ahead log kept before the column families holding the oldest one are flushed:
+/// bounds the log on disk when some column families are written rarely (without it, a column
+/// family written once kept every later log alive: gigabytes within minutes of agent load).
+pub const MAX_WAL_BYTES: u64 = 4 * MEMTABLE_BUDGET_BYTES as u64;
+/// Size of the in-memory bloom filter of a memtable, as a fraction of the memtable's size
+/// ([`MEMTABLE_BYTES`]: 160 KiB of filter each), for the column families in
+/// [`PROBED_CFS`].
 pub const MEMTABLE_BLOOM_RATIO: f64 = 0.01;
+/// Bits per key of the bloom filters in the table files of [`PROBED_CFS`] (about 1% false
+/// positives). Older files without a filter read as before.
+pub const BLOOM_BITS_PER_KEY: f64 = 10.0;
 /// Column families that ingest probes for keys that are mostly absent (is this fact, message,
 /// history node, tool-call count, span or grouping span stored yet?). Their memtables keep a
 /// whole-key bloom filter, so such a probe costs a few bit tests instead of a search of a skip
-/// list that grows with everything written since the last flush. Memory only: the files on disk
-/// are the same.
-pub const MEMTABLE_BLOOM_CFS: [Cf; 6] = [
+/// list, and so do their table files ([`BLOOM_BITS_PER_KEY`]), so that it need not read an index
+/// and a data block of every level-0 file the small memtables leave.
+pub const PROBED_CFS: [Cf; 6] = [
     Cf::Facts,
     Cf::Messages,
     Cf::History,
@@ -31,44 +53,63 @@ pub const MEMTABLE_BLOOM_CFS: [Cf; 6] = [
     Cf::GroupSpans,
 ];
 
-/// A RocksDB database holding every column family of [`Cf`].
+/// A RocksDB database holding every column family of [`Cf`], with the block cache and write
+/// buffer manager it was opened with (kept for [`KvStore::memory`]).
 pub struct RocksKv {
     db: DB,
+    cache: Cache,
+    cache_capacity: usize,
+    write_buffers: WriteBufferManager,
 }
 
 impl RocksKv {
     /// Opens (creating if needed) the database in `dir` with every column family.
     pub fn open(dir: &Path) -> Result<RocksKv, StoreError> {
+        // One block cache for every column family, so a continuation's reads of a hot run hit
+        // uncompressed blocks.
+        let cache = Cache::new_lru_cache(BLOCK_CACHE_BYTES);
+        let write_buffers =
+            WriteBufferManager::new_write_buffer_manager(MEMTABLE_BUDGET_BYTES, true);
+        let table = table_options(&cache, false);
+        let probed = table_options(&cache, true);
         let mut options = Options::default();
         options.create_if_missing(true);
         options.create_missing_column_families(true);
+        options.increase_parallelism(2);
+        options.set_write_buffer_manager(&write_buffers);
+        options.set_max_total_wal_size(MAX_WAL_BYTES);
+        // The column family options of the default column family ([`Cf::Meta`]).
+        options.set_block_based_table_factory(&table);
         options.set_compression_type(rocksdb::DBCompressionType::Lz4);
         options.set_bottommost_compression_type(rocksdb::DBCompressionType::Zstd);
-        options.increase_parallelism(2);
-        // One block cache for every column family, so a continuation's reads of a hot run hit
-        // uncompressed blocks.
-        let cache = rocksdb::Cache::new_lru_cache(BLOCK_CACHE_BYTES);
-        let mut table = rocksdb::BlockBasedOptions::default();
-        table.set_block_cache(&cache);
+        options.set_write_buffer_size(MEMTABLE_BYTES);
         let descriptors = Cf::NAMED.iter().map(|cf| {
             let mut cf_options = Options::default();
-            cf_options.set_block_based_table_factory(&table);
             cf_options.set_compression_type(rocksdb::DBCompressionType::Lz4);
             cf_options.set_bottommost_compression_type(rocksdb::DBCompressionType::Zstd);
+            cf_options.set_write_buffer_size(MEMTABLE_BYTES);
             if *cf == Cf::Outbox {
                 // Entries live briefly (deleted once sent): small memtables bound the memory the
                 // outbox takes to OUTBOX_MEMTABLE_BYTES x 2, whatever the backlog.
                 cf_options.set_write_buffer_size(OUTBOX_MEMTABLE_BYTES);
                 cf_options.set_max_write_buffer_number(2);
             }
-            if MEMTABLE_BLOOM_CFS.contains(cf) {
+            if PROBED_CFS.contains(cf) {
+                cf_options.set_block_based_table_factory(&probed);
                 cf_options.set_memtable_whole_key_filtering(true);
                 cf_options.set_memtable_prefix_bloom_ratio(MEMTABLE_BLOOM_RATIO);
+            } else {
+                cf_options.set_block_based_table_factory(&table);
             }
             ColumnFamilyDescriptor::new(cf.name(), cf_options)
         });
         let db = DB::open_cf_descriptors(&options, dir, descriptors)?;
-        let kv = RocksKv { db };
+        let kv = RocksKv {
+            db,
+            cache,
+            cache_capacity: BLOCK_CACHE_BYTES,
+            write_buffers,
+        };
         for cf in Cf::EVERY {
             kv.handle(cf)?;
         }
@@ -80,6 +121,32 @@ impl RocksKv {
             .cf_handle(cf.name())
             .ok_or(StoreError::MissingColumnFamily(cf))
     }
+
+    /// The sum of an integer property over every column family (those that do not answer count
+    /// 0).
+    fn sum_property(&self, property: &str) -> u64 {
+        Cf::EVERY
+            .iter()
+            .filter_map(|cf| self.handle(*cf).ok())
+            .filter_map(|h| self.db.property_int_value_cf(h, property).ok().flatten())
+            .fold(0u64, u64::saturating_add)
+    }
+}
+
+/// Block-based table options over the shared `cache`: index and filter blocks live in the block
+/// cache, within its budget, instead of beside it in every open table file (those of level 0,
+/// read by every lookup, stay pinned there); `bloom` adds a whole-key filter to each file.
+fn table_options(cache: &Cache, bloom: bool) -> BlockBasedOptions {
+    let mut table = BlockBasedOptions::default();
+    table.set_block_cache(cache);
+    table.set_cache_index_and_filter_blocks(true);
+    table.set_cache_index_and_filter_blocks_with_high_priority(true);
+    table.set_pin_l0_filter_and_index_blocks_in_cache(true);
+    if bloom {
+        table.set_bloom_filter(BLOOM_BITS_PER_KEY, false);
+        table.set_optimize_filters_for_memory(true);
+    }
+    table
 }
 
 impl KvStore for RocksKv {
@@ -198,5 +265,96 @@ impl KvStore for RocksKv {
                     .flatten()
             })
             .unwrap_or(0)
+    }
+
+    fn memory(&self) -> KvMemory {
+        KvMemory {
+            memtables: self.sum_property("rocksdb.size-all-mem-tables"),
+            memtable_budget: self.write_buffers.get_buffer_size() as u64,
+            block_cache: self.cache.get_usage() as u64,
+            block_cache_pinned: self.cache.get_pinned_usage() as u64,
+            block_cache_capacity: self.cache_capacity as u64,
+            table_readers: self.sum_property("rocksdb.estimate-table-readers-mem"),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Bytes of the write-ahead logs in `dir`.
+    fn wal_bytes(dir: &Path) -> u64 {
+        std::fs::read_dir(dir)
+            .unwrap()
+            .filter_map(|e| e.ok())
+            .filter(|e| e.path().extension().is_some_and(|x| x == "log"))
+            .map(|e| e.metadata().map(|m| m.len()).unwrap_or(0))
+            .sum()
+    }
+
+    #[test]
+    fn memtables_and_logs_stay_within_their_budgets_and_memory_says_so() {
+        let dir = tempfile::tempdir().unwrap();
+        let kv = RocksKv::open(dir.path()).unwrap();
+        let empty = kv.memory();
+        assert_eq!(empty.memtable_budget, MEMTABLE_BUDGET_BYTES as u64);
+        assert_eq!(empty.block_cache_capacity, BLOCK_CACHE_BYTES as u64);
+        // One write to a column family that is not written again: before the budgets, its
+        // memtable kept every later write-ahead log alive.
+        let mut once = KvBatch::default();
+        once.put(Cf::Aliases, b"alias", b"run".to_vec());
+        kv.write(once, false).unwrap();
+        // Four times the memtable budget (and twice the log budget), in values that do not
+        // compress, spread over three column families.
+        let value_bytes = 256 * 1024;
+        let total = 4 * MEMTABLE_BUDGET_BYTES;
+        let mut state = 0x9e37_79b9_7f4a_7c15u64;
+        let mut peak_memtables = 0;
+        for n in 0..total / value_bytes {
+            let value: Vec<u8> = (0..value_bytes / 8)
+                .flat_map(|_| {
+                    state ^= state << 13;
+                    state ^= state >> 7;
+                    state ^= state << 17;
+                    state.to_le_bytes()
+                })
+                .collect();
+            let cf = [Cf::Messages, Cf::Events, Cf::History][n % 3];
+            let mut batch = KvBatch::default();
+            batch.put(cf, &(n as u64).to_be_bytes(), value);
+            kv.write(batch, false).unwrap();
+            peak_memtables = peak_memtables.max(kv.memory().memtables);
+        }
+        let memory = kv.memory();
+        assert!(memory.memtables > 0, "{memory:?}");
+        // Writers wait at the budget; a write may pass it by its own size and an arena block.
+        let slack = (MEMTABLE_BUDGET_BYTES / 4) as u64;
+        assert!(
+            peak_memtables <= MEMTABLE_BUDGET_BYTES as u64 + slack,
+            "memtables peaked at {peak_memtables}"
+        );
+        let wal = wal_bytes(dir.path());
+        assert!(
+            wal <= MAX_WAL_BYTES + MEMTABLE_BUDGET_BYTES as u64,
+            "{wal} bytes of write-ahead log"
+        );
+        // Everything written reads back, from memtables or table files.
+        assert_eq!(
+            kv.get(Cf::Aliases, b"alias").unwrap(),
+            Some(b"run".to_vec())
+        );
+        let last = (total / value_bytes - 1) as u64;
+        let cf = [Cf::Messages, Cf::Events, Cf::History][last as usize % 3];
+        assert_eq!(
+            kv.get(cf, &last.to_be_bytes()).unwrap().map(|v| v.len()),
+            Some(value_bytes)
+        );
+        assert!(kv.memory().block_cache <= BLOCK_CACHE_BYTES as u64);
+        // The in-memory twin keeps no such buffers.
+        assert_eq!(
+            crate::store::MemoryKv::new().memory(),
+            crate::store::kv::KvMemory::default()
+        );
     }
 }
