@@ -4,6 +4,7 @@
 //! which merges the requests waiting at that moment into one RocksDB write batch (WAL on, fsync
 //! when configured) and answers each request only after that batch is committed.
 
+mod admission;
 mod apply;
 mod deletion;
 #[cfg(test)]
@@ -24,6 +25,7 @@ use opentelemetry_proto::tonic::metrics::v1::metric::Data;
 use prost::Message;
 
 use crate::outbox::OutboxEntry;
+use admission::{encoded_len, payload, Admitted, OverLimits};
 pub use apply::{
     apply_group, run_id_of, AbandonOutcome, Applied, DeleteReply, DeleteWork, PrunedLogs, Stored,
     SweepOutcome, Work, TOMBSTONE,
@@ -35,7 +37,7 @@ use crate::config::SignalKind;
 use crate::domain::RunInfoKeys;
 use crate::exporter::Outbox;
 use crate::interpreter::{
-    interpret_log, interpret_span_with, note_run_info, NotInterpreted, PrefixMemo, ResourceInfo,
+    interpret_log, interpret_span_with, note_run_info, PrefixMemo, ResourceInfo,
 };
 use crate::limits::Limits;
 use crate::media::{Blob, Media, MediaError, SaveHold};
@@ -162,66 +164,6 @@ const WRITER_QUEUE: usize = 1024;
 /// for or in the writer) before new ones are refused with a retryable error. One request of
 /// any size is taken when nothing else is in.
 pub const ADMITTED_BYTES: u64 = 256 * 1024 * 1024;
-
-/// Items of one request accepted but not interpreted because they are over a per-span cap.
-#[derive(Debug, Default)]
-struct OverLimits {
-    count: u64,
-    /// The first reason, as an example for the message.
-    first: Option<String>,
-}
-
-impl OverLimits {
-    fn note(&mut self, reason: NotInterpreted) {
-        if let NotInterpreted::OverLimit(over) = reason {
-            self.count += 1;
-            self.first.get_or_insert_with(|| over.to_string());
-        }
-    }
-
-    /// Adds a warning to `outcome` (nothing is rejected: the items are stored in the outbox
-    /// and forwarded, only not interpreted), per the OTLP partial-success rules.
-    fn warn(self, outcome: &mut ExportOutcome, items: &str, counter: &AtomicU64) {
-        let Some(first) = self.first else { return };
-        counter.fetch_add(self.count, Ordering::Relaxed);
-        tracing::warn!(
-            count = self.count,
-            "{items} over a per-span cap not interpreted: {first}"
-        );
-        let warning = format!(
-            "{} {items} accepted but not interpreted: over a per-span cap (e.g. {first})",
-            self.count
-        );
-        if outcome.message.is_empty() {
-            outcome.message = warning;
-        } else {
-            outcome.message = format!("{}; {warning}", outcome.message);
-        }
-    }
-}
-
-/// Bytes counted in [`Ingest`] until dropped.
-struct Admitted<'a> {
-    total: &'a AtomicU64,
-    bytes: u64,
-}
-
-impl Drop for Admitted<'_> {
-    fn drop(&mut self) {
-        self.total.fetch_sub(self.bytes, Ordering::AcqRel);
-    }
-}
-
-/// The encoded size of a request: the length of its bytes as received, when given.
-fn encoded_len(request: &impl Message, received: Option<&Bytes>) -> u64 {
-    received.map_or_else(|| request.encoded_len(), Bytes::len) as u64
-}
-
-/// The outbox payload of a request: its bytes as received (the receivers decoded them into
-/// `request`), or the request encoded.
-fn payload(request: &impl Message, received: Option<Bytes>) -> Vec<u8> {
-    received.map_or_else(|| request.encode_to_vec(), Vec::from)
-}
 
 impl Ingest {
     /// Starts the writer thread over `store`; accepted requests of the signals some exporter
