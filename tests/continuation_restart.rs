@@ -50,23 +50,11 @@ fn long_chat(trace_hex: &str, alias: &str, messages: usize) -> Vec<u8> {
     serde_json::to_vec(&body).expect("serialise JSON")
 }
 
-/// A gauge from `/metrics`.
-async fn gauge(stepline: &Stepline, name: &str) -> u64 {
-    let reply = stepline.get("/metrics").await;
-    assert_eq!(reply.status, 200, "/metrics: {}", reply.text);
-    reply
-        .text
-        .lines()
-        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' '))
-        .and_then(|v| v.trim().parse().ok())
-        .unwrap_or_else(|| panic!("no {name} in /metrics:\n{}", reply.text))
-}
-
 /// The gauge once it is non-zero (zero when it stays zero for `within`).
 async fn gauge_once_set(stepline: &Stepline, name: &str, within: Duration) -> u64 {
     let deadline = Instant::now() + within;
     loop {
-        let value = gauge(stepline, name).await;
+        let value = stepline.metric(name).await;
         if value > 0 || Instant::now() >= deadline {
             return value;
         }
@@ -115,7 +103,7 @@ async fn an_active_long_run_is_loaded_ahead_at_start_and_answers_as_before() {
         "the same answer as before the restart"
     );
     assert_eq!(
-        gauge(&stepline, "stepline_history_cache_messages").await,
+        stepline.metric("stepline_history_cache_messages").await,
         301,
         "served from the history loaded ahead, not read again"
     );

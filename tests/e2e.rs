@@ -1480,21 +1480,9 @@ fn long_chat_span_json(trace_hex: &str, messages: usize) -> Vec<u8> {
     )
 }
 
-/// A gauge from `/metrics`.
-async fn gauge(stepline: &Stepline, name: &str) -> u64 {
-    let reply = stepline.get("/metrics").await;
-    assert_eq!(reply.status, 200, "/metrics: {}", reply.text);
-    reply
-        .text
-        .lines()
-        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' '))
-        .and_then(|v| v.trim().parse().ok())
-        .unwrap_or_else(|| panic!("no {name} in /metrics:\n{}", reply.text))
-}
-
 /// `stepline_history_cache_messages` from `/metrics`.
 async fn history_cache_messages(stepline: &Stepline) -> u64 {
-    gauge(stepline, "stepline_history_cache_messages").await
+    stepline.metric("stepline_history_cache_messages").await
 }
 
 /// A long run that stops sending spans has its continuation loaded into memory, and rendered in
@@ -1504,7 +1492,7 @@ async fn history_cache_messages(stepline: &Stepline) -> u64 {
 async fn a_quiet_long_run_is_loaded_ahead() {
     let stepline = Stepline::start().await;
     assert_eq!(history_cache_messages(&stepline).await, 0);
-    assert_eq!(gauge(&stepline, "stepline_rendered_cache_bytes").await, 0);
+    assert_eq!(stepline.metric("stepline_rendered_cache_bytes").await, 0);
     // A request in the Anthropic format (for a run not there yet): the format is noted as one
     // orchestrators continue with.
     let early = stepline
@@ -1533,7 +1521,7 @@ async fn a_quiet_long_run_is_loaded_ahead() {
     assert_eq!(held, 301, "the run's latest history, loaded ahead");
     let mut rendered = 0;
     while std::time::Instant::now() < deadline && rendered == 0 {
-        rendered = gauge(&stepline, "stepline_rendered_cache_bytes").await;
+        rendered = stepline.metric("stepline_rendered_cache_bytes").await;
         tokio::time::sleep(std::time::Duration::from_millis(20)).await;
     }
     assert!(rendered > 0, "the Anthropic answer, rendered ahead");
@@ -1546,7 +1534,7 @@ async fn a_quiet_long_run_is_loaded_ahead() {
     assert_eq!(turns.len(), 300);
     assert_eq!(turns[299]["content"][1]["text"], "done");
     assert_eq!(
-        gauge(&stepline, "stepline_rendered_cache_bytes").await,
+        stepline.metric("stepline_rendered_cache_bytes").await,
         rendered,
         "the answer rendered ahead, not rendered again"
     );

@@ -224,18 +224,6 @@ async fn run_of(stepline: &Stepline, conversation: &str) -> String {
     runs[0]["run_id"].as_str().expect("run_id").to_string()
 }
 
-/// A value from `/metrics` (the first line starting with `series `).
-async fn metric(stepline: &Stepline, series: &str) -> u64 {
-    let reply = stepline.get("/metrics").await;
-    assert_eq!(reply.status, 200, "/metrics: {}", reply.text);
-    reply
-        .text
-        .lines()
-        .find_map(|l| l.strip_prefix(series)?.strip_prefix(' '))
-        .and_then(|v| v.trim().parse().ok())
-        .unwrap_or_else(|| panic!("no {series} in /metrics:\n{}", reply.text))
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn span_bombs_are_refused_before_decoding_and_memory_stays_bounded() {
     let stepline = Stepline::start().await;
@@ -359,25 +347,21 @@ async fn caps_and_budgets_come_from_the_config() {
     );
 
     let history = "stepline_cache_budget_bytes{cache=\"history\"}";
-    assert_eq!(metric(&stepline, history).await, 7 << 20);
+    assert_eq!(stepline.metric(history).await, 7 << 20);
     let rendered = "stepline_cache_budget_bytes{cache=\"rendered\"}";
-    assert_eq!(metric(&stepline, rendered).await, (100 << 20) / 5);
+    assert_eq!(stepline.metric(rendered).await, (100 << 20) / 5);
     for cache in ["history", "rendered", "context", "prefix_memo", "chain"] {
-        let used = metric(
-            &stepline,
-            &format!("stepline_cache_bytes{{cache=\"{cache}\"}}"),
-        )
-        .await;
-        let budget = metric(
-            &stepline,
-            &format!("stepline_cache_budget_bytes{{cache=\"{cache}\"}}"),
-        )
-        .await;
+        let used = stepline
+            .metric(&format!("stepline_cache_bytes{{cache=\"{cache}\"}}"))
+            .await;
+        let budget = stepline
+            .metric(&format!("stepline_cache_budget_bytes{{cache=\"{cache}\"}}"))
+            .await;
         assert!(used <= budget, "{cache}: {used} > {budget}");
     }
     // The existing gauges keep their names.
-    metric(&stepline, "stepline_history_cache_messages").await;
-    metric(&stepline, "stepline_rendered_cache_bytes").await;
+    stepline.metric("stepline_history_cache_messages").await;
+    stepline.metric("stepline_rendered_cache_bytes").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -517,7 +501,9 @@ async fn the_history_cache_stays_within_its_byte_budget() {
     let pid = stepline.pid().expect("pid");
     let history_bytes = "stepline_cache_bytes{cache=\"history\"}";
     assert_eq!(
-        metric(&stepline, "stepline_cache_budget_bytes{cache=\"history\"}").await,
+        stepline
+            .metric("stepline_cache_budget_bytes{cache=\"history\"}")
+            .await,
         budget
     );
 
@@ -527,15 +513,8 @@ async fn the_history_cache_stays_within_its_byte_budget() {
     let (status, text) = http_export(&stepline, "application/json", false, big).await;
     assert_eq!(status, 200, "{text}");
     tokio::time::sleep(Duration::from_millis(1500)).await;
-    assert_eq!(
-        metric(&stepline, history_bytes).await,
-        0,
-        "not loaded ahead"
-    );
-    assert_eq!(
-        metric(&stepline, "stepline_history_cache_messages").await,
-        0
-    );
+    assert_eq!(stepline.metric(history_bytes).await, 0, "not loaded ahead");
+    assert_eq!(stepline.metric("stepline_history_cache_messages").await, 0);
     let run = run_of(&stepline, "too-big").await;
     let view = stepline
         .get_ok(&format!(
@@ -543,7 +522,7 @@ async fn the_history_cache_stays_within_its_byte_budget() {
         ))
         .await;
     assert_eq!(view["messages"].as_array().map(Vec::len), Some(301));
-    assert_eq!(metric(&stepline, history_bytes).await, 0, "not kept either");
+    assert_eq!(stepline.metric(history_bytes).await, 0, "not kept either");
 
     // 24 runs of about 1 MB each, every one read: the cache holds what fits, never more.
     for i in 0..24u32 {
@@ -560,7 +539,7 @@ async fn the_history_cache_stays_within_its_byte_budget() {
                 "/v1/runs/{run}/continuation?include_interrupted=true"
             ))
             .await;
-        let held = metric(&stepline, history_bytes).await;
+        let held = stepline.metric(history_bytes).await;
         assert!(
             held <= budget,
             "history cache holds {held} bytes over its {budget}"
@@ -569,16 +548,12 @@ async fn the_history_cache_stays_within_its_byte_budget() {
     }
     assert!(peak_held > budget / 2, "the budget is used: {peak_held}");
     for cache in ["history", "rendered", "context", "prefix_memo", "chain"] {
-        let used = metric(
-            &stepline,
-            &format!("stepline_cache_bytes{{cache=\"{cache}\"}}"),
-        )
-        .await;
-        let limit = metric(
-            &stepline,
-            &format!("stepline_cache_budget_bytes{{cache=\"{cache}\"}}"),
-        )
-        .await;
+        let used = stepline
+            .metric(&format!("stepline_cache_bytes{{cache=\"{cache}\"}}"))
+            .await;
+        let limit = stepline
+            .metric(&format!("stepline_cache_budget_bytes{{cache=\"{cache}\"}}"))
+            .await;
         assert!(used <= limit, "{cache}: {used} > {limit}");
         eprintln!("cache {cache}: {used} of {limit} bytes");
     }

@@ -389,6 +389,19 @@ impl Stepline {
         }
     }
 
+    /// A value from `/metrics`: the first line that starts with `series` and a space (a
+    /// series with labels is named with them, e.g. `name{cache="history"}`).
+    pub async fn metric(&self, series: &str) -> u64 {
+        let reply = self.get("/metrics").await;
+        assert_eq!(reply.status, 200, "/metrics: {}", reply.text);
+        reply
+            .text
+            .lines()
+            .find_map(|l| l.strip_prefix(series)?.strip_prefix(' '))
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or_else(|| panic!("no {series} in /metrics:\n{}", reply.text))
+    }
+
     /// `GET` an API path; any status.
     pub async fn get(&self, path: &str) -> Reply {
         let url = self.api_url(path);
