@@ -12,6 +12,8 @@ mod scaling_tests;
 #[cfg(test)]
 mod stored_bodies_tests;
 mod traces;
+#[cfg(test)]
+mod traces_tests;
 mod writer;
 
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -31,7 +33,7 @@ pub use apply::{
     SweepOutcome, Work, TOMBSTONE,
 };
 pub use deletion::{delete_batch, run_deletions, DELETE_BATCH};
-pub use traces::{Decoded, Undecoded};
+pub use traces::{DecodeOn, Decoded, Undecoded};
 use writer::Writer;
 
 use crate::config::SignalKind;
@@ -139,6 +141,12 @@ pub struct IngestCounters {
     /// Spans and log records accepted and forwarded but not interpreted because they are over a
     /// per-span cap (`stepline_items_over_limits_total`).
     pub over_limits: AtomicU64,
+    /// Write groups the writer committed (`stepline_writer_groups_total`): one WAL write (and
+    /// sync, when configured) each.
+    pub writer_groups: AtomicU64,
+    /// Requests in those groups (`stepline_writer_grouped_requests_total`); divided by the
+    /// groups, the mean group size.
+    pub writer_grouped_requests: AtomicU64,
 }
 
 /// The ingest service. Cheap to share behind an `Arc`.

@@ -3,7 +3,8 @@
 //! blocking pool; then stored by the writer, which answers once they are committed.
 //!
 //! One blocking task per request (not one to decode and another to interpret) saves a round
-//! trip through the blocking pool's queue and a wakeup of an async worker in between.
+//! trip through the blocking pool's queue and a wakeup of an async worker in between; a small
+//! request is decoded and interpreted in the calling task, without any ([`DecodeOn`]).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -32,6 +33,16 @@ pub struct Decoded<R, G> {
     /// Held until the request is interpreted, then dropped (the receiver's decoding slot: it
     /// bounds the CPU work done at once).
     pub guard: G,
+}
+
+/// Where a request handed over undecoded is decoded (and, for traces, interpreted).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DecodeOn {
+    /// A task of the blocking pool: for CPU work of any size.
+    BlockingPool,
+    /// The calling async task: for a small request, whose work is shorter than the trip
+    /// through the blocking pool's queue and back (two thread wakeups).
+    Caller,
 }
 
 /// Why a request handed over undecoded was not accepted.
@@ -172,7 +183,10 @@ impl Ingest {
                 guard: (),
             })
         };
-        match self.export_traces_decoding(decoded).await {
+        match self
+            .export_traces_decoding(decoded, DecodeOn::BlockingPool)
+            .await
+        {
             Ok(outcome) => Ok(outcome),
             Err(Undecoded::Ingest(error)) => Err(error),
             Err(Undecoded::Decode(never)) => match never {},
@@ -180,11 +194,13 @@ impl Ingest {
     }
 
     /// [`Ingest::export_traces_from`] for a request still to be decoded: `decode` runs in the
-    /// same blocking task that interprets the request, and its guard is dropped once the
-    /// request is interpreted.
+    /// task that interprets the request (on the blocking pool, or in the caller for a small
+    /// request: `on`), and its guard is dropped once the request is interpreted. A panic there
+    /// is counted and answered with a permanent error.
     pub async fn export_traces_decoding<E, G, D>(
         &self,
         decode: D,
+        on: DecodeOn,
     ) -> Result<ExportOutcome, Undecoded<E>>
     where
         D: FnOnce() -> Result<Decoded<ExportTraceServiceRequest, G>, E> + Send + 'static,
@@ -200,7 +216,7 @@ impl Ingest {
             admitted: self.admitted_bytes.clone(),
             counters: self.counters.clone(),
         };
-        let prepared = tokio::task::spawn_blocking(move || {
+        let work = move || {
             let Decoded {
                 request,
                 received,
@@ -211,10 +227,28 @@ impl Ingest {
                 .map_err(Undecoded::Ingest);
             drop(guard);
             prepared
-        })
-        .await
-        .map_err(|e| Undecoded::Ingest(self.task_failed(e)))??;
+        };
+        let prepared = match on {
+            DecodeOn::Caller => std::panic::catch_unwind(std::panic::AssertUnwindSafe(work))
+                .map_err(|payload| Undecoded::Ingest(self.interpretation_panicked(&*payload)))?,
+            DecodeOn::BlockingPool => tokio::task::spawn_blocking(work)
+                .await
+                .map_err(|e| Undecoded::Ingest(self.task_failed(e)))?,
+        }?;
         self.store_traces(prepared).await.map_err(Undecoded::Ingest)
+    }
+
+    /// The answer to a request whose decoding or interpretation panicked in the caller:
+    /// permanent, and counted with the panics.
+    fn interpretation_panicked(&self, payload: &(dyn std::any::Any + Send)) -> IngestError {
+        let message = payload
+            .downcast_ref::<&str>()
+            .map(|s| s.to_string())
+            .or_else(|| payload.downcast_ref::<String>().cloned())
+            .unwrap_or_else(|| "a panic without a message".to_string());
+        self.counters.panics.fetch_add(1, Ordering::Relaxed);
+        tracing::error!(panic = %message, "interpreting a request failed; it is refused");
+        IngestError::Internal(format!("interpreting the request failed: {message}"))
     }
 
     /// Hands an interpreted request to the writer and waits until it is committed.

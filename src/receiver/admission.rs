@@ -16,11 +16,16 @@ use super::decode::{decode_counted, decompress, ContentEncoding, ItemCap, Payloa
 use super::error::ReceiverError;
 use super::signal::Signal;
 use super::sink::ExportSink;
-use crate::ingest::{Decoded, ExportOutcome, Undecoded};
+use crate::ingest::{DecodeOn, Decoded, ExportOutcome, Undecoded};
 use crate::limits::Limits;
 
 /// How long a request waits for a decoding slot before it is answered retryable.
 pub(crate) const DECODE_WAIT: Duration = Duration::from_secs(1);
+
+/// The largest uncompressed protobuf body decoded (and interpreted) in the receiving task
+/// itself rather than on the blocking pool: its CPU work is then about as long as the two
+/// thread wakeups of a trip through the pool.
+pub(crate) const INLINE_BYTES: usize = 128 * 1024;
 
 /// The retry delay a request refused for want of a slot is given.
 pub(crate) const DECODE_RETRY: Duration = Duration::from_secs(1);
@@ -76,9 +81,10 @@ pub(crate) struct Received {
 }
 
 /// Decompresses, counts, decodes and hands to `sink` a request of signal `G`, in a decoding
-/// slot of `gate`, off the async workers: the sink runs the decoding in its blocking task (for
-/// traces, the one that also interprets the request) and gives the slot back when it is done
-/// with the CPU work. A request over its item cap in `limits` is refused before decoding.
+/// slot of `gate`: the sink runs the decoding in its task on the blocking pool (for traces,
+/// the one that also interprets the request), or, for an uncompressed protobuf body of at most
+/// [`INLINE_BYTES`], in this task, and gives the slot back when it is done with the CPU work. A
+/// request over its item cap in `limits` is refused before decoding.
 pub(crate) async fn export_admitted<G: Signal, S: ExportSink>(
     gate: &DecodeGate,
     limits: &Limits,
@@ -86,6 +92,14 @@ pub(crate) async fn export_admitted<G: Signal, S: ExportSink>(
     sink: &S,
 ) -> Result<ExportOutcome, ReceiverError> {
     let permit = gate.enter().await?;
+    let small = received.format == PayloadFormat::Protobuf
+        && received.encoding == ContentEncoding::Identity
+        && received.body.len() <= INLINE_BYTES;
+    let on = if small {
+        DecodeOn::Caller
+    } else {
+        DecodeOn::BlockingPool
+    };
     let cap = ItemCap {
         counted: G::COUNTED,
         limit: G::cap(limits),
@@ -101,7 +115,7 @@ pub(crate) async fn export_admitted<G: Signal, S: ExportSink>(
             guard: permit,
         })
     };
-    G::export_decoding(sink, decode)
+    G::export_decoding(sink, decode, on)
         .await
         .map_err(|err| match err {
             Undecoded::Decode(err) => err,

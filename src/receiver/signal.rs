@@ -6,7 +6,7 @@ use std::future::Future;
 
 use super::sink::ExportSink;
 use super::wire_count::Counted;
-use crate::ingest::{Decoded, ExportOutcome, Undecoded};
+use crate::ingest::{DecodeOn, Decoded, ExportOutcome, Undecoded};
 use crate::limits::Limits;
 use crate::otlp::PartialSuccess;
 pub(crate) use crate::otlp::{Logs, Metrics, Traces};
@@ -21,10 +21,11 @@ pub(crate) trait Signal: crate::otlp::Signal {
     /// The cap on [`Self::COUNTED`] items per request.
     fn cap(limits: &Limits) -> usize;
 
-    /// Hands a request still to be decoded to the sink: `decode` runs on the blocking pool.
+    /// Hands a request still to be decoded to the sink: `decode` runs where `on` says.
     fn export_decoding<S, E, G, D>(
         sink: &S,
         decode: D,
+        on: DecodeOn,
     ) -> impl Future<Output = Result<ExportOutcome, Undecoded<E>>> + Send
     where
         S: ExportSink,
@@ -52,6 +53,7 @@ impl Signal for Traces {
     fn export_decoding<S, E, G, D>(
         sink: &S,
         decode: D,
+        on: DecodeOn,
     ) -> impl Future<Output = Result<ExportOutcome, Undecoded<E>>> + Send
     where
         S: ExportSink,
@@ -59,7 +61,7 @@ impl Signal for Traces {
         E: Send + 'static,
         G: Send + 'static,
     {
-        sink.export_traces_decoding(decode)
+        sink.export_traces_decoding(decode, on)
     }
 }
 
@@ -74,6 +76,7 @@ impl Signal for Logs {
     fn export_decoding<S, E, G, D>(
         sink: &S,
         decode: D,
+        on: DecodeOn,
     ) -> impl Future<Output = Result<ExportOutcome, Undecoded<E>>> + Send
     where
         S: ExportSink,
@@ -81,7 +84,7 @@ impl Signal for Logs {
         E: Send + 'static,
         G: Send + 'static,
     {
-        sink.export_logs_decoding(decode)
+        sink.export_logs_decoding(decode, on)
     }
 }
 
@@ -96,6 +99,7 @@ impl Signal for Metrics {
     fn export_decoding<S, E, G, D>(
         sink: &S,
         decode: D,
+        on: DecodeOn,
     ) -> impl Future<Output = Result<ExportOutcome, Undecoded<E>>> + Send
     where
         S: ExportSink,
@@ -103,7 +107,7 @@ impl Signal for Metrics {
         E: Send + 'static,
         G: Send + 'static,
     {
-        sink.export_metrics_decoding(decode)
+        sink.export_metrics_decoding(decode, on)
     }
 }
 

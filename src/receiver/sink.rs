@@ -8,7 +8,7 @@ use opentelemetry_proto::tonic::collector::logs::v1::ExportLogsServiceRequest;
 use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequest;
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
 
-use crate::ingest::{Decoded, ExportOutcome, Ingest, IngestError, Undecoded};
+use crate::ingest::{DecodeOn, Decoded, ExportOutcome, Ingest, IngestError, Undecoded};
 
 /// The service behind the receivers: takes one decoded export request per signal and answers
 /// only once the request is accepted (or refused).
@@ -69,11 +69,12 @@ pub trait ExportSink: Send + Sync + 'static {
     }
 
     /// Accepts a trace export request that `decode` decodes (CPU work, run on the blocking
-    /// pool; its guard is dropped once the request is decoded, or, for [`Ingest`],
-    /// interpreted).
+    /// pool, or in the caller for a small request: `on`; its guard is dropped once the request
+    /// is decoded, or, for [`Ingest`], interpreted).
     fn export_traces_decoding<E, G, D>(
         &self,
         decode: D,
+        on: DecodeOn,
     ) -> impl Future<Output = Result<ExportOutcome, Undecoded<E>>> + Send
     where
         D: FnOnce() -> Result<Decoded<ExportTraceServiceRequest, G>, E> + Send + 'static,
@@ -81,17 +82,18 @@ pub trait ExportSink: Send + Sync + 'static {
         G: Send + 'static,
     {
         async move {
-            let (request, encoded) = decode_blocking(decode).await?;
+            let (request, encoded) = decode_blocking(decode, on).await?;
             self.export_traces_encoded(request, encoded)
                 .await
                 .map_err(Undecoded::Ingest)
         }
     }
 
-    /// Accepts a logs export request that `decode` decodes on the blocking pool.
+    /// Accepts a logs export request that `decode` decodes where `on` says.
     fn export_logs_decoding<E, G, D>(
         &self,
         decode: D,
+        on: DecodeOn,
     ) -> impl Future<Output = Result<ExportOutcome, Undecoded<E>>> + Send
     where
         D: FnOnce() -> Result<Decoded<ExportLogsServiceRequest, G>, E> + Send + 'static,
@@ -99,17 +101,18 @@ pub trait ExportSink: Send + Sync + 'static {
         G: Send + 'static,
     {
         async move {
-            let (request, encoded) = decode_blocking(decode).await?;
+            let (request, encoded) = decode_blocking(decode, on).await?;
             self.export_logs_encoded(request, encoded)
                 .await
                 .map_err(Undecoded::Ingest)
         }
     }
 
-    /// Accepts a metrics export request that `decode` decodes on the blocking pool.
+    /// Accepts a metrics export request that `decode` decodes where `on` says.
     fn export_metrics_decoding<E, G, D>(
         &self,
         decode: D,
+        on: DecodeOn,
     ) -> impl Future<Output = Result<ExportOutcome, Undecoded<E>>> + Send
     where
         D: FnOnce() -> Result<Decoded<ExportMetricsServiceRequest, G>, E> + Send + 'static,
@@ -117,7 +120,7 @@ pub trait ExportSink: Send + Sync + 'static {
         G: Send + 'static,
     {
         async move {
-            let (request, encoded) = decode_blocking(decode).await?;
+            let (request, encoded) = decode_blocking(decode, on).await?;
             self.export_metrics_encoded(request, encoded)
                 .await
                 .map_err(Undecoded::Ingest)
@@ -125,26 +128,32 @@ pub trait ExportSink: Send + Sync + 'static {
     }
 }
 
-/// Runs `decode` on the blocking pool; its guard is dropped there, once it is done.
-async fn decode_blocking<R, E, G, D>(decode: D) -> Result<(R, Option<Bytes>), Undecoded<E>>
+/// Runs `decode` where `on` says (the blocking pool, or here); its guard is dropped once it is
+/// done.
+async fn decode_blocking<R, E, G, D>(
+    decode: D,
+    on: DecodeOn,
+) -> Result<(R, Option<Bytes>), Undecoded<E>>
 where
     D: FnOnce() -> Result<Decoded<R, G>, E> + Send + 'static,
     R: Send + 'static,
     E: Send + 'static,
     G: Send + 'static,
 {
-    let decoded = tokio::task::spawn_blocking(move || {
+    let decode = move || {
         decode().map(|d| {
             drop(d.guard);
             (d.request, d.received)
         })
-    })
-    .await
-    .map_err(|err| {
-        Undecoded::Ingest(IngestError::Internal(format!(
-            "decoding task failed: {err}"
-        )))
-    })?;
+    };
+    let decoded = match on {
+        DecodeOn::Caller => decode(),
+        DecodeOn::BlockingPool => tokio::task::spawn_blocking(decode).await.map_err(|err| {
+            Undecoded::Ingest(IngestError::Internal(format!(
+                "decoding task failed: {err}"
+            )))
+        })?,
+    };
     decoded.map_err(Undecoded::Decode)
 }
 
@@ -197,12 +206,13 @@ impl ExportSink for Ingest {
     fn export_traces_decoding<E, G, D>(
         &self,
         decode: D,
+        on: DecodeOn,
     ) -> impl Future<Output = Result<ExportOutcome, Undecoded<E>>> + Send
     where
         D: FnOnce() -> Result<Decoded<ExportTraceServiceRequest, G>, E> + Send + 'static,
         E: Send + 'static,
         G: Send + 'static,
     {
-        Ingest::export_traces_decoding(self, decode)
+        Ingest::export_traces_decoding(self, decode, on)
     }
 }
