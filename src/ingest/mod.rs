@@ -1,6 +1,7 @@
 //! The core ingest service: one function per OTLP signal, shared by the gRPC and HTTP receivers.
 //!
-//! A trace request is interpreted on the blocking pool, then handed to the single writer thread,
+//! A trace request is decoded and interpreted in one task (see `traces`: on the blocking pool, or
+//! in the receiving task for a small one), then handed to the single writer thread,
 //! which merges the requests waiting at that moment into one RocksDB write batch (WAL on, fsync
 //! when configured) and answers each request only after that batch is committed.
 
