@@ -207,7 +207,7 @@ fn family(
 
 /// The receiver's counters.
 fn encode_ingest(encoder: &mut DescriptorEncoder, c: &IngestCounters) -> Result<(), fmt::Error> {
-    let rows: [(&str, &str, u64); 11] = [
+    let rows: [(&str, &str, u64); 13] = [
         (
             "otelcol_receiver_accepted_spans",
             "Spans acknowledged after a durable commit.",
@@ -262,6 +262,16 @@ fn encode_ingest(encoder: &mut DescriptorEncoder, c: &IngestCounters) -> Result<
             "stepline_sweep_damaged_runs",
             "Runs the inactivity sweep passed by because their records cannot be read.",
             c.sweep_damaged_runs.load(Ordering::Relaxed),
+        ),
+        (
+            "stepline_writer_groups",
+            "Write groups the writer committed (one WAL write, and sync when configured, each).",
+            c.writer_groups.load(Ordering::Relaxed),
+        ),
+        (
+            "stepline_writer_grouped_requests",
+            "Requests in the write groups committed (divided by the groups: the mean group size).",
+            c.writer_grouped_requests.load(Ordering::Relaxed),
         ),
     ];
     for (name, help, value) in rows {

@@ -3,11 +3,12 @@
 //! and the items over a per-span cap that are stored and forwarded but not interpreted.
 
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 
 use bytes::Bytes;
 use prost::Message;
 
-use super::ExportOutcome;
+use super::{ExportOutcome, IngestError};
 use crate::interpreter::NotInterpreted;
 
 /// Items of one request accepted but not interpreted because they are over a per-span cap.
@@ -47,15 +48,30 @@ impl OverLimits {
     }
 }
 
-/// Bytes counted in [`Ingest`] until dropped.
-pub(super) struct Admitted<'a> {
-    pub(super) total: &'a AtomicU64,
-    pub(super) bytes: u64,
+/// Bytes counted in the ingest service's admission total until dropped.
+pub(super) struct Admitted {
+    total: Arc<AtomicU64>,
+    bytes: u64,
 }
 
-impl Drop for Admitted<'_> {
+impl Drop for Admitted {
     fn drop(&mut self) {
         self.total.fetch_sub(self.bytes, Ordering::AcqRel);
+    }
+}
+
+/// Counts `bytes` into `total`, or refuses them when it already holds `cap` bytes; one request
+/// of any size is taken when nothing else is in.
+pub(super) fn admit(total: &Arc<AtomicU64>, bytes: u64, cap: u64) -> Result<Admitted, IngestError> {
+    let admitted = total.fetch_update(Ordering::AcqRel, Ordering::Acquire, |held| {
+        (held == 0 || held.saturating_add(bytes) <= cap).then(|| held.saturating_add(bytes))
+    });
+    match admitted {
+        Ok(_) => Ok(Admitted {
+            total: Arc::clone(total),
+            bytes,
+        }),
+        Err(held) => Err(IngestError::OverBytes(held)),
     }
 }
 

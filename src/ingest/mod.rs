@@ -1,6 +1,7 @@
 //! The core ingest service: one function per OTLP signal, shared by the gRPC and HTTP receivers.
 //!
-//! A trace request is interpreted on the blocking pool, then handed to the single writer thread,
+//! A trace request is decoded and interpreted in one task (see `traces`: on the blocking pool, or
+//! in the receiving task for a small one), then handed to the single writer thread,
 //! which merges the requests waiting at that moment into one RocksDB write batch (WAL on, fsync
 //! when configured) and answers each request only after that batch is committed.
 
@@ -11,6 +12,9 @@ mod deletion;
 mod scaling_tests;
 #[cfg(test)]
 mod stored_bodies_tests;
+mod traces;
+#[cfg(test)]
+mod traces_tests;
 mod writer;
 
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -20,7 +24,6 @@ use std::time::Duration;
 use bytes::Bytes;
 use opentelemetry_proto::tonic::collector::logs::v1::ExportLogsServiceRequest;
 use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequest;
-use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
 use opentelemetry_proto::tonic::metrics::v1::metric::Data;
 use prost::Message;
 
@@ -31,14 +34,13 @@ pub use apply::{
     SweepOutcome, Work, TOMBSTONE,
 };
 pub use deletion::{delete_batch, run_deletions, DELETE_BATCH};
+pub use traces::{DecodeOn, Decoded, Undecoded};
 use writer::Writer;
 
 use crate::config::SignalKind;
 use crate::domain::RunInfoKeys;
 use crate::exporter::Outbox;
-use crate::interpreter::{
-    interpret_log, interpret_span_with, note_run_info, PrefixMemo, ResourceInfo,
-};
+use crate::interpreter::{interpret_log, PrefixMemo};
 use crate::limits::Limits;
 use crate::media::{Blob, Media, MediaError, SaveHold};
 use crate::service_error::{ServiceError, ServiceErrorCode};
@@ -140,6 +142,12 @@ pub struct IngestCounters {
     /// Spans and log records accepted and forwarded but not interpreted because they are over a
     /// per-span cap (`stepline_items_over_limits_total`).
     pub over_limits: AtomicU64,
+    /// Write groups the writer committed (`stepline_writer_groups_total`): one WAL write (and
+    /// sync, when configured) each.
+    pub writer_groups: AtomicU64,
+    /// Requests in those groups (`stepline_writer_grouped_requests_total`); divided by the
+    /// groups, the mean group size.
+    pub writer_grouped_requests: AtomicU64,
 }
 
 /// The ingest service. Cheap to share behind an `Arc`.
@@ -148,7 +156,7 @@ pub struct Ingest {
     outbox: Arc<Outbox>,
     counters: Arc<IngestCounters>,
     /// Encoded bytes of the requests being interpreted or waiting for the writer.
-    admitted_bytes: AtomicU64,
+    admitted_bytes: Arc<AtomicU64>,
     media: Option<Arc<Media>>,
     /// The last input history interpreted per run, shared by the interpretation tasks.
     memo: Arc<PrefixMemo>,
@@ -174,7 +182,7 @@ impl Ingest {
             writer: Writer::start(store, outbox.clone(), WRITER_QUEUE, counters.clone()),
             outbox,
             counters,
-            admitted_bytes: AtomicU64::new(0),
+            admitted_bytes: Arc::new(AtomicU64::new(0)),
             media: None,
             memo: Arc::new(PrefixMemo::default()),
             limits: Limits::default(),
@@ -195,20 +203,8 @@ impl Ingest {
     }
 
     /// Counts `bytes` in, or refuses them when the service already holds [`ADMITTED_BYTES`].
-    fn admit(&self, bytes: u64) -> Result<Admitted<'_>, IngestError> {
-        let admitted =
-            self.admitted_bytes
-                .fetch_update(Ordering::AcqRel, Ordering::Acquire, |held| {
-                    (held == 0 || held.saturating_add(bytes) <= ADMITTED_BYTES)
-                        .then(|| held.saturating_add(bytes))
-                });
-        match admitted {
-            Ok(_) => Ok(Admitted {
-                total: &self.admitted_bytes,
-                bytes,
-            }),
-            Err(held) => Err(IngestError::OverBytes(held)),
-        }
+    fn admit(&self, bytes: u64) -> Result<Admitted, IngestError> {
+        admission::admit(&self.admitted_bytes, bytes, ADMITTED_BYTES)
     }
 
     /// Moves large binary message parts to `media` before they are stored (without it, every
@@ -256,137 +252,6 @@ impl Ingest {
         self.counters.panics.fetch_add(1, Ordering::Relaxed);
         tracing::error!(error = %error, "interpreting a request failed; it is refused");
         IngestError::Internal(format!("interpreting the request failed: {error}"))
-    }
-
-    /// Interprets and durably stores a trace export request.
-    pub async fn export_traces(
-        &self,
-        request: ExportTraceServiceRequest,
-    ) -> Result<ExportOutcome, IngestError> {
-        self.export_traces_from(request, None).await
-    }
-
-    /// [`Ingest::export_traces`] given the request's protobuf bytes as received (`received`):
-    /// they go to the outbox as they are instead of the request encoded again.
-    pub async fn export_traces_from(
-        &self,
-        request: ExportTraceServiceRequest,
-        received: Option<Bytes>,
-    ) -> Result<ExportOutcome, IngestError> {
-        let _admitted = match self.admit(encoded_len(&request, received.as_ref())) {
-            Ok(admitted) => admitted,
-            Err(error) => {
-                let spans: usize = request
-                    .resource_spans
-                    .iter()
-                    .flat_map(|r| &r.scope_spans)
-                    .map(|s| s.spans.len())
-                    .sum();
-                self.counters
-                    .refused_spans
-                    .fetch_add(spans as u64, Ordering::Relaxed);
-                return Err(error);
-            }
-        };
-        let forward = self.outbox.wants(SignalKind::Traces);
-        let media = self.media.clone();
-        let memo = self.memo.clone();
-        let limits = self.limits;
-        let run_info = self.run_info.clone();
-        let (interpreted, blobs, total, invalid, over, payload) =
-            tokio::task::spawn_blocking(move || {
-                // Sized once for a typical request (facts are large: no regrowth copies).
-                let spans: usize = request
-                    .resource_spans
-                    .iter()
-                    .flat_map(|r| &r.scope_spans)
-                    .map(|s| s.spans.len())
-                    .sum();
-                let mut out = Vec::with_capacity(spans.min(1024));
-                let (mut total, mut invalid) = (0u64, 0u64);
-                let mut over = OverLimits::default();
-                for resource_spans in &request.resource_spans {
-                    // The resource's trigger and attributes, read once for all of its spans.
-                    let resource = ResourceInfo::read(
-                        &run_info,
-                        resource_spans
-                            .resource
-                            .as_ref()
-                            .map_or(&[][..], |r| &r.attributes),
-                    );
-                    for span in resource_spans.scope_spans.iter().flat_map(|s| &s.spans) {
-                        total += 1;
-                        if span.trace_id.len() != 16 || span.span_id.len() != 8 {
-                            invalid += 1;
-                            continue;
-                        }
-                        match interpret_span_with(span, &memo, &limits) {
-                            Ok(mut i) => {
-                                note_run_info(&mut i, &run_info, &resource, &span.attributes);
-                                apply::note_service(&mut i.fact, resource_spans.resource.as_ref());
-                                out.push(i)
-                            }
-                            Err(reason) => over.note(reason),
-                        }
-                    }
-                }
-                // Large blobs leave the messages here, on the blocking pool, before anything is stored.
-                // Without a media store nothing is offloaded, but parts a sender made look like
-                // stored references are still neutralised, so none is ever restored later.
-                let blobs = match media {
-                    Some(m) => m.offload(&mut out),
-                    None => {
-                        out.iter_mut()
-                            .for_each(crate::media::neutralise_interpreted);
-                        Vec::new()
-                    }
-                };
-                let payload = forward.then(|| payload(&request, received));
-                (out, blobs, total, invalid, over, payload)
-            })
-            .await
-            .map_err(|e| self.task_failed(e))?;
-        // Held against the media collection until the messages naming them are committed.
-        let _held = match self.save_media(blobs).await {
-            Ok(held) => held,
-            Err(error) => {
-                self.counters
-                    .refused_spans
-                    .fetch_add(total, Ordering::Relaxed);
-                return Err(error);
-            }
-        };
-
-        let interpreted_count = interpreted.len() as u64;
-        let outbox = payload.map(|payload| OutboxEntry::new(SignalKind::Traces, total, payload));
-        if !interpreted.is_empty() || outbox.is_some() {
-            let submitted = self.writer.receive(interpreted, Vec::new(), outbox).await;
-            if let Err(error) = submitted {
-                // Refused as a whole (retryable): counted like the Collector's refused spans.
-                self.counters
-                    .refused_spans
-                    .fetch_add(total, Ordering::Relaxed);
-                return Err(error);
-            }
-        }
-        let c = &self.counters;
-        c.accepted_spans
-            .fetch_add(total - invalid, Ordering::Relaxed);
-        c.refused_spans.fetch_add(invalid, Ordering::Relaxed);
-        c.interpreted_spans
-            .fetch_add(interpreted_count, Ordering::Relaxed);
-        let mut outcome = if invalid > 0 {
-            ExportOutcome {
-                rejected: invalid as i64,
-                message: format!(
-                    "{invalid} spans rejected: trace_id must be 16 bytes and span_id 8 bytes"
-                ),
-            }
-        } else {
-            ExportOutcome::default()
-        };
-        over.warn(&mut outcome, "spans", &self.counters.over_limits);
-        Ok(outcome)
     }
 
     /// Stores the blobs taken out of a request's messages in the media store. When this returns

@@ -374,6 +374,10 @@ fn run(store: &Store, outbox: &Outbox, counters: &IngestCounters, mut rx: mpsc::
         if works.is_empty() {
             continue;
         }
+        counters.writer_groups.fetch_add(1, Ordering::Relaxed);
+        counters
+            .writer_grouped_requests
+            .fetch_add(works.len() as u64, Ordering::Relaxed);
         let answers = apply_isolated(store, counters, &works);
         // Freed before answering: the next request of a run then finds the input history it
         // shares with these (the interpreter's memo) held by nobody else, and extends it in place.

@@ -1,5 +1,5 @@
-//! Admission of export requests into decoding: a bounded number decode at once, each counted
-//! against its item cap before anything is built.
+//! Admission of export requests into decoding: a bounded number decode (and, for traces,
+//! interpret) at once, each counted against its item cap before anything is built.
 //!
 //! Decompressing and decoding are CPU work on up to the size limit; without a bound, a burst of
 //! large requests occupies every blocking thread and holds every decoded copy in memory at
@@ -15,10 +15,17 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use super::decode::{decode_counted, decompress, ContentEncoding, ItemCap, PayloadFormat};
 use super::error::ReceiverError;
 use super::signal::Signal;
+use super::sink::ExportSink;
+use crate::ingest::{DecodeOn, Decoded, ExportOutcome, Undecoded};
 use crate::limits::Limits;
 
 /// How long a request waits for a decoding slot before it is answered retryable.
 pub(crate) const DECODE_WAIT: Duration = Duration::from_secs(1);
+
+/// The largest uncompressed protobuf body decoded (and interpreted) in the receiving task
+/// itself rather than on the blocking pool: its CPU work is then about as long as the two
+/// thread wakeups of a trip through the pool.
+pub(crate) const INLINE_BYTES: usize = 128 * 1024;
 
 /// The retry delay a request refused for want of a slot is given.
 pub(crate) const DECODE_RETRY: Duration = Duration::from_secs(1);
@@ -73,37 +80,47 @@ pub(crate) struct Received {
     pub(crate) max_bytes: usize,
 }
 
-/// A decoded request with its protobuf bytes as received (after decompression), kept so they
-/// can be forwarded as they are; `None` for OTLP/JSON.
-pub(crate) struct Decoded<R> {
-    /// The decoded request.
-    pub(crate) request: R,
-    /// The protobuf message it was decoded from.
-    pub(crate) encoded: Option<Bytes>,
-}
-
-/// Decompresses, counts and decodes a request of signal `G` in a decoding slot of `gate`, off
-/// the async workers. A request over its item cap in `limits` is refused before decoding.
-pub(crate) async fn decode_admitted<G: Signal>(
+/// Decompresses, counts, decodes and hands to `sink` a request of signal `G`, in a decoding
+/// slot of `gate`: the sink runs the decoding in its task on the blocking pool (for traces,
+/// the one that also interprets the request), or, for an uncompressed protobuf body of at most
+/// [`INLINE_BYTES`], in this task, and gives the slot back when it is done with the CPU work. A
+/// request over its item cap in `limits` is refused before decoding.
+pub(crate) async fn export_admitted<G: Signal, S: ExportSink>(
     gate: &DecodeGate,
     limits: &Limits,
     received: Received,
-) -> Result<Decoded<G::Request>, ReceiverError> {
+    sink: &S,
+) -> Result<ExportOutcome, ReceiverError> {
     let permit = gate.enter().await?;
+    let small = received.format == PayloadFormat::Protobuf
+        && received.encoding == ContentEncoding::Identity
+        && received.body.len() <= INLINE_BYTES;
+    let on = if small {
+        DecodeOn::Caller
+    } else {
+        DecodeOn::BlockingPool
+    };
     let cap = ItemCap {
         counted: G::COUNTED,
         limit: G::cap(limits),
         key: G::LIMIT_KEY,
     };
-    tokio::task::spawn_blocking(move || {
-        let _permit = permit;
+    let decode = move || {
         let raw = decompress(received.encoding, received.body, received.max_bytes)?;
         let request = decode_counted(received.format, &raw, G::REQUEST_TYPE, cap)?;
         let encoded = (received.format == PayloadFormat::Protobuf).then_some(raw);
-        Ok(Decoded { request, encoded })
-    })
-    .await
-    .map_err(|err| ReceiverError::Internal(format!("decoding task failed: {err}")))?
+        Ok::<_, ReceiverError>(Decoded {
+            request,
+            received: encoded,
+            guard: permit,
+        })
+    };
+    G::export_decoding(sink, decode, on)
+        .await
+        .map_err(|err| match err {
+            Undecoded::Decode(err) => err,
+            Undecoded::Ingest(err) => ReceiverError::from(err),
+        })
 }
 
 #[cfg(test)]

@@ -25,7 +25,7 @@ use tonic::codec::{Codec, CompressionEncoding, DecodeBuf, Decoder, EncodeBuf, En
 use tonic::server::{NamedService, UnaryService};
 use tonic::{Code, Status};
 
-use super::admission::{decode_admitted, DecodeGate, Received};
+use super::admission::{export_admitted, DecodeGate, Received};
 use super::auth::GrpcAuthLayer;
 use super::decode::{ContentEncoding, PayloadFormat};
 use super::error::ReceiverError;
@@ -122,20 +122,18 @@ impl<S: ExportSink> GrpcReceiver<S> {
             body: request.into_inner(),
             max_bytes: self.limits.max_request_bytes,
         };
-        let decoded = decode_admitted::<G>(DecodeGate::shared(), &self.limits.items, received)
+        let sink = self.sink.as_ref();
+        match export_admitted::<G, S>(DecodeGate::shared(), &self.limits.items, received, sink)
             .await
-            .map_err(|err| match err {
-                // Worded as tonic words the decoding errors it answers itself.
-                ReceiverError::InvalidWire { .. } | ReceiverError::InvalidProtobuf { .. } => {
-                    Status::invalid_argument(format!(
-                        "invalid request: failed to decode Protobuf message: {err}"
-                    ))
-                }
-                other => to_status(&other),
-            })?;
-        match G::export(self.sink.as_ref(), decoded.request, decoded.encoded).await {
+        {
             Ok(outcome) => Ok(tonic::Response::new(G::response(outcome))),
-            Err(err) => Err(to_status(&ReceiverError::from(err))),
+            // Worded as tonic words the decoding errors it answers itself.
+            Err(
+                err @ (ReceiverError::InvalidWire { .. } | ReceiverError::InvalidProtobuf { .. }),
+            ) => Err(Status::invalid_argument(format!(
+                "invalid request: failed to decode Protobuf message: {err}"
+            ))),
+            Err(err) => Err(to_status(&err)),
         }
     }
 }

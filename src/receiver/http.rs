@@ -20,7 +20,7 @@ use http::{HeaderMap, HeaderValue, Method, Uri};
 use http_body_util::BodyExt;
 use tokio::net::TcpListener;
 
-use super::admission::{decode_admitted, DecodeGate, Received};
+use super::admission::{export_admitted, DecodeGate, Received};
 use super::auth::BearerAuth;
 use super::decode::{encode_response, encode_status, ContentEncoding, PayloadFormat};
 use super::error::ReceiverError;
@@ -181,9 +181,9 @@ async fn accept<S: ExportSink, G: Signal>(
         body,
         max_bytes: limit,
     };
-    let decoded = decode_admitted::<G>(DecodeGate::shared(), &state.limits.items, received).await?;
-
-    let outcome = G::export(state.sink.as_ref(), decoded.request, decoded.encoded).await?;
+    let sink = state.sink.as_ref();
+    let outcome =
+        export_admitted::<G, S>(DecodeGate::shared(), &state.limits.items, received, sink).await?;
     encode_response(format, &G::response(outcome))
 }
 

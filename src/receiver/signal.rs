@@ -4,11 +4,9 @@
 
 use std::future::Future;
 
-use bytes::Bytes;
-
 use super::sink::ExportSink;
 use super::wire_count::Counted;
-use crate::ingest::{ExportOutcome, IngestError};
+use crate::ingest::{DecodeOn, Decoded, ExportOutcome, Undecoded};
 use crate::limits::Limits;
 use crate::otlp::PartialSuccess;
 pub(crate) use crate::otlp::{Logs, Metrics, Traces};
@@ -23,13 +21,17 @@ pub(crate) trait Signal: crate::otlp::Signal {
     /// The cap on [`Self::COUNTED`] items per request.
     fn cap(limits: &Limits) -> usize;
 
-    /// Hands a decoded request to the sink, with its protobuf bytes as received when there
-    /// are (`encoded`; none for OTLP/JSON).
-    fn export<S: ExportSink>(
+    /// Hands a request still to be decoded to the sink: `decode` runs where `on` says.
+    fn export_decoding<S, E, G, D>(
         sink: &S,
-        request: Self::Request,
-        encoded: Option<Bytes>,
-    ) -> impl Future<Output = Result<ExportOutcome, IngestError>> + Send;
+        decode: D,
+        on: DecodeOn,
+    ) -> impl Future<Output = Result<ExportOutcome, Undecoded<E>>> + Send
+    where
+        S: ExportSink,
+        D: FnOnce() -> Result<Decoded<Self::Request, G>, E> + Send + 'static,
+        E: Send + 'static,
+        G: Send + 'static;
 
     /// The response for an accepted request; `partial_success` is set only when it says something.
     fn response(outcome: ExportOutcome) -> Self::Response {
@@ -48,12 +50,18 @@ impl Signal for Traces {
         limits.max_spans_per_request
     }
 
-    fn export<S: ExportSink>(
+    fn export_decoding<S, E, G, D>(
         sink: &S,
-        request: Self::Request,
-        encoded: Option<Bytes>,
-    ) -> impl Future<Output = Result<ExportOutcome, IngestError>> + Send {
-        sink.export_traces_encoded(request, encoded)
+        decode: D,
+        on: DecodeOn,
+    ) -> impl Future<Output = Result<ExportOutcome, Undecoded<E>>> + Send
+    where
+        S: ExportSink,
+        D: FnOnce() -> Result<Decoded<Self::Request, G>, E> + Send + 'static,
+        E: Send + 'static,
+        G: Send + 'static,
+    {
+        sink.export_traces_decoding(decode, on)
     }
 }
 
@@ -65,12 +73,18 @@ impl Signal for Logs {
         limits.max_log_records_per_request
     }
 
-    fn export<S: ExportSink>(
+    fn export_decoding<S, E, G, D>(
         sink: &S,
-        request: Self::Request,
-        encoded: Option<Bytes>,
-    ) -> impl Future<Output = Result<ExportOutcome, IngestError>> + Send {
-        sink.export_logs_encoded(request, encoded)
+        decode: D,
+        on: DecodeOn,
+    ) -> impl Future<Output = Result<ExportOutcome, Undecoded<E>>> + Send
+    where
+        S: ExportSink,
+        D: FnOnce() -> Result<Decoded<Self::Request, G>, E> + Send + 'static,
+        E: Send + 'static,
+        G: Send + 'static,
+    {
+        sink.export_logs_decoding(decode, on)
     }
 }
 
@@ -82,12 +96,18 @@ impl Signal for Metrics {
         limits.max_metric_points_per_request
     }
 
-    fn export<S: ExportSink>(
+    fn export_decoding<S, E, G, D>(
         sink: &S,
-        request: Self::Request,
-        encoded: Option<Bytes>,
-    ) -> impl Future<Output = Result<ExportOutcome, IngestError>> + Send {
-        sink.export_metrics_encoded(request, encoded)
+        decode: D,
+        on: DecodeOn,
+    ) -> impl Future<Output = Result<ExportOutcome, Undecoded<E>>> + Send
+    where
+        S: ExportSink,
+        D: FnOnce() -> Result<Decoded<Self::Request, G>, E> + Send + 'static,
+        E: Send + 'static,
+        G: Send + 'static,
+    {
+        sink.export_metrics_decoding(decode, on)
     }
 }
 

@@ -8,15 +8,17 @@ use opentelemetry_proto::tonic::collector::logs::v1::ExportLogsServiceRequest;
 use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequest;
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
 
-use crate::ingest::{ExportOutcome, Ingest, IngestError};
+use crate::ingest::{DecodeOn, Decoded, ExportOutcome, Ingest, IngestError, Undecoded};
 
 /// The service behind the receivers: takes one decoded export request per signal and answers
 /// only once the request is accepted (or refused).
 ///
 /// The binary uses [`Ingest`]; tests can plug in a sink that records what it received.
 ///
-/// The receivers call the `*_encoded` methods, which also pass the protobuf bytes the request
-/// was decoded from (`None` for OTLP/JSON); by default they ignore the bytes.
+/// The receivers call the `*_decoding` methods with the request still to be decoded: by default
+/// it is decoded on the blocking pool and handed to the `*_encoded` method, which also gets the
+/// protobuf bytes the request was decoded from (`None` for OTLP/JSON; ignored by default).
+/// [`Ingest`] decodes and interprets a trace request in one blocking task.
 pub trait ExportSink: Send + Sync + 'static {
     /// Accepts a trace export request.
     fn export_traces(
@@ -65,6 +67,94 @@ pub trait ExportSink: Send + Sync + 'static {
         drop(encoded);
         self.export_metrics(request)
     }
+
+    /// Accepts a trace export request that `decode` decodes (CPU work, run on the blocking
+    /// pool, or in the caller for a small request: `on`; its guard is dropped once the request
+    /// is decoded, or, for [`Ingest`], interpreted).
+    fn export_traces_decoding<E, G, D>(
+        &self,
+        decode: D,
+        on: DecodeOn,
+    ) -> impl Future<Output = Result<ExportOutcome, Undecoded<E>>> + Send
+    where
+        D: FnOnce() -> Result<Decoded<ExportTraceServiceRequest, G>, E> + Send + 'static,
+        E: Send + 'static,
+        G: Send + 'static,
+    {
+        async move {
+            let (request, encoded) = decode_blocking(decode, on).await?;
+            self.export_traces_encoded(request, encoded)
+                .await
+                .map_err(Undecoded::Ingest)
+        }
+    }
+
+    /// Accepts a logs export request that `decode` decodes where `on` says.
+    fn export_logs_decoding<E, G, D>(
+        &self,
+        decode: D,
+        on: DecodeOn,
+    ) -> impl Future<Output = Result<ExportOutcome, Undecoded<E>>> + Send
+    where
+        D: FnOnce() -> Result<Decoded<ExportLogsServiceRequest, G>, E> + Send + 'static,
+        E: Send + 'static,
+        G: Send + 'static,
+    {
+        async move {
+            let (request, encoded) = decode_blocking(decode, on).await?;
+            self.export_logs_encoded(request, encoded)
+                .await
+                .map_err(Undecoded::Ingest)
+        }
+    }
+
+    /// Accepts a metrics export request that `decode` decodes where `on` says.
+    fn export_metrics_decoding<E, G, D>(
+        &self,
+        decode: D,
+        on: DecodeOn,
+    ) -> impl Future<Output = Result<ExportOutcome, Undecoded<E>>> + Send
+    where
+        D: FnOnce() -> Result<Decoded<ExportMetricsServiceRequest, G>, E> + Send + 'static,
+        E: Send + 'static,
+        G: Send + 'static,
+    {
+        async move {
+            let (request, encoded) = decode_blocking(decode, on).await?;
+            self.export_metrics_encoded(request, encoded)
+                .await
+                .map_err(Undecoded::Ingest)
+        }
+    }
+}
+
+/// Runs `decode` where `on` says (the blocking pool, or here); its guard is dropped once it is
+/// done.
+async fn decode_blocking<R, E, G, D>(
+    decode: D,
+    on: DecodeOn,
+) -> Result<(R, Option<Bytes>), Undecoded<E>>
+where
+    D: FnOnce() -> Result<Decoded<R, G>, E> + Send + 'static,
+    R: Send + 'static,
+    E: Send + 'static,
+    G: Send + 'static,
+{
+    let decode = move || {
+        decode().map(|d| {
+            drop(d.guard);
+            (d.request, d.received)
+        })
+    };
+    let decoded = match on {
+        DecodeOn::Caller => decode(),
+        DecodeOn::BlockingPool => tokio::task::spawn_blocking(decode).await.map_err(|err| {
+            Undecoded::Ingest(IngestError::Internal(format!(
+                "decoding task failed: {err}"
+            )))
+        })?,
+    };
+    decoded.map_err(Undecoded::Decode)
 }
 
 impl ExportSink for Ingest {
@@ -111,5 +201,18 @@ impl ExportSink for Ingest {
         encoded: Option<Bytes>,
     ) -> impl Future<Output = Result<ExportOutcome, IngestError>> + Send {
         Ingest::export_metrics_from(self, request, encoded)
+    }
+
+    fn export_traces_decoding<E, G, D>(
+        &self,
+        decode: D,
+        on: DecodeOn,
+    ) -> impl Future<Output = Result<ExportOutcome, Undecoded<E>>> + Send
+    where
+        D: FnOnce() -> Result<Decoded<ExportTraceServiceRequest, G>, E> + Send + 'static,
+        E: Send + 'static,
+        G: Send + 'static,
+    {
+        Ingest::export_traces_decoding(self, decode, on)
     }
 }
