@@ -129,6 +129,11 @@ impl Client {
         })
     }
 
+    /// Whether this client adds `stepline.run_id` to spans (it needs the entries' span runs).
+    pub fn enriches(&self) -> bool {
+        self.enrich_run_id
+    }
+
     /// One attempt to send `entry` alone; what the backend said in `partial_success` when it
     /// took it.
     pub async fn send(&self, entry: &OutboxEntry) -> Result<PartialSuccess, ExportError> {
@@ -141,7 +146,7 @@ impl Client {
     pub fn body_of(&self, entry: &OutboxEntry) -> Result<Bytes, ExportError> {
         Ok(match self.enriched(entry)? {
             Some(request) => Bytes::from(request.encode_to_vec()),
-            None => Bytes::copy_from_slice(&entry.payload),
+            None => entry.payload.clone(),
         })
     }
 
@@ -149,7 +154,7 @@ impl Client {
     pub fn into_body(&self, entry: OutboxEntry) -> Result<Bytes, ExportError> {
         Ok(match self.enriched(&entry)? {
             Some(request) => Bytes::from(request.encode_to_vec()),
-            None => Bytes::from(entry.payload),
+            None => entry.payload,
         })
     }
 

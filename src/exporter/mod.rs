@@ -4,6 +4,8 @@
 //! the OTLP specification, and an entry is deleted once every exporter has finished it.
 //!
 //! - `queue`: [`Outbox`] and the per-exporter [`ExporterQueue`]s (caps, cursors, counters).
+//! - `handoff`: committed entries handed to the exporters in memory (the store read only when
+//!   an exporter is behind).
 //! - `task`: [`ExporterTask`], the loop reading one exporter's entries and keeping them in flight.
 //! - `batcher`: merging entries into fewer, larger requests (`sending_queue.batch`).
 //! - `retry`: retryable or permanent, the backoff, the retry loop (backon).
@@ -19,6 +21,7 @@ mod batcher;
 mod client;
 mod enrich;
 mod error;
+mod handoff;
 mod queue;
 mod retry;
 mod task;
@@ -30,6 +33,7 @@ pub use batcher::{Batcher, MAX_MERGED_BYTES};
 pub use client::Client;
 pub use enrich::{add_run_ids, RUN_ID_ATTRIBUTE};
 pub use error::ExportError;
+pub use handoff::{Taken, HANDOFF_BYTES};
 pub use queue::{ExporterCounters, ExporterQueue, Outbox, QueueFull, SignalCounters};
 pub use retry::{grpc_is_retryable, http_is_retryable, with_retries, Backoff};
 pub use task::ExporterTask;

@@ -1,13 +1,16 @@
 //! The outbox as the exporters and the writer see it: the next seq, and for each exporter its
 //! cursor, its unsent bytes against its cap, and its counters. The entries themselves live in
-//! RocksDB (`store::outbox`); nothing here holds payloads.
+//! RocksDB (`store::outbox`); the recently committed ones are also handed to the exporters in
+//! memory (`handoff`, bounded), so a caught-up exporter does not read them back.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use tokio::sync::Notify;
 
+use super::handoff::{Handoff, Taken, HANDOFF_BYTES};
 use crate::config::{ExporterConfig, SignalKind, WhenFull};
+use crate::outbox::OutboxEntry;
 use crate::store::{Store, StoreError};
 
 /// Per-signal counters, indexed by [`signal_index`].
@@ -68,6 +71,8 @@ pub struct ExporterQueue {
     pending_bytes: AtomicU64,
     claims: Mutex<Claims>,
     done: AtomicU64,
+    /// Every entry up to this seq was read by the exporter (it no longer needs the handoff's).
+    read_through: AtomicU64,
     /// The in-flight seq found at start (entries up to it may be duplicates).
     pub recovered_in_flight: u64,
     /// Wakes the exporter when entries were committed.
@@ -177,6 +182,7 @@ pub struct Outbox {
     next_seq: AtomicU64,
     deleted_through: AtomicU64,
     queues: Vec<Arc<ExporterQueue>>,
+    handoff: Handoff,
 }
 
 /// A request refused because an exporter's queue is full.
@@ -195,6 +201,7 @@ impl Outbox {
             next_seq: AtomicU64::new(1),
             deleted_through: AtomicU64::new(0),
             queues: Vec::new(),
+            handoff: Handoff::new(0, 0),
         }
     }
 
@@ -216,6 +223,7 @@ impl Outbox {
                 pending_bytes: AtomicU64::new(0),
                 claims: Mutex::new(Claims::default()),
                 done: AtomicU64::new(cursor.done),
+                read_through: AtomicU64::new(cursor.done),
                 recovered_in_flight: cursor.in_flight.max(cursor.done),
                 notify: Notify::new(),
                 counters: ExporterCounters::default(),
@@ -236,6 +244,8 @@ impl Outbox {
             next_seq: AtomicU64::new(next + 1),
             deleted_through: AtomicU64::new(deletable),
             queues: queues.into_iter().map(Arc::new).collect(),
+            // Everything up to `next` is in the store (or never will be): read from there.
+            handoff: Handoff::new(next, HANDOFF_BYTES),
         })
     }
 
@@ -307,6 +317,49 @@ impl Outbox {
                         Some(pending.saturating_sub(size))
                     });
         }
+    }
+
+    /// Hands a committed entry to the exporters in memory (call after the durable commit that
+    /// stored it, before [`Outbox::committed`], in seq order); `stored_bytes` is the size of the
+    /// value the writer stored for it.
+    pub fn hand_off(&self, entry: &OutboxEntry, stored_bytes: u64) {
+        if self.queues.is_empty() {
+            return;
+        }
+        self.handoff.push(entry, stored_bytes, self.read_through());
+    }
+
+    /// Up to `max_entries` entries after `after` from the in-memory handoff (see
+    /// [`Handoff::take`]), or `None` when the exporter must read the store.
+    pub fn take(
+        &self,
+        after: u64,
+        max_entries: usize,
+        max_bytes: u64,
+        with_runs: bool,
+    ) -> Option<Taken> {
+        self.handoff.take(after, max_entries, max_bytes, with_runs)
+    }
+
+    /// `queue`'s exporter has read every entry up to `seq` (from memory or the store): the
+    /// handoff lets go of what every exporter has read.
+    pub fn read_to(&self, queue: &ExporterQueue, seq: u64) {
+        queue.read_through.fetch_max(seq, Ordering::AcqRel);
+        self.handoff.release(self.read_through());
+    }
+
+    /// The seq every exporter has read through.
+    fn read_through(&self) -> u64 {
+        self.queues
+            .iter()
+            .map(|queue| queue.read_through.load(Ordering::Acquire))
+            .min()
+            .unwrap_or(0)
+    }
+
+    /// Bytes the in-memory handoff holds.
+    pub fn handoff_bytes(&self) -> u64 {
+        self.handoff.bytes()
     }
 
     /// Wakes every exporter after a commit.

@@ -33,6 +33,10 @@ const READ_BYTES: usize = 4 * 1024 * 1024;
 const HELD_BYTES: u64 = 8 * 1024 * 1024;
 /// Wait after a failed outbox read or cursor write.
 const STORE_RETRY: Duration = Duration::from_secs(1);
+/// A cursor that only moved over finished entries is written at most this often (one write,
+/// with the deletion of what every exporter finished). A cursor announcing entries about to be
+/// sent is written before they are, whatever the time.
+const CURSOR_EVERY: Duration = Duration::from_millis(10);
 
 /// What became of one request.
 enum Fate {
@@ -82,6 +86,12 @@ impl ExporterTask {
             ..Window::default()
         };
         let mut read_after = queue.done();
+        // The cursor as last written, and when.
+        let mut persisted = OutboxCursor {
+            done: queue.done(),
+            in_flight: queue.recovered_in_flight,
+        };
+        let mut persisted_at = Instant::now();
         let mut buffered: VecDeque<OutboxEntry> = VecDeque::new();
         let mut batcher = Batcher::new(this.batch);
         let mut ready: VecDeque<Batch> = VecDeque::new();
@@ -104,15 +114,15 @@ impl ExporterTask {
                         break;
                     }
                     match this.read(read_after).await {
-                        Some(entries) if entries.is_empty() => {
+                        Some((entries, _)) if entries.is_empty() => {
                             drained = true;
                             outbox_empty = true;
                             break;
                         }
-                        Some(entries) => {
-                            let bytes: u64 = entries.iter().map(OutboxEntry::size).sum();
-                            drained = entries.len() < READ_ENTRIES && bytes < READ_BYTES as u64;
+                        Some((entries, all)) => {
+                            drained = all;
                             read_after = entries.last().map_or(read_after, |e| e.seq);
+                            this.outbox.read_to(&queue, read_after);
                             buffered.extend(entries);
                         }
                         None => break,
@@ -143,18 +153,26 @@ impl ExporterTask {
                 }
                 starting.push(batch);
             }
-            // One cursor write: the finished prefix, and (durable before sending) what is about
-            // to go out, which counts as possible duplicates after a crash.
-            let moved = this.advance(&mut window);
-            if moved || !starting.is_empty() {
-                let done = queue.done();
-                let in_flight = if window.entries.is_empty() {
-                    done
-                } else {
-                    window.highest_sent.max(done)
-                };
-                this.persist(OutboxCursor { done, in_flight }).await;
+            // One cursor write: the finished prefix, and (written before sending) what is about
+            // to go out, which counts as possible duplicates after a crash. A cursor that only
+            // moved over finished entries waits up to CURSOR_EVERY for company (a crash in
+            // between re-sends those entries: at-least-once either way).
+            this.advance(&mut window);
+            let done = queue.done();
+            let in_flight = if window.entries.is_empty() {
+                done
+            } else {
+                window.highest_sent.max(done)
+            };
+            let announce = in_flight > persisted.in_flight;
+            let moved = done > persisted.done;
+            if announce || (moved && (stopping || persisted_at.elapsed() >= CURSOR_EVERY)) {
+                persisted = OutboxCursor { done, in_flight };
+                this.persist(persisted).await;
+                persisted_at = Instant::now();
             }
+            // When a cursor that moved is to be written if nothing else happens first.
+            let cursor_due = (queue.done() > persisted.done).then(|| persisted_at + CURSOR_EVERY);
             for batch in starting {
                 let (signal, items, seq) = summary(&batch);
                 // stepline's own trace of the send (exported with service.telemetry.traces).
@@ -178,6 +196,7 @@ impl ExporterTask {
                     _ = queue.notify.notified() => drained = false,
                     // Read once more before stopping: a last commit may have come with it.
                     _ = stop.changed() => drained = false,
+                    _ = sleep_until(cursor_due), if cursor_due.is_some() => {}
                 }
                 continue;
             }
@@ -190,6 +209,7 @@ impl ExporterTask {
                     None
                 }
                 _ = sleep_until(deadline), if deadline.is_some() => None,
+                _ = sleep_until(cursor_due), if cursor_due.is_some() => None,
                 _ = stop.changed(), if !stopping && !batcher.is_empty() => {
                     drained = false;
                     None
@@ -218,16 +238,28 @@ impl ExporterTask {
         tracing::info!(exporter = %id, "exporter stopped: nothing left to send");
     }
 
-    /// Up to [`READ_ENTRIES`] entries after `after`; `None` after a failed read (logged,
-    /// after a pause).
-    async fn read(&self, after: u64) -> Option<Vec<OutboxEntry>> {
+    /// Up to [`READ_ENTRIES`] entries after `after`, and whether they are all there is for
+    /// now: from the in-memory handoff when it has them all, else from the store. `None`
+    /// after a failed read (logged, after a pause).
+    async fn read(&self, after: u64) -> Option<(Vec<OutboxEntry>, bool)> {
+        let with_runs = self.client.enriches();
+        if let Some(taken) = self
+            .outbox
+            .take(after, READ_ENTRIES, READ_BYTES as u64, with_runs)
+        {
+            return Some((taken.entries, taken.drained));
+        }
         let store = self.store.clone();
         let read = tokio::task::spawn_blocking(move || {
             store.outbox_after(after, READ_ENTRIES, READ_BYTES)
         })
         .await;
         let error = match read {
-            Ok(Ok(entries)) => return Some(entries),
+            Ok(Ok(entries)) => {
+                let bytes: u64 = entries.iter().map(OutboxEntry::size).sum();
+                let all = entries.len() < READ_ENTRIES && bytes < READ_BYTES as u64;
+                return Some((entries, all));
+            }
             Ok(Err(e)) => e.to_string(),
             Err(e) => e.to_string(),
         };
@@ -396,3 +428,7 @@ async fn sleep_until(deadline: Option<Instant>) {
         None => std::future::pending().await,
     }
 }
+
+#[cfg(test)]
+#[path = "task_tests.rs"]
+mod tests;

@@ -82,6 +82,6 @@ pub(super) fn encoded_len(request: &impl Message, received: Option<&Bytes>) -> u
 
 /// The outbox payload of a request: its bytes as received (the receivers decoded them into
 /// `request`), or the request encoded.
-pub(super) fn payload(request: &impl Message, received: Option<Bytes>) -> Vec<u8> {
-    received.map_or_else(|| request.encode_to_vec(), Vec::from)
+pub(super) fn payload(request: &impl Message, received: Option<Bytes>) -> Bytes {
+    received.unwrap_or_else(|| request.encode_to_vec().into())
 }

@@ -379,6 +379,21 @@ fn run(store: &Store, outbox: &Outbox, counters: &IngestCounters, mut rx: mpsc::
             .writer_grouped_requests
             .fetch_add(works.len() as u64, Ordering::Relaxed);
         let answers = apply_isolated(store, counters, &works);
+        // Committed entries go to the exporters in memory (the outbox on disk stays the truth).
+        for (work, answer) in works.iter().zip(&answers) {
+            if let (
+                Work::Received {
+                    outbox: Some(entry),
+                    ..
+                },
+                Ok(Applied::Stored(stored)),
+            ) = (work, answer)
+            {
+                if let Some(bytes) = stored.outbox_bytes {
+                    outbox.hand_off(entry, bytes);
+                }
+            }
+        }
         // Freed before answering: the next request of a run then finds the input history it
         // shares with these (the interpreter's memo) held by nobody else, and extends it in place.
         drop(works);

@@ -20,6 +20,8 @@
 
 use std::collections::HashMap;
 
+use bytes::Bytes;
+
 use crate::config::SignalKind;
 
 /// Bytes of the fixed header: the signal byte and the item count.
@@ -51,10 +53,15 @@ pub struct OutboxEntry {
     pub signal: SignalKind,
     /// Spans, log records or metric data points in it.
     pub items: u64,
-    /// The export request, protobuf-encoded, as received.
-    pub payload: Vec<u8>,
+    /// The export request, protobuf-encoded, as received (shared, never copied on the way
+    /// from the receiver to the exporters' in-memory handoff).
+    pub payload: Bytes,
     /// The run of each interpreted span of the request (traces only; empty otherwise).
     pub span_runs: Vec<SpanRun>,
+    /// Bytes of a run block stored with this entry that `span_runs` does not hold: a copy
+    /// handed to the exporters in memory before the writer resolved the runs (0 otherwise).
+    /// Counted in [`OutboxEntry::size`], so the copy weighs what the stored value does.
+    pub runs_in_store: u64,
 }
 
 /// Why stored bytes are not an outbox entry.
@@ -76,13 +83,14 @@ pub enum EntryError {
 
 impl OutboxEntry {
     /// A new entry of a received request (seq and span runs are filled in by the writer).
-    pub fn new(signal: SignalKind, items: u64, payload: Vec<u8>) -> OutboxEntry {
+    pub fn new(signal: SignalKind, items: u64, payload: impl Into<Bytes>) -> OutboxEntry {
         OutboxEntry {
             seq: 0,
             signal,
             items,
-            payload,
+            payload: payload.into(),
             span_runs: Vec::new(),
+            runs_in_store: 0,
         }
     }
 
@@ -90,6 +98,7 @@ impl OutboxEntry {
     pub fn size(&self) -> u64 {
         (HEADER + self.payload.len()) as u64
             + run_block(&self.span_runs).map_or(0, |b| 4 + b.len() as u64)
+            + self.runs_in_store
     }
 
     /// The stored key.
@@ -120,8 +129,27 @@ impl OutboxEntry {
         value
     }
 
-    /// Reads an entry back from its stored key and value.
+    /// Reads an entry back from its stored key and value (the payload is copied out of it).
     pub fn decode(key: &[u8], value: &[u8]) -> Result<OutboxEntry, EntryError> {
+        let (entry, at) = Self::decode_parts(key, value)?;
+        Ok(OutboxEntry {
+            payload: Bytes::copy_from_slice(&value[at..]),
+            ..entry
+        })
+    }
+
+    /// [`OutboxEntry::decode`] of a value already in a [`Bytes`]: the payload is a view of it,
+    /// not a copy.
+    pub fn decode_shared(key: &[u8], value: &Bytes) -> Result<OutboxEntry, EntryError> {
+        let (entry, at) = Self::decode_parts(key, value)?;
+        Ok(OutboxEntry {
+            payload: value.slice(at..),
+            ..entry
+        })
+    }
+
+    /// The entry of a stored value with an empty payload, and where the payload starts.
+    fn decode_parts(key: &[u8], value: &[u8]) -> Result<(OutboxEntry, usize), EntryError> {
         let header = Header::decode(key, value)?;
         let mut at = HEADER;
         let mut span_runs = Vec::new();
@@ -132,13 +160,15 @@ impl OutboxEntry {
             span_runs = decode_run_block(block)?;
             at += len;
         }
-        Ok(OutboxEntry {
+        let entry = OutboxEntry {
             seq: header.seq,
             signal: header.signal,
             items: header.items,
-            payload: value[at..].to_vec(),
+            payload: Bytes::new(),
             span_runs,
-        })
+            runs_in_store: 0,
+        };
+        Ok((entry, at.min(value.len())))
     }
 }
 
@@ -298,8 +328,9 @@ mod tests {
             seq: 7,
             signal: SignalKind::Traces,
             items: 3,
-            payload: vec![1, 2, 3, 4],
+            payload: Bytes::from_static(&[1, 2, 3, 4]),
             span_runs,
+            runs_in_store: 0,
         }
     }
 
@@ -320,6 +351,14 @@ mod tests {
             let value = e.encode();
             assert_eq!(value.len() as u64, e.size());
             assert_eq!(OutboxEntry::decode(&e.key(), &value).unwrap(), e);
+            let shared = Bytes::from(value.clone());
+            let viewed = OutboxEntry::decode_shared(&e.key(), &shared).unwrap();
+            assert_eq!(viewed, e);
+            // A view of the stored value, not a copy.
+            assert_eq!(
+                viewed.payload.as_ptr(),
+                shared[value.len() - e.payload.len()..].as_ptr()
+            );
             let header = Header::decode(&e.key(), &value[..HEADER]).unwrap();
             assert_eq!((header.seq, header.items), (7, 3));
             assert_eq!(header.has_runs, !e.span_runs.is_empty());
@@ -332,7 +371,7 @@ mod tests {
         old.extend_from_slice(&5u64.to_be_bytes());
         old.extend_from_slice(b"payload");
         let e = OutboxEntry::decode(&9u64.to_be_bytes(), &old).unwrap();
-        assert_eq!(e.payload, b"payload");
+        assert_eq!(e.payload, &b"payload"[..]);
         assert!(e.span_runs.is_empty());
         assert_eq!(e.size(), old.len() as u64);
     }

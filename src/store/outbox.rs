@@ -201,8 +201,9 @@ mod tests {
                 seq: 3,
                 signal: SignalKind::Logs,
                 items: 3,
-                payload: vec![3; 3],
+                payload: vec![3; 3].into(),
                 span_runs: vec![],
+                runs_in_store: 0,
             }
         );
         assert_eq!(store.outbox_after(0, 10, 1).unwrap().len(), 1);
