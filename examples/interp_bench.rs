@@ -7,10 +7,11 @@
 //!   request it receives (protobuf, length-prefixed) to `FILE`; point `loadgen --grpc ADDR` at
 //!   it to record a realistic workload of any convention.
 //! - `run FILE [ROUNDS]`: decodes and interprets the recorded requests `ROUNDS` times (default
-//!   1) and prints spans, facts and the time per span of each phase. Under
-//!   `valgrind --tool=callgrind` the inclusive instruction counts of `decode_phase` and
-//!   `interpret_phase` (and the calls to the allocator under each) give per-span costs that
-//!   do not depend on the machine's load.
+//!   1) and prints spans, facts and the time per span of each phase.
+//!
+//! Under `valgrind --tool=callgrind` the inclusive instruction counts of `decode_phase` and
+//! `interpret_phase` (and the calls to the allocator under each) give per-span costs that do
+//! not depend on the machine's load (`--collect-atstart=no --toggle-collect='*interpret_phase*'`).
 //!
 //! ```text
 //! cargo build --release --example interp_bench --example loadgen
