@@ -1,10 +1,14 @@
 //! Messages in the canonical OTel GenAI shape, content-addressed so each is stored once per run.
 
+use std::borrow::Cow;
+
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 
 use super::binary_id::binary_id;
+
+mod canonical;
 
 /// Bytes of a message hash: a truncated SHA-256 of the message's canonical JSON (128 bits, so
 /// a collision between two messages of one run is out of reach).
@@ -40,11 +44,7 @@ impl MessageHash {
 
     /// Hashes `message`'s canonical JSON, written into the empty `buffer`.
     fn of_canonical(message: &Value, buffer: &mut Vec<u8>) -> Self {
-        // Writing a `Value` into a `Vec` cannot fail (keys are strings); an error would leave
-        // the text empty, as `serde_json::to_vec(..).unwrap_or_default()` did.
-        if serde_json::to_writer(&mut *buffer, message).is_err() {
-            buffer.clear();
-        }
+        canonical::write(buffer, message);
         let digest = Sha256::digest(&buffer[..]);
         let mut out = [0u8; MESSAGE_HASH_BYTES];
         out.copy_from_slice(&digest[..MESSAGE_HASH_BYTES]);
@@ -65,8 +65,9 @@ thread_local! {
 /// judged without loading message bodies.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct MessageShape {
-    /// `assistant`, `user`, `system`, `tool`, ...
-    pub role: String,
+    /// `assistant`, `user`, `system`, `tool`, ... (the common roles are static strings, so
+    /// references clone without allocating).
+    pub role: Cow<'static, str>,
     /// Tool-call ids this message opens (tool_call parts).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub opens: Vec<String>,
@@ -78,11 +79,12 @@ pub struct MessageShape {
 impl MessageShape {
     /// Reads the shape of a canonical OTel GenAI message.
     pub fn of(message: &Value) -> Self {
-        let role = message
-            .get("role")
-            .and_then(Value::as_str)
-            .unwrap_or("other")
-            .to_string();
+        let role = role_name(
+            message
+                .get("role")
+                .and_then(Value::as_str)
+                .unwrap_or("other"),
+        );
         let mut shape = MessageShape {
             role,
             ..Default::default()
@@ -105,6 +107,25 @@ impl MessageShape {
             }
         }
         shape
+    }
+}
+
+/// Roles shared by every reference that names them, rather than copied per message.
+const COMMON_ROLES: [&str; 7] = [
+    "user",
+    "assistant",
+    "system",
+    "tool",
+    "developer",
+    "model",
+    "other",
+];
+
+/// `role` as a shape's role: a static string for the common roles, else a copy.
+fn role_name(role: &str) -> Cow<'static, str> {
+    match COMMON_ROLES.iter().find(|r| **r == role) {
+        Some(common) => Cow::Borrowed(common),
+        None => Cow::Owned(role.to_string()),
     }
 }
 
@@ -177,6 +198,25 @@ mod tests {
             assert!(serde_json::from_str::<MessageHash>(bad).is_err(), "{bad}");
         }
         assert_eq!(MessageHash::from_slice(&[0; 3]), None);
+    }
+
+    #[test]
+    fn common_roles_are_static_and_every_role_reads_back() {
+        for role in ["user", "assistant", "tool", "critic", ""] {
+            let shape = MessageShape::of(&json!({"role": role, "parts": []}));
+            assert_eq!(shape.role, role);
+            assert_eq!(
+                matches!(shape.role, Cow::Borrowed(_)),
+                COMMON_ROLES.contains(&role)
+            );
+            let text = serde_json::to_string(&shape).unwrap();
+            assert_eq!(
+                text,
+                format!("{{\"role\":{}}}", serde_json::to_string(role).unwrap())
+            );
+            assert_eq!(serde_json::from_str::<MessageShape>(&text).unwrap(), shape);
+        }
+        assert_eq!(MessageShape::of(&json!({"parts": []})).role, "other");
     }
 
     #[test]

@@ -112,6 +112,18 @@ fn any_text(value: &AnyValue, max_bytes: usize) -> String {
     super::budget::text_prefix(out, max_bytes)
 }
 
+/// Lowercase hex of `bytes` (what `hex::encode` gives), written in one pass into a string of
+/// the right size: span and trace ids are encoded for every span.
+pub fn hex_id(bytes: &[u8]) -> String {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    let mut out = String::with_capacity(2 * bytes.len());
+    for b in bytes {
+        out.push(DIGITS[usize::from(b >> 4)] as char);
+        out.push(DIGITS[usize::from(b & 0xF)] as char);
+    }
+    out
+}
+
 /// The attributes of one span, for lookups by key.
 pub struct Attributes<'a>(pub &'a [KeyValue]);
 
@@ -132,6 +144,15 @@ impl<'a> Attributes<'a> {
                 Any::IntValue(i) => Some(i.to_string()),
                 _ => None,
             })
+    }
+
+    /// The string value of the first attribute named `key`, borrowed (no copy): for tests of
+    /// a value, where [`Self::str`] would copy it first.
+    pub fn text(&self, key: &str) -> Option<&'a str> {
+        match self.get(key)?.value.as_ref()? {
+            Any::StringValue(s) => Some(s.as_str()),
+            _ => None,
+        }
     }
 
     /// An integer attribute (the first of `keys` that is present); numeric strings are accepted.
@@ -258,6 +279,17 @@ impl Node {
 mod indexed_tests {
     use super::*;
     use crate::test_fixtures::kv;
+
+    #[test]
+    fn hex_ids_are_lowercase_hex() {
+        for bytes in [
+            &[][..],
+            &[0u8, 1, 0x7f, 0x80, 0xab, 0xff][..],
+            &[0x5a; 16][..],
+        ] {
+            assert_eq!(hex_id(bytes), hex::encode(bytes));
+        }
+    }
 
     #[test]
     fn flattened_lists_rebuild_in_index_order() {

@@ -175,6 +175,19 @@ fn check_key(key: &str, limits: &Limits) -> Result<(), OverLimit> {
 /// Walks with an explicit stack, so nesting costs no call depth.
 fn check_value(value: &AnyValue, limits: &Limits) -> Result<(), OverLimit> {
     let max = limits.max_attribute_value_bytes;
+    // A scalar (almost every attribute) needs no walk.
+    let scalar = match &value.value {
+        Some(Any::StringValue(s)) => Some(s.len()),
+        Some(Any::BytesValue(b)) => Some(b.len()),
+        Some(Any::ArrayValue(_) | Any::KvlistValue(_)) => None,
+        _ => Some(8),
+    };
+    if let Some(bytes) = scalar {
+        return match bytes > max {
+            true => Err(OverLimit::ValueBytes { bytes, max }),
+            false => Ok(()),
+        };
+    }
     let mut bytes = 0usize;
     let mut stack = vec![value];
     while let Some(v) = stack.pop() {
@@ -226,6 +239,18 @@ pub fn depth(value: &Value) -> usize {
 
 /// Whether a value's nesting depth is at most `max`, without walking past the cap.
 pub fn within_depth(value: &Value, max: usize) -> bool {
+    /// Recursive, at most `max` + 1 levels deep (the caller bounds `max`): no stack to allocate.
+    fn walk(v: &Value, d: usize, max: usize) -> bool {
+        match v {
+            Value::Array(_) | Value::Object(_) if d > max => false,
+            Value::Array(items) => items.iter().all(|c| walk(c, d + 1, max)),
+            Value::Object(map) => map.values().all(|c| walk(c, d + 1, max)),
+            _ => true,
+        }
+    }
+    if max <= MAX_KEPT_DEPTH {
+        return walk(value, 1, max);
+    }
     let mut stack = vec![(value, 1usize)];
     while let Some((v, d)) = stack.pop() {
         match v {
@@ -301,6 +326,27 @@ impl Cut {
 /// holding its JSON text (at most `text_bytes` of it), so `value` keeps at most `max` levels.
 /// Returns how many parts were cut. Iterative.
 pub fn cut_value(value: &mut Value, max: usize, text_bytes: usize) -> usize {
+    /// Recursive, at most `max` + 1 levels deep (the caller bounds `max`): no stack to allocate.
+    fn walk(v: &mut Value, d: usize, max: usize, text_bytes: usize) -> usize {
+        match v {
+            Value::Array(_) | Value::Object(_) if d > max => {
+                *v = Value::String(json_text(v, text_bytes));
+                1
+            }
+            Value::Array(items) => items
+                .iter_mut()
+                .map(|i| walk(i, d + 1, max, text_bytes))
+                .sum(),
+            Value::Object(map) => map
+                .values_mut()
+                .map(|i| walk(i, d + 1, max, text_bytes))
+                .sum(),
+            _ => 0,
+        }
+    }
+    if max <= MAX_KEPT_DEPTH {
+        return walk(value, 1, max, text_bytes);
+    }
     let mut cuts = 0;
     let mut stack = vec![(value, 1usize)];
     while let Some((v, d)) = stack.pop() {
@@ -421,6 +467,26 @@ mod tests {
                 assert_eq!(v, original);
             }
         }
+    }
+
+    #[test]
+    fn depth_checks_and_cuts_agree_below_and_above_the_kept_depth() {
+        for levels in [0, 1, 5, 99, 100, 101, 120] {
+            let v = nested(levels);
+            for max in [1, 3, 50, MAX_KEPT_DEPTH, MAX_KEPT_DEPTH + 1, 200] {
+                assert_eq!(within_depth(&v, max), depth(&v) <= max, "{levels} {max}");
+                let mut cut = v.clone();
+                let cuts = cut_value(&mut cut, max, 1 << 20);
+                assert_eq!(cuts, usize::from(levels > max), "{levels} {max}");
+                assert_eq!(depth(&cut), levels.min(max), "{levels} {max}");
+            }
+        }
+        let mut wide = json!([[[1]], {"a": [[2]], "b": [[3]]}, [[[4]]]]);
+        assert_eq!(cut_value(&mut wide, 2, 100), 4);
+        assert_eq!(
+            wide,
+            json!([["[1]"], {"a": "[[2]]", "b": "[[3]]"}, ["[[4]]"]])
+        );
     }
 
     #[test]

@@ -18,8 +18,9 @@ pub struct Interpreted {
     /// Message bodies referenced by the fact, with their hashes, to store once per run (the
     /// input's bodies that `shared` holds are not repeated here).
     pub messages: Vec<(MessageHash, Value)>,
-    /// Bodies of the fact's input, by position, shared with the interpreter's memo rather than
-    /// copied: the `i`-th holds the body of `fact.input[i]` when their hashes are equal (media
+    /// Bodies of the fact's input (of its `all_messages` for an agent run, which has no input),
+    /// by position, shared with the interpreter's memo rather than copied: the `i`-th holds the
+    /// body of `fact.input[i]` (`fact.all_messages[i]`) when their hashes are equal (media
     /// offloading may rename a message, whose new body is then in `messages`).
     pub shared: SharedMessages,
 }
@@ -37,12 +38,12 @@ impl SpanFact {
         }
         let mut fact = Self::new(
             kind,
-            hex::encode(&span.trace_id),
-            hex::encode(&span.span_id),
+            super::attributes::hex_id(&span.trace_id),
+            super::attributes::hex_id(&span.span_id),
             span.name.clone(),
         );
-        fact.parent_span_id =
-            (span.parent_span_id.len() == 8).then(|| hex::encode(&span.parent_span_id));
+        fact.parent_span_id = (span.parent_span_id.len() == 8)
+            .then(|| super::attributes::hex_id(&span.parent_span_id));
         fact.start_ns = span.start_time_unix_nano;
         fact.end_ns = span.end_time_unix_nano.max(span.start_time_unix_nano);
         fact.error = error;

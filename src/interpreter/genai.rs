@@ -18,7 +18,7 @@ use opentelemetry_proto::tonic::trace::v1::{status::StatusCode, Span};
 use serde_json::{Map, Value};
 
 use super::adk;
-use super::attributes::{any_to_json, Attributes};
+use super::attributes::{any_to_json, hex_id, Attributes};
 use super::budget::{within_depth, Cut};
 use super::chat_shape;
 use super::events::{is_legacy_event, map_details, map_event, Slot};
@@ -67,15 +67,14 @@ pub fn interpret_span(
         Attributes(&span.attributes)
     };
     let kind = classify(span, &attrs)?;
-    let trace_id = hex::encode(&span.trace_id);
-    let mut span_id = hex::encode(&span.span_id);
+    let trace_id = hex_id(&span.trace_id);
+    let mut span_id = hex_id(&span.span_id);
     if trace_id.len() != 32 || span_id.len() != 16 {
         return None;
     }
-    let mut parent_span_id =
-        (span.parent_span_id.len() == 8).then(|| hex::encode(&span.parent_span_id));
+    let mut parent_span_id = (span.parent_span_id.len() == 8).then(|| hex_id(&span.parent_span_id));
     // A Logfire pending span stands for the real span (its parent) from the moment it started.
-    let pending = attrs.str(&["logfire.span_type"]).as_deref() == Some("pending_span");
+    let pending = attrs.text("logfire.span_type") == Some("pending_span");
     if pending {
         if !matches!(kind, FactKind::AgentRun | FactKind::ToolCall) {
             return None;
@@ -88,8 +87,8 @@ pub fn interpret_span(
             .filter(|p| p != "0000000000000000");
     }
 
-    let mut fact = SpanFact::new(kind, trace_id, span_id.clone(), span.name.clone());
-    fact.parent_span_id = parent_span_id.clone();
+    let mut fact = SpanFact::new(kind, trace_id, span_id, span.name.clone());
+    fact.parent_span_id = parent_span_id;
     fact.start_ns = span.start_time_unix_nano;
     fact.end_ns = if pending {
         span.start_time_unix_nano
@@ -119,8 +118,9 @@ pub fn interpret_span(
             let key = "pydantic_ai.all_messages";
             // The whole conversation: the last model request's input (memoised under this
             // run's key) and its output. Read through the memo when it extends that input; its
-            // bodies are copied out of the memo, which then forgets the finished run.
-            let memo_key = history_key(&fact.trace_id, &span_id);
+            // bodies stay shared with the model requests' (never copied), and the memo forgets
+            // the finished run.
+            let memo_key = history_key(&fact.trace_id, &fact.span_id);
             let depth = cut.max_depth();
             let read = memo.and_then(|memo| {
                 let Some(Any::StringValue(raw)) = attrs.get(key)?.value.as_ref() else {
@@ -132,11 +132,7 @@ pub fn interpret_span(
             });
             fact.all_messages = match read {
                 Some(read) => {
-                    messages.extend(
-                        read.messages
-                            .iter()
-                            .map(|m| (m.reference.hash, m.body.clone())),
-                    );
+                    shared = read.messages;
                     Some(Arc::unwrap_or_clone(read.references))
                 }
                 None => read_messages(&attrs, key, &mut fact, &mut messages, cut),
@@ -147,7 +143,7 @@ pub fn interpret_span(
             let key = "gen_ai.input.messages";
             let memo_key = history_key(
                 &fact.trace_id,
-                parent_span_id.as_deref().unwrap_or(&span_id),
+                fact.parent_span_id.as_deref().unwrap_or(&fact.span_id),
             );
             let depth = cut.max_depth();
             // ADK's response ids are repaired against the calls before them (see `adk`), which
@@ -447,11 +443,12 @@ fn classify(span: &Span, attrs: &Attributes<'_>) -> Option<FactKind> {
     if let Some(kind) = super::langchain::genai_kind(span, attrs) {
         return kind;
     }
-    let op = attrs.str(&["gen_ai.operation.name"]);
-    if attrs.str(&["gen_ai.tool.name"]).as_deref() == Some(ADK_MERGED_TOOLS) {
+    // Only string values name an operation (an integer never matches one).
+    let op = attrs.text("gen_ai.operation.name");
+    if attrs.text("gen_ai.tool.name") == Some(ADK_MERGED_TOOLS) {
         return None;
     }
-    match op.as_deref() {
+    match op {
         Some("invoke_agent") => return Some(FactKind::AgentRun),
         Some("execute_tool") => return Some(FactKind::ToolCall),
         Some(op) if MODEL_OPERATIONS.contains(&op) => return Some(FactKind::ModelRequest),
@@ -763,7 +760,16 @@ mod tests {
             let plain = crate::interpreter::interpret_span(&agent(all)).unwrap();
             let memoised =
                 crate::interpreter::interpret_span_with(&agent(all), &memo, &limits).unwrap();
-            assert_eq!(plain, memoised, "{all}");
+            // The same fact and bodies; through the memo the bodies stay shared, not copied.
+            assert_eq!(
+                (&plain.run_span_id, &plain.fact),
+                (&memoised.run_span_id, &memoised.fact),
+                "{all}"
+            );
+            let bodies = |i: &Interpreted| -> Vec<(MessageHash, Value)> {
+                i.bodies().map(|(h, v)| (*h, v.clone())).collect()
+            };
+            assert_eq!(bodies(&plain), bodies(&memoised), "{all}");
             assert!(!memo.holds(&key), "the finished run is forgotten");
             // The last request again (a retried delivery) puts its input back in the memo.
             if let Some(request) = &last_request {

@@ -57,11 +57,11 @@ pub fn is_langchain_metadata(attrs: &Attributes<'_>) -> bool {
 /// `invoke_agent`, which is the run), `Some(None)` for the build-time `create_agent` span (not
 /// part of any run), `None` for every other span.
 pub fn genai_kind(span: &Span, attrs: &Attributes<'_>) -> Option<Option<FactKind>> {
-    match attrs.str(&["gen_ai.operation.name"]).as_deref() {
+    match attrs.text("gen_ai.operation.name") {
         Some("execute_task") => Some(Some(FactKind::Group)),
         Some("create_agent") => Some(None),
         Some("invoke_agent")
-            if attrs.str(&["traceloop.span.kind"]).as_deref() == Some("workflow")
+            if attrs.text("traceloop.span.kind") == Some("workflow")
                 || span.name.ends_with(".workflow") =>
         {
             // The outermost span has nothing to group under: it stays the run.

@@ -26,7 +26,7 @@ pub(super) fn is_group_operation(operation: &str) -> bool {
 /// Notes on a model request without input history that it is one of Mastra's model-inference
 /// spans, whose exporter leaves the history out.
 pub(super) fn note_missing_input(attrs: &Attributes<'_>, fact: &mut SpanFact) {
-    let inference = attrs.str(&["mastra.span.type"]).as_deref() == Some("model_inference");
+    let inference = attrs.text("mastra.span.type") == Some("model_inference");
     if inference && fact.input.is_none() && fact.error.is_none() {
         fact.content_problem
             .get_or_insert_with(|| NO_INPUT_MESSAGES.to_string());

@@ -73,7 +73,7 @@ mod tests {
 
     fn shape(role: &str, opens: &[&str], closes: &[&str]) -> MessageShape {
         MessageShape {
-            role: role.into(),
+            role: role.to_string().into(),
             opens: opens.iter().map(|s| s.to_string()).collect(),
             closes: closes.iter().map(|s| s.to_string()).collect(),
         }

@@ -177,6 +177,9 @@ fn write_fact_with(
         if n == 0 {
             work.input_chains
                 .insert(fact.span_id.clone(), ids.current());
+        }
+        // Shared bodies are the input's, or an agent run's whole conversation (it has no input).
+        if n == 0 || fact.input.is_none() {
             for (index, m) in bodies.shared.iter_from(from) {
                 if refs.get(index).is_some_and(|r| r.hash == m.reference.hash) {
                     shared.push((&m.reference.hash, &m.body));
