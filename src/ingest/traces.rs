@@ -75,7 +75,7 @@ struct Prepared {
     invalid: u64,
     over: OverLimits,
     /// The outbox payload, when some exporter forwards traces.
-    payload: Option<Vec<u8>>,
+    payload: Option<Bytes>,
     /// The request's bytes, counted until it is committed.
     admitted: Admitted,
 }
