@@ -9,9 +9,13 @@
 //! restart-prefetched` measure some continuations only;
 //! `--checkpoints 10,100` sets the steps after which a report is printed besides the last.
 //! `--store DIR` keeps the store in DIR: the first run ingests into it, a later one finds the
-//! bench run there and measures the continuations only (for callgrind: `valgrind
-//! --tool=callgrind --toggle-collect='*kept_or_loaded*' --toggle-collect='*respond6answer*'
-//! ...`).
+//! bench run there and measures the continuations only. Instruction counts of the timed path:
+//! `valgrind --tool=callgrind --collect-atstart=no
+//! --toggle-collect='stepline::continuation::respond::answer'
+//! --toggle-collect='stepline::continuation::respond::Continuations::kept_or_loaded'
+//! --toggle-collect='stepline::continuation::context::ContextCache::get' history_bench --store
+//! DIR ...` (the context is read on a thread of its own; the untimed loads of `next-step` and
+//! `restart-prefetched` read it too).
 //!
 //! Each step is one OTLP export request holding a Pydantic-AI-shaped `chat` span (the whole history
 //! so far in `gen_ai.input.messages`, one tool call out) and the `execute_tool` span answering it.
