@@ -8,6 +8,14 @@
 //! `--formats otel,pydantic-ai` and `--modes cold,next-step,prefetched,render,warm,restart,
 //! restart-prefetched` measure some continuations only;
 //! `--checkpoints 10,100` sets the steps after which a report is printed besides the last.
+//! `--store DIR` keeps the store in DIR: the first run ingests into it, a later one finds the
+//! bench run there and measures the continuations only. Instruction counts of the timed path:
+//! `valgrind --tool=callgrind --collect-atstart=no
+//! --toggle-collect='stepline::continuation::respond::answer'
+//! --toggle-collect='stepline::continuation::respond::Continuations::kept_or_loaded'
+//! --toggle-collect='stepline::continuation::context::ContextCache::get' history_bench --store
+//! DIR ...` (the context is read on a thread of its own; the untimed loads of `next-step` and
+//! `restart-prefetched` read it too).
 //!
 //! Each step is one OTLP export request holding a Pydantic-AI-shaped `chat` span (the whole history
 //! so far in `gen_ai.input.messages`, one tool call out) and the `execute_tool` span answering it.
@@ -55,6 +63,10 @@ struct Args {
     formats: Vec<Format>,
     /// Continuation modes measured (`cold`, `prefetched`, `warm`; all by default).
     modes: Vec<String>,
+    /// A directory to keep the store in: ingested into when it holds no bench run yet, else
+    /// reused as it is (no ingest), so the continuation part alone can be measured, e.g. under
+    /// callgrind.
+    store: Option<std::path::PathBuf>,
 }
 
 /// The continuation modes, in the order they are measured.
@@ -82,6 +94,7 @@ fn parse_args() -> anyhow::Result<Args> {
             .filter_map(|n| Format::parse(n))
             .collect(),
         modes: MODES.iter().map(|m| m.to_string()).collect(),
+        store: None,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -99,6 +112,10 @@ fn parse_args() -> anyhow::Result<Args> {
                 if let Some(m) = args.modes.iter().find(|m| !MODES.contains(&m.as_str())) {
                     bail!("unknown mode {m:?} (modes: {})", MODES.join(", "));
                 }
+                continue;
+            }
+            "--store" => {
+                args.store = Some(value.into());
                 continue;
             }
             "--checkpoints" => {
@@ -181,8 +198,21 @@ fn ms(d: Duration) -> f64 {
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() -> anyhow::Result<()> {
     let args = parse_args()?;
-    let dir = tempfile::tempdir()?;
-    let store = Arc::new(Store::open(dir.path(), false)?);
+    let temp = tempfile::tempdir()?;
+    let dir = args
+        .store
+        .clone()
+        .unwrap_or_else(|| temp.path().to_path_buf());
+    let store = Arc::new(Store::open(&dir, false)?);
+    if store.resolve_run(ALIAS)?.is_some() {
+        println!("reusing the bench run in {}", dir.display());
+        continuation_report(&store, &args).await?;
+        let Ok(store) = Arc::try_unwrap(store) else {
+            bail!("the store is still shared after the run");
+        };
+        drop(store);
+        return after_restart(&dir, &args).await;
+    }
     let apply_dir = tempfile::tempdir()?;
     let apply_store = Store::open(apply_dir.path(), false)?;
     // No exporters: the benchmark measures interpretation and storage, not forwarding.
@@ -255,7 +285,7 @@ async fn main() -> anyhow::Result<()> {
         bail!("the store is still shared after the run");
     };
     drop(store);
-    after_restart(dir.path(), &args).await
+    after_restart(&dir, &args).await
 }
 
 /// The first continuation after a restart, per format: before each read the store is opened
@@ -304,10 +334,11 @@ async fn after_restart(dir: &std::path::Path, args: &Args) -> anyhow::Result<()>
             }
             times.sort();
             println!(
-                "  {:<17} {mode:<18} p50 {:>7.3} ms  p99 {:>7.3} ms  ({size} bytes)",
+                "  {:<17} {mode:<18} p50 {:>7.3} ms  p99 {:>7.3} ms  max {:>7.3} ms  ({size} bytes)",
                 format.as_str(),
                 ms(percentile(&times, 0.50)),
                 ms(percentile(&times, 0.99)),
+                ms(percentile(&times, 1.0)),
             );
         }
     }
@@ -438,7 +469,6 @@ async fn report(
     steps: &Steps<'_>,
     args: &Args,
 ) -> anyhow::Result<()> {
-    let iterations = args.iterations;
     let mut distinct: IdMap<MessageHash, usize> = IdMap::default();
     for m in history {
         distinct
@@ -559,6 +589,12 @@ async fn report(
         late_b / early_b
     );
 
+    continuation_report(store, args).await
+}
+
+/// Prints the continuation figures for the bench run as it stands.
+async fn continuation_report(store: &Arc<Store>, args: &Args) -> anyhow::Result<()> {
+    let iterations = args.iterations;
     // Continuation latency.
     let run_id = store
         .resolve_run(ALIAS)?
@@ -629,9 +665,10 @@ async fn report(
             }
             times.sort();
             println!(
-                "  {name:<17} {mode:<10} p50 {:>7.3} ms  p99 {:>7.3} ms  ({size} bytes)",
+                "  {name:<17} {mode:<10} p50 {:>7.3} ms  p99 {:>7.3} ms  max {:>7.3} ms  ({size} bytes)",
                 ms(percentile(&times, 0.50)),
                 ms(percentile(&times, 0.99)),
+                ms(percentile(&times, 1.0)),
             );
         }
         json_throughput(store, continuations.contexts(), &run_id, format, iterations)?;

@@ -1,8 +1,8 @@
 //! Compact JSON for [`Out`] trees, written straight into a byte buffer: the same bytes as
 //! `serde_json::to_vec` (same key order, escaping and number formatting), without going through
 //! serde's `Serializer` machinery. A continuation is mostly long message texts that need no
-//! escaping, so strings are copied in runs: the next byte needing an escape is found eight bytes
-//! at a time and everything before it goes out with one `extend_from_slice`.
+//! escaping, so strings are copied in runs: the next byte needing an escape is found 32 bytes at
+//! a time (vector compares) and everything before it goes out with one `extend_from_slice`.
 
 use super::Out;
 use serde_json::{Number, Value};
@@ -130,9 +130,39 @@ fn needs_escape(word: u64) -> u64 {
     (control | quote | backslash) & HIGHS
 }
 
-/// The index of the first byte of `bytes` that needs an escape, if any.
+/// Bytes looked at together by [`next_escape`]'s wide pass: two SSE2 vectors.
+const WIDE: usize = 32;
+
+/// True when some byte of `chunk` is below 0x20, `"` or `\`. Written as a branch-free OR over
+/// the chunk so the compiler turns it into vector compares (SSE2 on x86_64: a few instructions
+/// per 16 bytes instead of a SWAR round per 8).
+#[inline]
+fn chunk_needs_escape(chunk: &[u8; WIDE]) -> bool {
+    let mut hit = false;
+    for &b in chunk {
+        hit |= (b < 0x20) | (b == b'"') | (b == b'\\');
+    }
+    hit
+}
+
+/// The index of the first byte of `bytes` that needs an escape, if any: 32 bytes at a time
+/// while none is found, then eight at a time, then byte by byte.
 #[inline]
 fn next_escape(bytes: &[u8]) -> Option<usize> {
+    let (wide, _) = bytes.as_chunks::<WIDE>();
+    let mut at = 0;
+    for chunk in wide {
+        if chunk_needs_escape(chunk) {
+            break;
+        }
+        at += WIDE;
+    }
+    next_escape_narrow(&bytes[at..]).map(|i| at + i)
+}
+
+/// [`next_escape`] eight bytes at a time.
+#[inline]
+fn next_escape_narrow(bytes: &[u8]) -> Option<usize> {
     let mut chunks = bytes.chunks_exact(8);
     let mut at = 0;
     for chunk in &mut chunks {
@@ -202,8 +232,9 @@ mod tests {
         for byte in 0u8..0x80 {
             let one = char::from(byte).to_string();
             same_as_serde(&Out::String(one.clone()));
-            // At every position of an eight-byte word, and past the last whole word.
-            for pad in 0..17 {
+            // At every position of a 32-byte chunk and of an eight-byte word, and past the last
+            // whole chunk and word.
+            for pad in 0..70 {
                 let text = format!("{}{one}{}", "a".repeat(pad), "é".repeat(pad % 3));
                 same_as_serde(&Out::Str(&text));
             }

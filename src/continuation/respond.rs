@@ -2,6 +2,7 @@
 //! is one ([`RenderedCache`]), else the snapshot's history loaded, its media restored, rendered
 //! in the asked format and kept.
 
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use bytes::Bytes;
@@ -10,7 +11,7 @@ use serde_json::{json, Value};
 use super::context::ContextCache;
 use super::history::{load, ContinuationError, History};
 use super::rendered::{MediaMode, RenderedCache, Request};
-use super::{render, Out};
+use super::{render, Format, Out};
 use crate::media::{self, Media};
 use crate::store::Store;
 
@@ -20,6 +21,31 @@ pub struct Continuations {
     contexts: ContextCache,
     rendered: RenderedCache,
     media: Arc<Media>,
+    sizes: AnswerSizes,
+}
+
+/// Bytes per message of the last answer rendered in each format: the next answer's buffer is
+/// sized from it, instead of doubling its way up to a megabyte (copying it each time).
+#[derive(Default)]
+struct AnswerSizes([AtomicUsize; Format::NAMES.len()]);
+
+impl AnswerSizes {
+    /// Most bytes a buffer is sized for ahead.
+    const MOST: usize = 64 << 20;
+
+    /// The bytes to set aside for an answer in `format` to a history of `messages`.
+    fn expected(&self, format: Format, messages: usize) -> usize {
+        let per_message = self.0[format as usize].load(Ordering::Relaxed);
+        per_message
+            .saturating_mul(messages + 1)
+            .saturating_add(1024)
+            .min(Self::MOST)
+    }
+
+    /// Notes the size of an answer in `format` to a history of `messages`.
+    fn note(&self, format: Format, messages: usize, bytes: usize) {
+        self.0[format as usize].store(bytes / (messages + 1) + 1, Ordering::Relaxed);
+    }
 }
 
 /// What the blocking part of a request found: a kept answer, or the history to render.
@@ -36,6 +62,7 @@ impl Continuations {
             contexts: ContextCache::default(),
             rendered: RenderedCache::default(),
             media,
+            sizes: AnswerSizes::default(),
         }
     }
 
@@ -113,17 +140,34 @@ impl Continuations {
             }
             history.messages = messages.into_iter().map(Arc::new).collect();
         }
+        // The answer is handed over as soon as it is written; the rendered tree and the history
+        // are freed after that, on the rendering thread (a 1,000-step answer's tree is a few
+        // thousand allocations: freeing it is not the caller's wait). The service (and so the
+        // store) is let go before the answer is handed over, so a caller that then closes the
+        // store finds no other holder.
         let this = self.clone();
+        let (tx, rx) = tokio::sync::oneshot::channel();
         tokio::task::spawn_blocking(move || {
-            let body = Bytes::from(answer(&mut history, request));
-            if let Some(revision) = keep {
-                this.rendered
-                    .put(&history.run.run_id, revision, request, body.clone());
-            }
-            body
-        })
-        .await
-        .map_err(|e| ContinuationError::Task(e.to_string()))
+            let run_id = history.run.run_id.clone();
+            let messages = history.messages.len();
+            let expected = this.sizes.expected(request.format, messages);
+            answer(&mut history, request, expected, move |mut body| {
+                this.sizes.note(request.format, messages, body.len());
+                // A kept answer holds no more than its bytes (a guess too large is given back).
+                if body.capacity() > body.len() + body.len() / 4 {
+                    body.shrink_to_fit();
+                }
+                let body = Bytes::from(body);
+                if let Some(revision) = keep {
+                    this.rendered.put(&run_id, revision, request, body.clone());
+                }
+                drop(this);
+                // The requester may be gone (its connection closed): nothing to do then.
+                let _ = tx.send(body);
+            });
+        });
+        rx.await
+            .map_err(|_| ContinuationError::Task("the continuation was not rendered".into()))
     }
 
     /// The kept answer for the run's current revision, else the history to render and the
@@ -149,8 +193,9 @@ impl Continuations {
 }
 
 /// Renders the answer to `request` from the history of its snapshot (repairing it first when
-/// asked).
-fn answer(history: &mut History, request: Request) -> Vec<u8> {
+/// asked) and gives it to `deliver`, written into a buffer of `capacity` bytes; the rendered tree
+/// is freed after `deliver` returns.
+fn answer(history: &mut History, request: Request, capacity: usize, deliver: impl FnOnce(Vec<u8>)) {
     let repaired = request.repair.then(|| history.repair());
     let format = request.format;
     let (fields, mut warnings) = render(format, history);
@@ -179,7 +224,11 @@ fn answer(history: &mut History, request: Request) -> Vec<u8> {
         body.push(("repaired", Out::Value(json!(repaired))));
     }
     body.extend(fields);
-    Out::Object(body).to_json_vec()
+    let tree = Out::Object(body);
+    let mut buf = Vec::with_capacity(capacity);
+    tree.write_json(&mut buf);
+    deliver(buf);
+    drop(tree);
 }
 
 #[cfg(test)]
@@ -286,6 +335,64 @@ mod tests {
             .await
             .unwrap());
         assert_eq!(service.rendered().held(), 0);
+    }
+
+    #[test]
+    fn answer_buffers_are_sized_from_the_last_answer_of_the_format() {
+        let sizes = AnswerSizes::default();
+        assert_eq!(
+            sizes.expected(Format::Otel, 1000),
+            1024,
+            "nothing known yet"
+        );
+        sizes.note(Format::Otel, 2000, 700_000);
+        let next = sizes.expected(Format::Otel, 2002);
+        assert!((700_000..800_000).contains(&next), "{next}");
+        let short = sizes.expected(Format::Otel, 4);
+        assert!(
+            short < 4_000,
+            "a short history gets a small buffer: {short}"
+        );
+        assert_eq!(sizes.expected(Format::Gemini, 2000), 1024, "per format");
+        assert_eq!(
+            sizes.expected(Format::Otel, usize::MAX - 1),
+            AnswerSizes::MOST,
+            "bounded"
+        );
+    }
+
+    #[tokio::test]
+    async fn answers_sized_from_an_earlier_answer_are_the_fresh_ones() {
+        let s = setup();
+        let spans = delegate_scenario();
+        s.ingest
+            .export_traces(request(vec![spans[0].clone()]))
+            .await
+            .unwrap();
+        let service = continuations(&s.store);
+        let asked = Request {
+            include_interrupted: true,
+            ..Request::latest(Format::OpenAiChat)
+        };
+        let first = service.respond("outer-call", asked).await.unwrap();
+        s.ingest
+            .export_traces(request(spans[1..].to_vec()))
+            .await
+            .unwrap();
+        let long = service.respond("outer-call", asked).await.unwrap();
+        assert_ne!(long, first, "the run changed");
+        assert_eq!(long, fresh(&s.store, asked).await);
+        // Sized from the answer before: the same bytes, and a buffer of about their length.
+        service.rendered().clear();
+        let again = service.respond("outer-call", asked).await.unwrap();
+        assert_eq!(again, long);
+        let expected = service.sizes.expected(asked.format, 8);
+        assert!(expected < 1024 + 9 * (long.len() + 1), "{expected}");
+        // The tree is freed after the answer is handed over, but nothing holds the store by
+        // then: it can be closed and opened again at once.
+        drop(service);
+        drop(s.ingest);
+        assert!(Arc::try_unwrap(s.store).is_ok(), "the store is still held");
     }
 
     #[tokio::test]
