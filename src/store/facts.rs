@@ -12,6 +12,14 @@ use super::keys::{self, cf, Cf};
 use crate::domain::{ChainRef, IdMap, MessageHash, MessageRef, MessageShape};
 use crate::records::{LogEvent, RunMeta, RunState, SpanFact, StoredFact};
 
+/// Marks ([`Cf::Meta`]) a store in which every run with a stored fact has a run meta (the
+/// writer puts one for a run known only from grouping spans too); a store written before is
+/// given the missing metas once, when it is opened.
+pub(crate) const FACT_RUNS_HAVE_META: &[u8] = b"fact_runs_have_meta";
+
+/// Runs looked at per batch when older stores are given their missing metas.
+const META_BATCH: usize = 1_000;
+
 impl Store {
     /// A run's records in a per-run column family, decoded as `T` (for readers that need only
     /// some of a record's fields: serde skips the others without building them).
@@ -91,6 +99,55 @@ impl Store {
                 Ok(fact)
             })
             .collect()
+    }
+
+    /// True when a run with neither a record nor a meta has no fact stored (every run with a
+    /// fact has a meta in this store): its facts need not be scanned for.
+    pub fn fact_runs_have_meta(&self) -> bool {
+        self.fact_runs_have_meta.load(Ordering::Acquire)
+    }
+
+    /// Gives every run with a stored fact but no meta a default meta (a store written before
+    /// the writer put metas for runs known only from grouping spans), in batches, then marks the
+    /// store; once per store. Rerunning after an interruption finds fewer runs without one.
+    pub(super) fn give_fact_runs_meta(&self) -> Result<(), StoreError> {
+        if !self.kv.contains(Cf::Meta, FACT_RUNS_HAVE_META)? {
+            let mut from: Vec<u8> = Vec::new();
+            loop {
+                let mut run_ids: Vec<Vec<u8>> = Vec::new();
+                self.scan(cf::FACTS, b"", &from, |key, _| {
+                    let end = key.iter().position(|b| *b == 0).unwrap_or(key.len());
+                    let run_id = &key[..end];
+                    if run_ids.last().map(Vec::as_slice) != Some(run_id) {
+                        if run_ids.len() == META_BATCH {
+                            return Ok(false);
+                        }
+                        run_ids.push(run_id.to_vec());
+                    }
+                    Ok(true)
+                })?;
+                let Some(last) = run_ids.last() else { break };
+                // Keys of the next run sort after `<last run id> \x01` (a run id has no NUL).
+                from = last.clone();
+                from.push(1);
+                let mut batch = self.batch();
+                for run_id in &run_ids {
+                    if !self.kv.contains(cf::RUN_META, run_id)? {
+                        batch.put_json(cf::RUN_META, run_id, &RunMeta::default())?;
+                    }
+                }
+                let full = run_ids.len() == META_BATCH;
+                self.write_batch(batch, self.sync)?;
+                if !full {
+                    break;
+                }
+            }
+            let mut done = self.batch();
+            done.put_raw(Cf::Meta, FACT_RUNS_HAVE_META, b"")?;
+            self.write_batch(done, self.sync)?;
+        }
+        self.fact_runs_have_meta.store(true, Ordering::Release);
+        Ok(())
     }
 
     /// A run's meta.

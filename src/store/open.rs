@@ -31,7 +31,10 @@ impl Store {
             SCHEMA_VERSION.to_string().into_bytes(),
         );
         kv.insert(Cf::Meta, super::media_refs::INDEXED_KEY, Vec::new());
-        Store::assemble(Box::new(kv), false)
+        kv.insert(Cf::Meta, super::facts::FACT_RUNS_HAVE_META, Vec::new());
+        let store = Store::assemble(Box::new(kv), false);
+        store.fact_runs_have_meta.store(true, Ordering::Release);
+        store
     }
 
     /// A store over `kv`: checks (or writes) the schema version, reads the next free run key,
@@ -48,6 +51,8 @@ impl Store {
         }
         // Stores written before the media index existed are indexed once.
         store.index_media_refs()?;
+        // Stores written before every run with a fact had a meta get the missing metas once.
+        store.give_fact_runs_meta()?;
         Ok(store)
     }
 }

@@ -52,6 +52,7 @@ pub(super) fn add_fact(
         bodies,
     )?;
     chains.keep(store, run_id);
+    work.note_calls(&i.fact);
     work.added.insert(i.fact.span_id.clone(), i.fact.clone());
     if let Some(all) = &mut work.all {
         all.insert(i.fact.span_id.clone(), i.fact.clone());
