@@ -884,7 +884,10 @@ mod tests {
             cf::ALL.iter().copied(),
         )
         .unwrap();
-        assert_eq!(db.get(b"schema_version").unwrap().unwrap(), b"4".to_vec());
+        assert_eq!(
+            db.get(b"schema_version").unwrap().unwrap(),
+            crate::records::SCHEMA_VERSION.to_string().into_bytes()
+        );
         drop(db);
         let store = Store::open(dir.path(), false).unwrap();
         assert_eq!(Provenance::read(&store, &run).unwrap(), expected);

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::domain::{ChainRef, MessageRef, RunInfo};
+use crate::domain::{ChainRef, MessageHash, MessageRef, RunInfo};
 
 /// The role a span plays in a run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -128,11 +128,17 @@ pub struct SpanFact {
 }
 
 /// A fact as stored: its long histories (a model request's input, the run's final history) by
-/// reference to the run's history chains, so a fact's size does not grow with the run.
+/// reference to the run's history chains, so a fact's size does not grow with the run, and its
+/// system instructions (the same long text on every request of a run) by the key of their body
+/// among the run's messages (schema 5; older facts hold them inline).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct StoredFact {
-    /// The fact, without `input` and `all_messages`.
+    /// The fact, without `input` and `all_messages`, and without `system_instructions` when
+    /// `instructions` names them.
     pub fact: SpanFact,
+    /// The key of the system instructions' body among the run's messages.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub instructions: Option<MessageHash>,
     /// The input history.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub input_chain: Option<ChainRef>,
@@ -149,7 +155,8 @@ impl StoredFact {
         Self::with_chains(fact, input_chain, all_messages_chain)
     }
 
-    /// The stored form of a fact whose histories' references are known.
+    /// The stored form of a fact whose histories' references are known, its system
+    /// instructions by the key of their body (which is stored with the run's messages).
     pub fn with_chains(
         fact: &SpanFact,
         input_chain: Option<ChainRef>,
@@ -211,7 +218,7 @@ impl StoredFact {
         stored.output = output.clone();
         stored.tool_return_form = *tool_return_form;
         stored.deferral = *deferral;
-        stored.system_instructions = system_instructions.clone();
+        let instructions = system_instructions.as_ref().map(MessageHash::of);
         stored.model = model.clone();
         stored.provider = provider.clone();
         stored.input_tokens = *input_tokens;
@@ -230,6 +237,7 @@ impl StoredFact {
         stored.run_info = run_info.clone();
         StoredFact {
             fact: stored,
+            instructions,
             input_chain,
             all_messages_chain,
         }

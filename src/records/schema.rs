@@ -2,8 +2,13 @@
 
 /// The schema version this build writes. Opening a database with a higher one fails; one of
 /// [`MIGRATED_SCHEMA`] is migrated on opening, an older one is refused.
-pub const SCHEMA_VERSION: u32 = 4;
+pub const SCHEMA_VERSION: u32 = 5;
 
 /// The oldest schema version migrated on opening: 3 lacks the model-request records (4), which
-/// are written from its facts.
+/// are written from its facts. 5 stores a fact's system instructions by the key of their body
+/// among the run's messages; facts of 3 and 4 (instructions inline) read back as they are, so 4
+/// only has its version raised (a build of 4 would not see the instructions of 5).
 pub const MIGRATED_SCHEMA: u32 = 3;
+
+/// The first schema version with model-request records: an older store gets them on opening.
+pub const MODEL_REQUESTS_SCHEMA: u32 = 4;

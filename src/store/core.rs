@@ -44,6 +44,9 @@ pub struct Store {
     /// Whether a log record may be stored: false while the store has never held one since it
     /// was opened empty of them, so a span's log records are not looked for (a scan each).
     pub(super) span_logs_stored: AtomicBool,
+    /// Whether every run with a stored fact has a run meta (see [`super::facts`]): a run with
+    /// neither a record nor a meta then has no fact, and its facts are not scanned for.
+    pub(super) fact_runs_have_meta: AtomicBool,
 }
 
 /// A set of writes committed atomically by [`Store::commit`].
@@ -137,6 +140,7 @@ impl Store {
             alias_conflicts: AtomicU64::new(0),
             lineage_mode: AtomicU8::new(0),
             span_logs_stored: AtomicBool::new(false),
+            fact_runs_have_meta: AtomicBool::new(false),
         }
     }
 

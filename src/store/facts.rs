@@ -12,6 +12,14 @@ use super::keys::{self, cf, Cf};
 use crate::domain::{ChainRef, IdMap, MessageHash, MessageRef, MessageShape};
 use crate::records::{LogEvent, RunMeta, RunState, SpanFact, StoredFact};
 
+/// Marks ([`Cf::Meta`]) a store in which every run with a stored fact has a run meta (the
+/// writer puts one for a run known only from grouping spans too); a store written before is
+/// given the missing metas once, when it is opened.
+pub(crate) const FACT_RUNS_HAVE_META: &[u8] = b"fact_runs_have_meta";
+
+/// Runs looked at per batch when older stores are given their missing metas.
+const META_BATCH: usize = 1_000;
+
 impl Store {
     /// A run's records in a per-run column family, decoded as `T` (for readers that need only
     /// some of a record's fields: serde skips the others without building them).
@@ -41,13 +49,18 @@ impl Store {
     /// history node and message of the run).
     pub fn facts(&self, run_id: &str) -> Result<Vec<SpanFact>, StoreError> {
         let stored = self.stored_facts(run_id)?;
-        if stored
-            .iter()
-            .all(|s| s.input_chain.is_none() && s.all_messages_chain.is_none())
-        {
+        if stored.iter().all(|s| {
+            s.input_chain.is_none() && s.all_messages_chain.is_none() && s.instructions.is_none()
+        }) {
             return Ok(stored.into_iter().map(|s| s.fact).collect());
         }
         let nodes = self.run_nodes(run_id)?;
+        // The bodies of the instructions the facts name (each kept once).
+        let mut instructions: IdMap<MessageHash, Option<Value>> = stored
+            .iter()
+            .filter_map(|s| s.instructions)
+            .map(|hash| (hash, None))
+            .collect();
         let mut shapes: IdMap<MessageHash, MessageShape> = IdMap::default();
         if let Some(run) = self.run_key(run_id)? {
             self.scan(cf::MESSAGES, &run.0, &run.0, |k, v| {
@@ -59,6 +72,9 @@ impl Store {
                 })?;
                 let body: Value = decode(cf::MESSAGES, v)?;
                 shapes.insert(hash, MessageShape::of(&body));
+                if let Some(slot) = instructions.get_mut(&hash) {
+                    *slot = Some(body);
+                }
                 Ok(true)
             })?;
         }
@@ -82,6 +98,14 @@ impl Store {
             .into_iter()
             .map(|s| {
                 let mut fact = s.fact;
+                if let Some(hash) = &s.instructions {
+                    let body = instructions.get(hash).cloned().flatten();
+                    fact.system_instructions =
+                        Some(body.ok_or_else(|| StoreError::MissingMessage {
+                            run_id: run_id.to_string(),
+                            hash: hash.to_string(),
+                        })?);
+                }
                 if let Some(chain) = &s.input_chain {
                     fact.input = Some(std::sync::Arc::new(refs(chain)?));
                 }
@@ -91,6 +115,55 @@ impl Store {
                 Ok(fact)
             })
             .collect()
+    }
+
+    /// True when a run with neither a record nor a meta has no fact stored (every run with a
+    /// fact has a meta in this store): its facts need not be scanned for.
+    pub fn fact_runs_have_meta(&self) -> bool {
+        self.fact_runs_have_meta.load(Ordering::Acquire)
+    }
+
+    /// Gives every run with a stored fact but no meta a default meta (a store written before
+    /// the writer put metas for runs known only from grouping spans), in batches, then marks the
+    /// store; once per store. Rerunning after an interruption finds fewer runs without one.
+    pub(super) fn give_fact_runs_meta(&self) -> Result<(), StoreError> {
+        if !self.kv.contains(Cf::Meta, FACT_RUNS_HAVE_META)? {
+            let mut from: Vec<u8> = Vec::new();
+            loop {
+                let mut run_ids: Vec<Vec<u8>> = Vec::new();
+                self.scan(cf::FACTS, b"", &from, |key, _| {
+                    let end = key.iter().position(|b| *b == 0).unwrap_or(key.len());
+                    let run_id = &key[..end];
+                    if run_ids.last().map(Vec::as_slice) != Some(run_id) {
+                        if run_ids.len() == META_BATCH {
+                            return Ok(false);
+                        }
+                        run_ids.push(run_id.to_vec());
+                    }
+                    Ok(true)
+                })?;
+                let Some(last) = run_ids.last() else { break };
+                // Keys of the next run sort after `<last run id> \x01` (a run id has no NUL).
+                from = last.clone();
+                from.push(1);
+                let mut batch = self.batch();
+                for run_id in &run_ids {
+                    if !self.kv.contains(cf::RUN_META, run_id)? {
+                        batch.put_json(cf::RUN_META, run_id, &RunMeta::default())?;
+                    }
+                }
+                let full = run_ids.len() == META_BATCH;
+                self.write_batch(batch, self.sync)?;
+                if !full {
+                    break;
+                }
+            }
+            let mut done = self.batch();
+            done.put_raw(Cf::Meta, FACT_RUNS_HAVE_META, b"")?;
+            self.write_batch(done, self.sync)?;
+        }
+        self.fact_runs_have_meta.store(true, Ordering::Release);
+        Ok(())
     }
 
     /// A run's meta.
@@ -214,5 +287,70 @@ impl WriteBatch<'_> {
     pub fn put_span_log(&mut self, key: &[u8], event: &LogEvent) -> Result<(), StoreError> {
         self.store.span_logs_stored.store(true, Ordering::Release);
         self.put_json(cf::SPAN_LOGS, key, event)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::records::{FactKind, SCHEMA_VERSION};
+    use crate::store::kv::KvBatch;
+
+    /// A grouping span's fact as schema 4 stored it (instructions inline, when it has them).
+    fn stored_v4(span: &str, instructions: &Value) -> Vec<u8> {
+        let mut fact = SpanFact::new(FactKind::Group, "t".into(), span.into(), "cycle".into());
+        fact.system_instructions = Some(instructions.clone());
+        let stored = StoredFact {
+            fact,
+            instructions: None,
+            input_chain: None,
+            all_messages_chain: None,
+        };
+        serde_json::to_vec(&stored).unwrap()
+    }
+
+    #[test]
+    fn a_store_written_before_gets_a_meta_for_every_run_with_a_fact_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let inline = serde_json::json!([{"type": "text", "content": "be brief"}]);
+        {
+            let store = Store::open(dir.path(), false).unwrap();
+            assert!(store.fact_runs_have_meta());
+            // As schema 4 left them: a run known only from grouping spans (facts, no meta), a
+            // run with a meta, facts with their instructions inline.
+            let mut batch = KvBatch::default();
+            for (run, span) in [("t-a", "g1"), ("t-a", "g2"), ("t-b", "g1")] {
+                let key = keys::run_child(run, span);
+                batch.put(cf::FACTS, &key, stored_v4(span, &inline));
+            }
+            let meta = RunMeta {
+                last_seen_ns: 7,
+                ..RunMeta::default()
+            };
+            batch.put(cf::RUN_META, b"t-b", serde_json::to_vec(&meta).unwrap());
+            batch.delete(Cf::Meta, FACT_RUNS_HAVE_META);
+            batch.put(Cf::Meta, b"schema_version", b"4".to_vec());
+            store.kv().write(batch, true).unwrap();
+        }
+        let store = Store::open(dir.path(), false).unwrap();
+        assert!(store.fact_runs_have_meta());
+        assert_eq!(store.run_meta("t-a").unwrap(), Some(RunMeta::default()));
+        assert_eq!(store.run_meta("t-b").unwrap().unwrap().last_seen_ns, 7);
+        assert_eq!(store.run_meta("t-c").unwrap(), None);
+        assert_eq!(
+            store.kv().get(Cf::Meta, b"schema_version").unwrap(),
+            Some(SCHEMA_VERSION.to_string().into_bytes())
+        );
+        // Facts of schema 4 read back with their instructions inline.
+        let facts = store.facts("t-a").unwrap();
+        assert_eq!(facts.len(), 2);
+        assert!(facts
+            .iter()
+            .all(|f| f.system_instructions.as_ref() == Some(&inline)));
+        assert_eq!(store.check_readable().unwrap(), Vec::new());
+        drop(store);
+        // Once: the mark stays, nothing is looked at again.
+        let store = Store::open(dir.path(), false).unwrap();
+        assert!(store.kv().contains(Cf::Meta, FACT_RUNS_HAVE_META).unwrap());
     }
 }

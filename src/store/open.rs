@@ -10,7 +10,7 @@ use super::error::StoreError;
 use super::kv::{KvBatch, KvStore};
 use super::memory::MemoryKv;
 use super::rocks::RocksKv;
-use crate::records::{MIGRATED_SCHEMA, SCHEMA_VERSION};
+use crate::records::{MIGRATED_SCHEMA, MODEL_REQUESTS_SCHEMA, SCHEMA_VERSION};
 
 /// Where the schema version is kept ([`Cf::Meta`], decimal text).
 pub(super) const SCHEMA_KEY: &[u8] = b"schema_version";
@@ -31,7 +31,10 @@ impl Store {
             SCHEMA_VERSION.to_string().into_bytes(),
         );
         kv.insert(Cf::Meta, super::media_refs::INDEXED_KEY, Vec::new());
-        Store::assemble(Box::new(kv), false)
+        kv.insert(Cf::Meta, super::facts::FACT_RUNS_HAVE_META, Vec::new());
+        let store = Store::assemble(Box::new(kv), false);
+        store.fact_runs_have_meta.store(true, Ordering::Release);
+        store
     }
 
     /// A store over `kv`: checks (or writes) the schema version, reads the next free run key,
@@ -43,18 +46,29 @@ impl Store {
         store
             .next_run_key
             .store(store.stored_next_run_key()?, Ordering::SeqCst);
-        if migrate {
-            store.migrate_model_requests((SCHEMA_KEY, SCHEMA_VERSION.to_string().as_bytes()))?;
+        let finish = (SCHEMA_KEY, SCHEMA_VERSION.to_string().into_bytes());
+        match migrate {
+            Some(found) if found < MODEL_REQUESTS_SCHEMA => {
+                store.migrate_model_requests((finish.0, &finish.1))?;
+            }
+            Some(_) => {
+                let mut batch = KvBatch::default();
+                batch.put(Cf::Meta, finish.0, finish.1);
+                store.kv.write(batch, true)?;
+            }
+            None => {}
         }
         // Stores written before the media index existed are indexed once.
         store.index_media_refs()?;
+        // Stores written before every run with a fact had a meta get the missing metas once.
+        store.give_fact_runs_meta()?;
         Ok(store)
     }
 }
 
-/// Checks the schema version in `kv` (writing it in a new store); true when the store is to be
-/// migrated.
-fn check_schema(kv: &dyn KvStore, place: &str) -> Result<bool, StoreError> {
+/// Checks the schema version in `kv` (writing it in a new store); the version found when the
+/// store is to be migrated.
+fn check_schema(kv: &dyn KvStore, place: &str) -> Result<Option<u32>, StoreError> {
     match kv.get(Cf::Meta, SCHEMA_KEY)? {
         Some(bytes) => {
             let found = std::str::from_utf8(&bytes)
@@ -78,7 +92,7 @@ fn check_schema(kv: &dyn KvStore, place: &str) -> Result<bool, StoreError> {
                     supported: SCHEMA_VERSION,
                 });
             }
-            Ok(found < SCHEMA_VERSION)
+            Ok((found < SCHEMA_VERSION).then_some(found))
         }
         None => {
             let mut batch = KvBatch::default();
@@ -88,7 +102,7 @@ fn check_schema(kv: &dyn KvStore, place: &str) -> Result<bool, StoreError> {
                 SCHEMA_VERSION.to_string().into_bytes(),
             );
             kv.write(batch, true)?;
-            Ok(false)
+            Ok(None)
         }
     }
 }

@@ -52,6 +52,7 @@ pub(super) fn add_fact(
         bodies,
     )?;
     chains.keep(store, run_id);
+    work.note_calls(&i.fact);
     work.added.insert(i.fact.span_id.clone(), i.fact.clone());
     if let Some(all) = &mut work.all {
         all.insert(i.fact.span_id.clone(), i.fact.clone());
@@ -188,8 +189,14 @@ fn write_fact_with(
         }
     }
     maybe_new.extend(fact.output.iter().flatten().map(|r| &r.hash));
+    // The system instructions, which the stored fact names by the key of their body.
+    let instructions = stored
+        .instructions
+        .as_ref()
+        .zip(fact.system_instructions.as_ref());
+    maybe_new.extend(instructions.map(|(hash, _)| hash));
     let listed = bodies.listed.iter().map(|(hash, body)| (hash, body));
-    for (hash, body) in shared.into_iter().chain(listed) {
+    for (hash, body) in shared.into_iter().chain(listed).chain(instructions) {
         if !maybe_new.contains(hash) || work.known_messages.contains(hash) {
             continue;
         }

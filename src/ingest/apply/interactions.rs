@@ -76,8 +76,10 @@ pub(super) fn note_answers(
         return Ok(());
     };
     for call in calls {
-        // An answer to the run's own call (the usual tool loop) resolves nothing elsewhere.
-        if store.call_count(run_id, call)? > 0 {
+        // An answer to the run's own call (the usual tool loop) resolves nothing elsewhere: one
+        // this group's facts of the run asked for or ran, or one the stored run has.
+        let asked_here = runs.get(run_id).is_some_and(|w| w.own_calls.contains(call));
+        if asked_here || store.call_count(run_id, call)? > 0 {
             continue;
         }
         batch.put_raw(

@@ -221,6 +221,11 @@ pub fn apply_group(store: &Store, works: &[Work], now_ns: u64) -> Result<Vec<App
         .collect();
     dirty.sort_unstable();
     let dirty: Vec<String> = dirty.into_iter().map(|(_, id)| id).collect();
+    // A run known only from grouping spans gets its meta all the same: every run with a fact
+    // has one, so a run with neither is known to have no fact (its facts are not scanned for).
+    for (run_id, work) in runs.iter().filter(|(_, w)| w.dirty && !w.shown()) {
+        batch.put_json(cf::RUN_META, run_id.as_bytes(), &work.meta)?;
+    }
     // The answers this group's requests carry, for the waiting runs it derives.
     let answers = interactions::group_answers(&runs);
     for run_id in &dirty {

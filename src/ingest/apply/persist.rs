@@ -116,8 +116,12 @@ pub(super) fn write_run(
     for seq in derived.snapshots.len() as u32..old.map_or(0, |r| r.snapshot_count) {
         batch.delete_snapshot(run_id, seq)?;
     }
+    // Bodies this group put for the run already (the facts' instructions) are not put again.
     for message in &derived.new_messages {
-        batch.put_message(run_id, &MessageHash::of(message), message)?;
+        let hash = MessageHash::of(message);
+        if work.known_messages.insert(hash) {
+            batch.put_message(run_id, &hash, message)?;
+        }
     }
     for (id, node) in &derived.nodes {
         if !work.known_nodes.contains(id) {

@@ -1,7 +1,7 @@
 //! The work set of a write group: the runs the group touches, each loaded once (its meta and
 //! record, its facts only when needed) and changed in memory until the group is written.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 
 use crate::domain::{ChainRef, IdSet, MessageHash, NodeId, Run};
 use crate::interpreter::{FactKind, RunMeta, SpanFact, StoredFact};
@@ -24,6 +24,9 @@ pub(super) struct RunWork {
     pub(super) known_messages: IdSet<MessageHash>,
     /// History nodes written for the run by this group.
     pub(super) known_nodes: IdSet<NodeId>,
+    /// Tool-call ids of the calls this group's facts of the run asked for or ran (an answer to
+    /// one of them in the run's own input resolves nothing elsewhere).
+    pub(super) own_calls: HashSet<String>,
     /// Input histories of the facts this group added, by span id.
     pub(super) input_chains: HashMap<String, ChainRef>,
     /// The run's meta (stored, as changed by this group).
@@ -38,6 +41,16 @@ pub(super) struct RunWork {
 }
 
 impl RunWork {
+    /// Notes the calls fact `fact` of the run asks for (a model request) or runs (a tool call).
+    pub(super) fn note_calls(&mut self, fact: &SpanFact) {
+        let asked = fact.requested_calls.iter().map(|c| &c.id);
+        for id in asked.chain(&fact.tool_call_id) {
+            if !id.is_empty() && !self.own_calls.contains(id) {
+                self.own_calls.insert(id.clone());
+            }
+        }
+    }
+
     /// Whether the run has a fact other than a grouping span (a run record was written before,
     /// or one of its facts is not a group); a run known only from grouping spans is not shown.
     pub(super) fn shown(&self) -> bool {
@@ -58,12 +71,15 @@ pub(super) fn load<'a>(
         let old = store
             .run_record(run_id)
             .map_err(|e| e.in_run(run_id, None))?;
+        let meta = store.run_meta(run_id).map_err(|e| e.in_run(run_id, None))?;
         // A run without a record is derived in full when written (there is nothing to append
         // to), so its facts are read now, with one scan: each span added then is checked
-        // against them instead of with a read of its own.
-        let all = match old {
-            Some(_) => None,
-            None => Some(stored_facts(store, run_id)?),
+        // against them instead of with a read of its own. A run with no meta either has no
+        // fact stored (see [`Store::fact_runs_have_meta`]): nothing to scan for.
+        let all = match (&old, &meta) {
+            (Some(_), _) => None,
+            (None, None) if store.fact_runs_have_meta() => Some(BTreeMap::new()),
+            (None, _) => Some(stored_facts(store, run_id)?),
         };
         let work = RunWork {
             all,
@@ -71,11 +87,9 @@ pub(super) fn load<'a>(
             full: false,
             known_messages: IdSet::default(),
             known_nodes: IdSet::default(),
+            own_calls: HashSet::new(),
             input_chains: HashMap::new(),
-            meta: store
-                .run_meta(run_id)
-                .map_err(|e| e.in_run(run_id, None))?
-                .unwrap_or_default(),
+            meta: meta.unwrap_or_default(),
             old,
             dirty: false,
             order: runs.len(),
