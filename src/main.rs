@@ -120,7 +120,7 @@ const M_MMAP_THRESHOLD: c_int = -3;
 #[cfg(all(target_os = "linux", target_env = "gnu"))]
 const MMAP_THRESHOLD_BYTES: c_int = 256 * 1024;
 
-/// Gives RocksDB's large blocks (memtable arena blocks are an eighth of a memtable, 1 MiB; flush
+/// Gives RocksDB's large blocks (memtable arena blocks are an eighth of a memtable, 2 MiB; flush
 /// and compaction buffers) their own mappings, so that each goes back to the OS when it is
 /// freed. glibc's default threshold (128 KiB) rises to the size of each mapped block freed, so
 /// after the first memtable flush every arena block came from the heap, whose free space glibc

@@ -22,12 +22,12 @@ pub const BLOCK_CACHE_BYTES: usize = 16 * 1024 * 1024;
 /// Bytes of all memtables together, over every column family: past 90% of it the column family
 /// with the oldest memtable is flushed (which also lets the oldest write-ahead log go), and
 /// writers wait while the memtables (those being flushed included) hold more than all of it.
-pub const MEMTABLE_BUDGET_BYTES: usize = 32 * 1024 * 1024;
+pub const MEMTABLE_BUDGET_BYTES: usize = 64 * 1024 * 1024;
 /// Memtable size of each column family: small, so that a memtable's arena blocks (an eighth of
 /// it each) stay small beside [`MEMTABLE_BUDGET_BYTES`] while a column family is written.
-pub const MEMTABLE_BYTES: usize = 8 * 1024 * 1024;
+pub const MEMTABLE_BYTES: usize = 16 * 1024 * 1024;
 /// Memtable size of the outbox column family.
-pub const OUTBOX_MEMTABLE_BYTES: usize = 4 * 1024 * 1024;
+pub const OUTBOX_MEMTABLE_BYTES: usize = 8 * 1024 * 1024;
 /// Bytes of write-ahead log kept before the column families holding the oldest one are flushed:
 /// bounds the log on disk when some column families are written rarely (without it, a column
 /// family written once kept every later log alive: gigabytes within minutes of agent load).
