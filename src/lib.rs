@@ -14,6 +14,7 @@ pub mod domain;
 pub mod exporter;
 #[doc(hidden)]
 pub mod fuzzing;
+pub mod idle;
 pub mod ingest;
 pub mod interpreter;
 pub mod limits;

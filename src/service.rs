@@ -180,6 +180,19 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
             stopped(),
         ));
     }
+    // Memory given back once ingest goes quiet.
+    tasks.spawn({
+        let idle = crate::idle::run(
+            store.clone(),
+            ingest.clone(),
+            crate::idle::QUIET,
+            stopped(),
+        );
+        async move {
+            idle.await;
+            Ok::<(), anyhow::Error>(())
+        }
+    });
     tracing::info!(storage = %directory.display(), "stepline is running");
 
     let outcome = tokio::select! {

@@ -16,6 +16,8 @@ use prometheus_client::registry::Registry;
 use crate::config::SignalKind;
 use crate::continuation::Continuations;
 use crate::exporter::{item_name, ExporterCounters, ExporterQueue, Outbox, SignalCounters};
+pub use crate::idle::memory::{AllocatorMemory, ProcessMemory};
+use crate::idle::COUNTERS as IDLE;
 use crate::ingest::{Ingest, IngestCounters};
 use crate::interpreter::prefix_memo;
 use crate::media::MediaCounters;
@@ -50,38 +52,8 @@ pub struct StoreGauges {
     pub kv_memory: KvMemory,
     /// The process's memory, when the platform says.
     pub process: Option<ProcessMemory>,
-}
-
-/// The process's resident memory, in bytes (from `/proc/self/status` on Linux).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct ProcessMemory {
-    /// Resident set size now (`VmRSS`).
-    pub resident: u64,
-    /// The largest resident set size since the start (`VmHWM`).
-    pub peak_resident: u64,
-}
-
-impl ProcessMemory {
-    /// Reads the process's memory; `None` where `/proc/self/status` is not there or says
-    /// neither.
-    pub fn read() -> Option<Self> {
-        std::fs::read_to_string("/proc/self/status")
-            .ok()
-            .and_then(|status| Self::parse(&status))
-    }
-
-    /// The `VmRSS` and `VmHWM` lines of a `/proc/<pid>/status` text (in kB there).
-    fn parse(status: &str) -> Option<Self> {
-        let kib = |field: &str| -> Option<u64> {
-            let line = status.lines().find_map(|l| l.strip_prefix(field))?;
-            let number = line.trim().strip_suffix("kB")?.trim();
-            number.parse::<u64>().ok()?.checked_mul(1024)
-        };
-        Some(Self {
-            resident: kib("VmRSS:")?,
-            peak_resident: kib("VmHWM:")?,
-        })
-    }
+    /// What the allocators hold.
+    pub allocators: AllocatorMemory,
 }
 
 impl StoreGauges {
@@ -99,6 +71,7 @@ impl StoreGauges {
             alias_conflicts: store.alias_conflicts(),
             kv_memory: store.kv().memory(),
             process: ProcessMemory::read(),
+            allocators: AllocatorMemory::read(),
         })
     }
 }
@@ -328,7 +301,8 @@ fn encode_store(encoder: &mut DescriptorEncoder, g: StoreGauges) -> Result<(), f
         "Alias claims refused because another run owns the alias.",
         g.alias_conflicts,
     )?;
-    encode_memory(encoder, g.kv_memory, g.process)
+    encode_memory(encoder, g.kv_memory, g.process)?;
+    encode_allocators(encoder, g.allocators)
 }
 
 /// RocksDB's memory and the process's.
@@ -387,6 +361,54 @@ fn encode_memory(
         )?;
     }
     Ok(())
+}
+
+/// What the allocators hold, and what the idle task gave back.
+fn encode_allocators(
+    encoder: &mut DescriptorEncoder,
+    a: AllocatorMemory,
+) -> Result<(), fmt::Error> {
+    let gauges = [
+        (
+            "stepline_mimalloc_committed_bytes",
+            "Bytes mimalloc has committed: Rust's heap, with free pages not yet given back.",
+            a.mimalloc_committed,
+        ),
+        (
+            "stepline_malloc_held_bytes",
+            "Bytes glibc malloc holds from the OS: RocksDB's heap, free chunks included.",
+            a.malloc_held,
+        ),
+        (
+            "stepline_malloc_in_use_bytes",
+            "Bytes of glibc malloc's heap in use by live allocations (RocksDB's).",
+            a.malloc_in_use,
+        ),
+        (
+            "stepline_idle_last_shrink_timestamp_seconds",
+            "When the idle task last gave memory back (Unix seconds; 0 before it ever ran).",
+            IDLE.last_shrink_unix_seconds.load(Ordering::Relaxed),
+        ),
+        (
+            "stepline_idle_last_released_bytes",
+            "Resident bytes the idle task's last run gave back.",
+            IDLE.last_released_bytes.load(Ordering::Relaxed),
+        ),
+        (
+            "stepline_idle_last_flushed_bytes",
+            "Memtable bytes the idle task's last run flushed.",
+            IDLE.last_flushed_bytes.load(Ordering::Relaxed),
+        ),
+    ];
+    for (name, help, value) in gauges {
+        gauge(encoder, name, help, value)?;
+    }
+    counter(
+        encoder,
+        "stepline_idle_shrinks",
+        "Times the idle task ran (memtables flushed, ingest caches trimmed, free memory given back) after ingest went quiet.",
+        IDLE.shrinks.load(Ordering::Relaxed),
+    )
 }
 
 /// Each exporter's counters and queue gauges, labelled `exporter="<id>"`.
@@ -581,147 +603,5 @@ fn encode_media(encoder: &mut DescriptorEncoder, c: &MediaCounters) -> Result<()
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::media::Media;
-    use crate::test_fixtures::{delegate_scenario, request};
-
-    /// The value of the sample line `series` (name and labels) in `text`.
-    fn sample(text: &str, series: &str) -> Option<u64> {
-        text.lines()
-            .find_map(|l| l.strip_prefix(series)?.strip_prefix(' '))
-            .and_then(|v| v.trim().parse().ok())
-    }
-
-    #[tokio::test]
-    async fn the_exposition_reads_the_counters_at_scrape_time_with_the_same_names() {
-        let dir = tempfile::tempdir().unwrap();
-        let store = Arc::new(Store::open(dir.path(), false).unwrap());
-        let ingest = Arc::new(Ingest::new(
-            store.clone(),
-            Arc::new(crate::exporter::Outbox::disabled()),
-        ));
-        let continuations = Arc::new(Continuations::new(
-            store.clone(),
-            Arc::new(Media::in_memory(Some(64 * 1024))),
-        ));
-        let scrape = |gauges| Scrape::new(ingest.clone(), continuations.clone(), gauges).render();
-        let before = scrape(None);
-        assert_eq!(
-            sample(&before, "otelcol_receiver_accepted_spans_total"),
-            Some(0)
-        );
-        assert!(before.ends_with("# EOF\n"), "{before}");
-        assert!(
-            !before.contains("stepline_runs "),
-            "no store gauges unless read"
-        );
-
-        ingest
-            .export_traces(request(delegate_scenario()))
-            .await
-            .unwrap();
-        let text = scrape(StoreGauges::read(&store));
-        let accepted = sample(&text, "otelcol_receiver_accepted_spans_total").unwrap();
-        assert_eq!(
-            accepted,
-            ingest.counters().accepted_spans.load(Ordering::Relaxed)
-        );
-        assert!(accepted > 0, "read when scraped, not when built: {text}");
-        for (name, kind, help) in [
-            (
-                "otelcol_receiver_accepted_spans",
-                "counter",
-                "Spans acknowledged after a durable commit.",
-            ),
-            (
-                "stepline_runs",
-                "gauge",
-                "Runs stored, any status (RocksDB estimate).",
-            ),
-            (
-                "stepline_alias_conflicts",
-                "counter",
-                "Alias claims refused because another run owns the alias.",
-            ),
-            (
-                "stepline_media_stored",
-                "counter",
-                "Blobs written to the media store.",
-            ),
-            (
-                "stepline_cache_bytes",
-                "gauge",
-                "Estimated bytes held by an in-memory cache.",
-            ),
-        ] {
-            assert!(
-                text.contains(&format!("# HELP {name} {help}\n# TYPE {name} {kind}\n")),
-                "{name}: {text}"
-            );
-        }
-        assert!(sample(&text, "stepline_runs_running").is_some(), "{text}");
-        // RocksDB's memory: the ingest wrote to the memtables, within their budget.
-        let memtables = sample(&text, "stepline_rocksdb_memtable_bytes").unwrap();
-        let budget = sample(&text, "stepline_rocksdb_memtable_budget_bytes").unwrap();
-        assert!(memtables > 0 && memtables <= budget, "{text}");
-        let kv = store.kv().memory();
-        assert_eq!(budget, kv.memtable_budget, "{text}");
-        let capacity = sample(&text, "stepline_rocksdb_block_cache_capacity_bytes").unwrap();
-        assert!(
-            capacity > 0 && capacity == kv.block_cache_capacity,
-            "{text}"
-        );
-        for name in [
-            "stepline_rocksdb_block_cache_bytes",
-            "stepline_rocksdb_block_cache_pinned_bytes",
-            "stepline_rocksdb_table_readers_bytes",
-        ] {
-            assert!(
-                sample(&text, name).is_some_and(|v| v <= capacity),
-                "{name}: {text}"
-            );
-        }
-        if cfg!(target_os = "linux") {
-            let resident = sample(&text, "process_resident_memory_bytes").unwrap();
-            let peak = sample(&text, "stepline_process_peak_resident_memory_bytes").unwrap();
-            assert!(resident > 1 << 20 && peak >= resident, "{text}");
-        }
-        assert!(sample(&text, "stepline_history_cache_messages").is_some());
-        assert_eq!(sample(&text, "stepline_media_stored_total"), Some(0));
-        assert_eq!(sample(&text, "stepline_rendered_cache_bytes"), Some(0));
-        for cache in ["history", "rendered", "context", "prefix_memo", "chain"] {
-            let budget = sample(
-                &text,
-                &format!("stepline_cache_budget_bytes{{cache=\"{cache}\"}}"),
-            );
-            assert!(budget.is_some_and(|b| b > 0), "{cache}: {text}");
-            assert!(sample(&text, &format!("stepline_cache_bytes{{cache=\"{cache}\"}}")).is_some());
-        }
-    }
-
-    #[test]
-    fn process_memory_reads_the_resident_lines_of_proc_status() {
-        let status =
-            "Name:\tstepline\nVmPeak:\t 2000 kB\nVmHWM:\t    3072 kB\nVmRSS:\t    1024 kB\n";
-        assert_eq!(
-            ProcessMemory::parse(status),
-            Some(ProcessMemory {
-                resident: 1024 * 1024,
-                peak_resident: 3072 * 1024,
-            })
-        );
-        assert_eq!(ProcessMemory::parse("VmRSS:\t1 kB\n"), None, "no VmHWM");
-        assert_eq!(
-            ProcessMemory::parse("VmRSS:\tlots kB\nVmHWM:\t1 kB\n"),
-            None
-        );
-        assert_eq!(
-            ProcessMemory::parse("VmRSS:\t1\nVmHWM:\t1 kB\n"),
-            None,
-            "no unit"
-        );
-        let overflow = format!("VmRSS:\t{} kB\nVmHWM:\t1 kB\n", u64::MAX);
-        assert_eq!(ProcessMemory::parse(&overflow), None);
-    }
-}
+#[path = "metrics_tests.rs"]
+mod tests;

@@ -132,8 +132,11 @@ pub(crate) fn validate_limits(
     valid.then_some(limits)
 }
 
-/// Default for [`CacheBudgets::total`]: `processors.stepline.memory.cache_budget`.
-pub const DEFAULT_CACHE_BUDGET: usize = 256 << 20;
+/// Default for [`CacheBudgets::total`]: `processors.stepline.memory.cache_budget`. Sized with
+/// RocksDB's budgets (64 MiB of memtables, a 16 MiB block cache) so that the process stays
+/// under 150 MB under agent load; the hot entries of the runs being written and read fit
+/// well within it.
+pub const DEFAULT_CACHE_BUDGET: usize = 48 << 20;
 
 /// The byte budgets of stepline's in-memory caches: one total split by fixed shares, each
 /// share overridable. A cache's bytes are an estimate of what its entries hold (message bodies,
@@ -208,7 +211,7 @@ impl Default for CacheBudgets {
     }
 }
 
-/// `processors.stepline.memory`: sizes (`256MiB`, bytes), each optional.
+/// `processors.stepline.memory`: sizes (`48MiB`, bytes), each optional.
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct RawMemory {
@@ -339,7 +342,7 @@ mod tests {
     fn memory_splits_the_total_and_takes_overrides() {
         let default = memory("{}").unwrap();
         assert_eq!(default, CacheBudgets::default());
-        assert_eq!(default.total, 256 << 20);
+        assert_eq!(default.total, 48 << 20);
         let sum: usize = default.by_cache().iter().map(|(_, b)| b).sum();
         assert_eq!(sum, default.total);
         let set = memory("cache_budget: 100MiB\nhistory: 1MiB\nchain: 0\n").unwrap();

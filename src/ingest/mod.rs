@@ -190,6 +190,11 @@ impl Ingest {
         }
     }
 
+    /// The interpreter's memo of the last input history per run (the idle task trims it).
+    pub fn prefix_memo(&self) -> &PrefixMemo {
+        &self.memo
+    }
+
     /// Reads runs' triggers and attributes with `keys` (default: `RunInfoKeys::default()`).
     pub fn with_run_info(mut self, keys: Arc<RunInfoKeys>) -> Self {
         self.run_info = keys;

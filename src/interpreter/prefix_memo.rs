@@ -32,8 +32,9 @@ use crate::domain::MessageRef;
 /// Most messages the memo holds over all its entries.
 pub const MEMO_MESSAGES: usize = 100_000;
 /// Default byte budget of a memo (raw bytes plus the estimated bytes of the interpreted
-/// messages, over all entries), unless [`set_default_budget`] changed it.
-pub const MEMO_BYTES: usize = 38 << 20;
+/// messages, over all entries), unless [`set_default_budget`] changed it: the prefix memo's
+/// share (15%) of the default cache budget (`crate::config::DEFAULT_CACHE_BUDGET`).
+pub const MEMO_BYTES: usize = (48 << 20) * 15 / 100;
 
 /// The byte budget [`PrefixMemo::default`] gives a memo.
 static DEFAULT_BUDGET: AtomicUsize = AtomicUsize::new(MEMO_BYTES);
@@ -456,6 +457,25 @@ impl PrefixMemo {
     /// Messages held over all entries.
     pub fn messages(&self) -> usize {
         self.inner.lock().map(|l| l.messages).unwrap_or(0)
+    }
+
+    /// Keeps entries up to `bytes` and drops the others (the budget stays): for the idle task,
+    /// once ingest went quiet. Gives the estimated bytes dropped.
+    pub fn trim(&self, bytes: usize) -> usize {
+        let Ok(mut inner) = self.inner.lock() else {
+            return 0;
+        };
+        let before = inner.bytes;
+        let left = inner.entries.set_budget(bytes.min(self.max_bytes));
+        for (_, entry) in &left {
+            inner.forget(entry);
+        }
+        let _ = inner.entries.set_budget(self.max_bytes);
+        let dropped = before.saturating_sub(inner.bytes);
+        // The entries are dropped after the lock is let go.
+        drop(inner);
+        drop(left);
+        dropped
     }
 
     /// The byte budget.

@@ -4,8 +4,9 @@
 use crate::cache_budget::{ByteCache, ENTRY_OVERHEAD};
 use crate::domain::{ChainIds, MESSAGE_HASH_BYTES, NODE_ID_BYTES};
 
-/// Default byte budget of [`ChainCache`]: the chain share of the default cache budget.
-pub const CHAIN_CACHE_BYTES: usize = 25 << 20;
+/// Default byte budget of [`ChainCache`]: the chain share (10%) of the default cache budget
+/// (`crate::config::DEFAULT_CACHE_BUDGET`).
+pub const CHAIN_CACHE_BYTES: usize = (48 << 20) / 10;
 
 /// Estimated bytes per message of a cached chain: its hash and node id.
 const CHAIN_BYTES_PER_MESSAGE: usize = MESSAGE_HASH_BYTES + NODE_ID_BYTES;
@@ -27,9 +28,12 @@ impl Default for ChainCache {
     }
 }
 
-/// The estimated bytes of a cached chain.
-fn chain_bytes(chain: &ChainIds) -> usize {
-    ENTRY_OVERHEAD + chain.node_ids().len() * CHAIN_BYTES_PER_MESSAGE
+/// The estimated bytes of a cached chain under `run_id`: the key, and the chain's two vectors
+/// at the capacity pushing its messages one by one leaves them (the next power of two, at
+/// least 4): counting only their length left up to half of what a chain holds uncounted.
+fn chain_bytes(run_id: &str, chain: &ChainIds) -> usize {
+    let capacity = chain.node_ids().len().next_power_of_two().max(4);
+    ENTRY_OVERHEAD + run_id.len() + capacity * CHAIN_BYTES_PER_MESSAGE
 }
 
 impl ChainCache {
@@ -43,7 +47,7 @@ impl ChainCache {
 
     /// Keeps the node ids of the run's last stored input history for the next request.
     pub fn keep(&mut self, run_id: &str, chain: ChainIds) {
-        let bytes = chain_bytes(&chain);
+        let bytes = chain_bytes(run_id, &chain);
         if bytes > self.runs.budget() {
             self.runs.remove(run_id);
             return;
@@ -83,7 +87,8 @@ mod tests {
         let mut cache = ChainCache::default();
         // Runs of a tenth of the budget each: the eleventh pushes one out.
         let len = 100;
-        let each = chain_bytes(&chain(len, 0));
+        // Run ids of one length ("run-0" to "run-9"), so every entry weighs the same.
+        let each = chain_bytes("run-0", &chain(len, 0));
         cache.set_budget(10 * each);
         for run in 0..10 {
             cache.keep(&format!("run-{run}"), chain(len, run));

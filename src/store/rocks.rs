@@ -18,7 +18,7 @@ use super::kv::{KvBatch, KvMemory, KvStore, Op, Visit};
 
 /// Bytes of the block cache shared by the column families: data blocks, and the index and
 /// filter blocks of every table file.
-pub const BLOCK_CACHE_BYTES: usize = 32 * 1024 * 1024;
+pub const BLOCK_CACHE_BYTES: usize = 16 * 1024 * 1024;
 /// Bytes of all memtables together, over every column family: past 90% of it the column family
 /// with the oldest memtable is flushed (which also lets the oldest write-ahead log go), and
 /// writers wait while the memtables (those being flushed included) hold more than all of it.
@@ -230,6 +230,29 @@ impl KvStore for RocksKv {
             self.db.flush_cf(self.handle(cf)?)?;
         }
         Ok(())
+    }
+
+    fn flush_memtables(&self) -> Result<u64, StoreError> {
+        // Only the column families whose active memtable holds writes: flushing an empty one
+        // is a no-op that still waits its turn in the flush queue.
+        let mut flushed = 0u64;
+        for cf in Cf::EVERY {
+            let handle = self.handle(cf)?;
+            let entries = self
+                .db
+                .property_int_value_cf(handle, "rocksdb.num-entries-active-mem-table")?
+                .unwrap_or(0);
+            if entries == 0 {
+                continue;
+            }
+            flushed = flushed.saturating_add(
+                self.db
+                    .property_int_value_cf(handle, "rocksdb.cur-size-active-mem-table")?
+                    .unwrap_or(0),
+            );
+            self.db.flush_cf(handle)?;
+        }
+        Ok(flushed)
     }
 
     fn compact(&self) -> Result<(), StoreError> {
