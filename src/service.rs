@@ -182,12 +182,7 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
     }
     // Memory given back once ingest goes quiet.
     tasks.spawn({
-        let idle = crate::idle::run(
-            store.clone(),
-            ingest.clone(),
-            crate::idle::QUIET,
-            stopped(),
-        );
+        let idle = crate::idle::run(store.clone(), ingest.clone(), crate::idle::QUIET, stopped());
         async move {
             idle.await;
             Ok::<(), anyhow::Error>(())
