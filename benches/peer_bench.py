@@ -283,9 +283,15 @@ class Bench:
             return self.start_rotel("rotel", "rotel_grpc", "rotel_http", [
                 "--exporter", "otlp",
                 "--otlp-exporter-endpoint", f"http://{self.addr('sink_grpc')}",
-                "--otlp-exporter-protocol", "grpc"])
+                "--otlp-exporter-protocol", "grpc",
+                # Rotel gzips by default; stepline's exporter here sends uncompressed.
+                "--otlp-exporter-compression", "none"])
         self.serial += 1
         base = os.path.join(self.dir, f"stepline-{self.serial}")
+        # Rotel's exporter batches by default (8192 spans or 200 ms, whichever first): stepline's
+        # exporter gets the same batching keys unless --no-exporter-batch.
+        batching = "" if self.args.no_exporter_batch else (
+            "\n    sending_queue: { batch: { sizer: items, min_size: 8192, flush_timeout: 200ms } }")
         config = f"""receivers:
   otlp:
     protocols:
@@ -296,7 +302,7 @@ processors:
 exporters:
   otlp/sink:
     endpoint: http://{self.addr('sink_grpc')}
-    compression: none
+    compression: none{batching}
 extensions:
   stepline_storage: {{ directory: {base}-data, sync: {str(not self.args.no_sync).lower()} }}
   stepline_api: {{ endpoint: {self.addr('stepline_api')} }}
@@ -718,6 +724,9 @@ def parse_args(argv):
     p.add_argument("--stepline", help="stepline binary (default TARGET/release/stepline)")
     p.add_argument("--loadgen", help="loadgen binary (default TARGET/release/examples/loadgen)")
     p.add_argument("--no-sync", action="store_true", help="stepline without fsync")
+    p.add_argument("--no-exporter-batch", action="store_true",
+                   help="stepline's exporter sends each received request as one request (Rotel batches"
+                        " 8192 spans / 200 ms either way)")
     p.add_argument("--json", help="JSON summary file (default TARGET/peer-bench/MODE-TIME.json)")
     p.add_argument("--keep", action="store_true", help="keep the temporary directory")
     args = p.parse_args(argv)
@@ -747,6 +756,7 @@ def main(argv):
     atexit.register(bench.cleanup)
     out = {"mode": args.mode, "machine": machine(), "port_offset": args.port_offset,
            "concurrency": args.concurrency, "sync": not args.no_sync,
+           "exporter_batch": not args.no_exporter_batch,
            "rotel": bench.rotel, "stepline": bench.stepline_bin}
     print(f"peer bench {args.mode}: load average {out['machine']['loadavg_at_start']}, "
           f"{out['machine']['cpus']} CPUs, rotel {bench.rotel}", flush=True)
