@@ -109,7 +109,8 @@ pub struct KvMemory {
     pub block_cache: u64,
     /// The part of the block cache held by readers or pinned, which cannot be evicted now.
     pub block_cache_pinned: u64,
-    /// The block cache's capacity.
+    /// The block cache's capacity now (lower while idle, see
+    /// [`KvStore::divide_block_cache`]).
     pub block_cache_capacity: u64,
     /// Table readers of the open data files, beside the block cache.
     pub table_readers: u64,
@@ -170,6 +171,13 @@ pub trait KvStore: Send + Sync {
 
     /// Bytes of `cf`'s live data files on disk (0 in memory).
     fn live_bytes(&self, cf: Cf) -> u64;
+
+    /// Sets the block cache's capacity to its configured capacity divided by `divisor` (what it
+    /// holds past that is evicted, except blocks readers pin); 1 (or 0) gives it all back. A
+    /// no-op where there is no block cache.
+    fn divide_block_cache(&self, divisor: u64) {
+        let _ = divisor;
+    }
 
     /// What the backend holds in memory (all 0 where it does not keep such buffers).
     fn memory(&self) -> KvMemory {

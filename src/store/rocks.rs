@@ -6,6 +6,7 @@
 //! absent keys.
 
 use std::path::Path;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use rocksdb::{
     BlockBasedOptions, Cache, ColumnFamilyDescriptor, Direction, IteratorMode, Options,
@@ -59,6 +60,8 @@ pub struct RocksKv {
     db: DB,
     cache: Cache,
     cache_capacity: usize,
+    /// The block cache's capacity now: `cache_capacity`, or less while idle.
+    cache_capacity_now: AtomicUsize,
     write_buffers: WriteBufferManager,
 }
 
@@ -108,6 +111,7 @@ impl RocksKv {
             db,
             cache,
             cache_capacity: BLOCK_CACHE_BYTES,
+            cache_capacity_now: AtomicUsize::new(BLOCK_CACHE_BYTES),
             write_buffers,
         };
         for cf in Cf::EVERY {
@@ -290,13 +294,23 @@ impl KvStore for RocksKv {
             .unwrap_or(0)
     }
 
+    fn divide_block_cache(&self, divisor: u64) {
+        let divisor = usize::try_from(divisor.max(1)).unwrap_or(usize::MAX);
+        let capacity = self.cache_capacity / divisor;
+        if self.cache_capacity_now.swap(capacity, Ordering::Relaxed) != capacity {
+            // The handle is shared: setting the capacity through a clone sets the cache's
+            // (RocksDB's cache takes its own lock for it).
+            self.cache.clone().set_capacity(capacity);
+        }
+    }
+
     fn memory(&self) -> KvMemory {
         KvMemory {
             memtables: self.sum_property("rocksdb.size-all-mem-tables"),
             memtable_budget: self.write_buffers.get_buffer_size() as u64,
             block_cache: self.cache.get_usage() as u64,
             block_cache_pinned: self.cache.get_pinned_usage() as u64,
-            block_cache_capacity: self.cache_capacity as u64,
+            block_cache_capacity: self.cache_capacity_now.load(Ordering::Relaxed) as u64,
             table_readers: self.sum_property("rocksdb.estimate-table-readers-mem"),
         }
     }
@@ -379,5 +393,70 @@ mod tests {
             crate::store::MemoryKv::new().memory(),
             crate::store::kv::KvMemory::default()
         );
+    }
+
+    #[test]
+    fn the_block_cache_can_be_divided_and_given_back_its_capacity() {
+        let dir = tempfile::tempdir().unwrap();
+        let kv = RocksKv::open(dir.path()).unwrap();
+        // 24 MiB of values that do not compress, in data files.
+        let mut state = 0x2545_f491_4f6c_dd1du64;
+        let keys = 6 * 1024u64;
+        for n in 0..keys {
+            let value: Vec<u8> = (0..512)
+                .flat_map(|_| {
+                    state ^= state << 13;
+                    state ^= state >> 7;
+                    state ^= state << 17;
+                    state.to_le_bytes()
+                })
+                .collect();
+            let mut batch = KvBatch::default();
+            batch.put(Cf::Events, &n.to_be_bytes(), value);
+            kv.write(batch, false).unwrap();
+        }
+        kv.flush().unwrap();
+        let read_all = || {
+            for n in 0..keys {
+                assert_eq!(
+                    kv.get(Cf::Events, &n.to_be_bytes())
+                        .unwrap()
+                        .map(|v| v.len()),
+                    Some(4096)
+                );
+            }
+        };
+        read_all();
+        let full = kv.memory();
+        assert_eq!(full.block_cache_capacity, BLOCK_CACHE_BYTES as u64);
+        assert!(full.block_cache > BLOCK_CACHE_BYTES as u64 / 2, "{full:?}");
+        // Divided: what it holds past the new capacity is evicted (but for pinned blocks).
+        kv.divide_block_cache(8);
+        let idle = kv.memory();
+        assert_eq!(idle.block_cache_capacity, BLOCK_CACHE_BYTES as u64 / 8);
+        assert!(
+            idle.block_cache <= idle.block_cache_capacity + idle.block_cache_pinned,
+            "{idle:?}"
+        );
+        // Dividing again divides the configured capacity, not the current one.
+        kv.divide_block_cache(8);
+        assert_eq!(
+            kv.memory().block_cache_capacity,
+            BLOCK_CACHE_BYTES as u64 / 8
+        );
+        // Reads still work, within the small capacity.
+        read_all();
+        let small = kv.memory();
+        assert!(
+            small.block_cache <= small.block_cache_capacity + small.block_cache_pinned,
+            "{small:?}"
+        );
+        // Given back: the cache fills up again.
+        kv.divide_block_cache(1);
+        assert_eq!(kv.memory().block_cache_capacity, BLOCK_CACHE_BYTES as u64);
+        read_all();
+        assert!(kv.memory().block_cache > BLOCK_CACHE_BYTES as u64 / 2);
+        kv.divide_block_cache(0);
+        assert_eq!(kv.memory().block_cache_capacity, BLOCK_CACHE_BYTES as u64);
     }
 }
