@@ -141,6 +141,7 @@ fn map_large_blocks() {
 }
 
 fn main() -> ExitCode {
+    stepline::idle::memory::no_transparent_huge_pages();
     purge_freed_memory_soon();
     one_malloc_arena();
     map_large_blocks();
@@ -185,7 +186,14 @@ fn main() -> ExitCode {
         println!("{}: configuration is valid", cli.config.display());
         return ExitCode::SUCCESS;
     }
-    let runtime = match tokio::runtime::Runtime::new() {
+    // Workers hand their free memory back when the idle task asks (stepline::idle).
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .on_thread_park(|| {
+            let _ = stepline::idle::memory::collect_if_asked();
+        })
+        .build()
+    {
         Ok(r) => r,
         Err(e) => {
             eprintln!("stepline: cannot start the runtime: {e}");

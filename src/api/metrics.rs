@@ -359,6 +359,24 @@ fn encode_memory(
             "The largest resident memory size of the process since it started.",
             process.peak_resident,
         )?;
+        gauge(
+            encoder,
+            "stepline_process_resident_anon_bytes",
+            "Anonymous part of the resident memory: the allocators' heaps and thread stacks.",
+            process.resident_anon,
+        )?;
+        gauge(
+            encoder,
+            "stepline_process_resident_file_bytes",
+            "File-backed part of the resident memory: touched pages of the binary and libraries.",
+            process.resident_file,
+        )?;
+        gauge(
+            encoder,
+            "stepline_process_resident_huge_page_bytes",
+            "Part of the resident memory in transparent huge pages (0 unless MIMALLOC_ALLOW_THP turns them back on).",
+            crate::idle::memory::anon_huge_page_bytes().unwrap_or(0),
+        )?;
     }
     Ok(())
 }
@@ -408,6 +426,12 @@ fn encode_allocators(
         "stepline_idle_shrinks",
         "Times the idle task ran (memtables flushed, ingest caches trimmed, free memory given back) after ingest went quiet.",
         IDLE.shrinks.load(Ordering::Relaxed),
+    )?;
+    counter(
+        encoder,
+        "stepline_idle_thread_collections",
+        "Times a thread (a runtime worker, the writer) gave its free mimalloc memory back because the idle task asked.",
+        crate::idle::memory::thread_collections(),
     )
 }
 

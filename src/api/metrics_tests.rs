@@ -102,6 +102,13 @@ async fn the_exposition_reads_the_counters_at_scrape_time_with_the_same_names() 
         let resident = sample(&text, "process_resident_memory_bytes").unwrap();
         let peak = sample(&text, "stepline_process_peak_resident_memory_bytes").unwrap();
         assert!(resident > 1 << 20 && peak >= resident, "{text}");
+        // Its anonymous and file-backed parts (measured a moment apart from the total).
+        let anon = sample(&text, "stepline_process_resident_anon_bytes").unwrap();
+        let file = sample(&text, "stepline_process_resident_file_bytes").unwrap();
+        assert!(anon > 0 && file > 0, "{text}");
+        assert!(anon + file <= resident + (8 << 20), "{text}");
+        let huge = sample(&text, "stepline_process_resident_huge_page_bytes").unwrap();
+        assert!(huge <= anon + (8 << 20), "{text}");
     }
     assert!(sample(&text, "stepline_history_cache_messages").is_some());
     assert_eq!(sample(&text, "stepline_media_stored_total"), Some(0));
@@ -123,6 +130,7 @@ async fn the_exposition_reads_the_counters_at_scrape_time_with_the_same_names() 
         "stepline_idle_last_shrink_timestamp_seconds",
         "stepline_idle_last_released_bytes",
         "stepline_idle_last_flushed_bytes",
+        "stepline_idle_thread_collections_total",
     ] {
         assert!(sample(&text, name).is_some(), "{name}: {text}");
     }

@@ -2,9 +2,15 @@
 //! flushes the memtables holding writes (their memory is released; the write-ahead log kept
 //! them durable until then, so nothing acknowledged is at risk), trims the caches only ingest
 //! uses (the chain cache and the interpreter's prefix memo) to an [`IDLE_SHARE`] of their
-//! budgets (after that long without writes no entry is hotter than another), and hands the allocators' free memory back to the OS ([`memory`]). The
-//! continuation caches stay as they are: they serve the next continuation of a quiet run.
-//! It runs once per quiet period; [`IdleCounters`] say when it ran and what it released.
+//! budgets (after that long without writes no entry is hotter than another), limits RocksDB's
+//! block cache to an [`IDLE_SHARE`] of its capacity until the next write, and hands the
+//! allocators' free memory back to the OS ([`memory`]): glibc's (RocksDB's), mimalloc's of this
+//! thread, and, by asking them, mimalloc's of the runtime's workers and of the writer thread.
+//! The continuation caches stay as they are: they serve the next continuation of a quiet run.
+//! It runs once per quiet period, and hands free memory back again a few times after it (what
+//! the flush set off, compactions and the tables they open, frees memory later); see
+//! examples/README.md, "Memory when idle", for what holds the rest. [`IdleCounters`] say when
+//! it ran and what it released.
 
 pub mod memory;
 
@@ -15,13 +21,20 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use crate::ingest::Ingest;
 use crate::store::{Store, StoreError};
-use memory::{release_free_memory, ProcessMemory};
+use memory::{ask_threads_to_collect, release_free_memory, ProcessMemory};
 
 /// How long nothing is written before the idle task runs.
 pub const QUIET: Duration = Duration::from_secs(15);
 
 /// Each trimmed cache keeps entries up to this share of its budget (one eighth).
 pub const IDLE_SHARE: usize = 8;
+
+/// Hands the free memory of both allocators back: this thread's and, at their next chance,
+/// every other thread's that collects when asked (see [`memory`]).
+fn release_everywhere() {
+    release_free_memory();
+    ask_threads_to_collect();
+}
 
 /// Times free memory is handed back again after a shrink, one `quiet` apart, while it stays
 /// quiet (background work the flush set off frees memory after the shrink).
@@ -92,7 +105,8 @@ pub fn shrink(store: &Store, ingest: &Ingest) -> Result<Shrink, StoreError> {
     let chain_dropped = chain_before.saturating_sub(store.chain_cache_bytes().0);
     let memo = ingest.prefix_memo();
     let memo_dropped = memo.trim(memo.budget() / IDLE_SHARE);
-    release_free_memory();
+    store.kv().divide_block_cache(IDLE_SHARE as u64);
+    release_everywhere();
     let resident_after = ProcessMemory::read().map(|m| m.resident);
     let done = Shrink {
         flushed_bytes,
@@ -149,6 +163,10 @@ pub async fn run(
         if now != last {
             last = now;
             quiet_since = tokio::time::Instant::now();
+            if shrunk {
+                // Writes again: the block cache gets its capacity back.
+                store.kv().divide_block_cache(1);
+            }
             shrunk = false;
             continue;
         }
@@ -158,7 +176,7 @@ pub async fn run(
             if releases < LATER_RELEASES && released_at.elapsed() >= quiet {
                 releases += 1;
                 released_at = tokio::time::Instant::now();
-                let _ = tokio::task::spawn_blocking(release_free_memory).await;
+                let _ = tokio::task::spawn_blocking(release_everywhere).await;
             }
             continue;
         }
@@ -184,6 +202,10 @@ pub async fn run(
         last = activity(&store, &ingest);
     }
 }
+
+/// The idle counters and the collection asks are process-wide: one test at a time uses them.
+#[cfg(test)]
+pub(crate) static TEST_SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 #[cfg(test)]
 mod tests;

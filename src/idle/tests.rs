@@ -2,8 +2,7 @@ use super::*;
 use crate::exporter::Outbox;
 use crate::test_fixtures::{delegate_scenario, request, run_id};
 
-/// The idle counters are process-wide: one test at a time reads them.
-static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+use super::TEST_SERIAL as SERIAL;
 
 fn open(dir: &std::path::Path) -> (Arc<Store>, Arc<Ingest>) {
     let store = Arc::new(Store::open(dir, false).unwrap());
@@ -25,7 +24,9 @@ async fn a_shrink_flushes_the_memtables_trims_the_ingest_caches_and_loses_nothin
             .unwrap();
         before_run = store.run(&outer).unwrap().expect("the run is stored");
         let memtables = store.kv().memory().memtables;
+        let capacity = store.kv().memory().block_cache_capacity;
         let shrinks = COUNTERS.shrinks.load(Ordering::Relaxed);
+        let collections = memory::thread_collections();
         let (s, i) = (store.clone(), ingest.clone());
         let done = tokio::task::spawn_blocking(move || shrink(&s, &i))
             .await
@@ -46,6 +47,19 @@ async fn a_shrink_flushes_the_memtables_trims_the_ingest_caches_and_loses_nothin
         );
         let memo = ingest.prefix_memo();
         assert!(memo.bytes() <= memo.budget() / IDLE_SHARE);
+        // The block cache keeps its idle share until the next write.
+        let idle = store.kv().memory();
+        assert_eq!(idle.block_cache_capacity, capacity / IDLE_SHARE as u64);
+        assert!(
+            idle.block_cache <= idle.block_cache_capacity + idle.block_cache_pinned,
+            "{idle:?}"
+        );
+        // The writer thread, waiting for work, was asked to give its free memory back.
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while memory::thread_collections() == collections && std::time::Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        assert!(memory::thread_collections() > collections);
         assert_eq!(COUNTERS.shrinks.load(Ordering::Relaxed), shrinks + 1);
         assert!(COUNTERS.last_shrink_unix_seconds.load(Ordering::Relaxed) > 0);
         assert_eq!(
@@ -106,6 +120,8 @@ async fn the_idle_task_waits_while_writes_flow_and_runs_once_when_they_stop() {
     }));
     let shrinks = || COUNTERS.shrinks.load(Ordering::Relaxed);
     let start = shrinks();
+    let capacity = || store.kv().memory().block_cache_capacity;
+    let full = capacity();
     // Writes every 50 ms for 1.5 s: never quiet for 300 ms.
     for _ in 0..30 {
         ingest
@@ -121,13 +137,25 @@ async fn the_idle_task_waits_while_writes_flow_and_runs_once_when_they_stop() {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     assert_eq!(shrinks(), start + 1);
+    assert_eq!(capacity(), full / IDLE_SHARE as u64, "divided while idle");
     tokio::time::sleep(quiet * 3).await;
     assert_eq!(shrinks(), start + 1, "once per quiet period");
+    assert_eq!(
+        capacity(),
+        full / IDLE_SHARE as u64,
+        "divided while it stays idle"
+    );
     // Writes again, then quiet again: another one.
     ingest
         .export_traces(request(delegate_scenario()))
         .await
         .unwrap();
+    // The next write gives the block cache its capacity back (before the next quiet period).
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while capacity() != full && shrinks() == start + 1 && tokio::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    assert_eq!(capacity(), full, "restored by the next write");
     let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
     while shrinks() == start + 1 && tokio::time::Instant::now() < deadline {
         tokio::time::sleep(Duration::from_millis(20)).await;

@@ -22,6 +22,7 @@ use super::apply::{
 use super::{now_ns, IngestCounters, IngestError};
 use crate::config::SignalKind;
 use crate::exporter::Outbox;
+use crate::idle::memory::blocking_recv_collecting;
 use crate::interpreter::{Interpreted, LogEvent};
 use crate::outbox::OutboxEntry;
 use crate::store::{Store, StoreError};
@@ -325,7 +326,7 @@ fn run(store: &Store, outbox: &Outbox, counters: &IngestCounters, mut rx: mpsc::
     // A deletion job met while grouping: it starts the next group, alone.
     let mut carried: Option<Job> = None;
     loop {
-        let Some(first) = carried.take().or_else(|| rx.blocking_recv()) else {
+        let Some(first) = carried.take().or_else(|| blocking_recv_collecting(&mut rx)) else {
             break;
         };
         let alone = matches!(first.work, Work::Delete(_));
