@@ -385,7 +385,7 @@ service:
                 continue
             name, _, value = line.rpartition(" ")
             if ("cache" in name or "outbox_entries" in name or "exporter_sent_spans" in name
-                    or "exporter_queue_size" in name):
+                    or "exporter_queue_size" in name or name in MEMORY_GAUGES):
                 try:
                     picked[name] = float(value)
                 except ValueError:
@@ -560,8 +560,20 @@ def run_latency(bench, args):
     return results
 
 
+# What holds stepline's memory, printed by the soak beside the caches (short name: gauge).
+MEMORY_GAUGES = {
+    "stepline_rocksdb_memtable_bytes": "memtables_MB",
+    "stepline_rocksdb_block_cache_bytes": "block_cache_MB",
+    "stepline_malloc_in_use_bytes": "malloc_in_use_MB",
+    "stepline_process_resident_anon_bytes": "anon_MB",
+    "stepline_process_resident_file_bytes": "file_MB",
+}
+
+
 def short_gauge(name):
     """`stepline_cache_bytes{cache="chain"}` -> `chain_MB`; `stepline_outbox_entries`."""
+    if name in MEMORY_GAUGES:
+        return MEMORY_GAUGES[name]
     if "cache=\"" in name:
         return name.split("cache=\"", 1)[1].split("\"", 1)[0] + "_MB"
     return "outbox_entries"
@@ -628,6 +640,7 @@ def run_soak(bench, args):
             if not gauges:
                 gauges = sorted(k for k in metrics if k.startswith("stepline_cache_bytes{")
                                 or k.startswith("stepline_outbox_entries"))
+                gauges += [k for k in MEMORY_GAUGES if k in metrics]
         samples.append(sample)
         row = [sample["t_s"], sample["phase"]] + [sample[f"{s}_rss_mb"] for s in servers]
         shown = " ".join(f"{short_gauge(g)}={sample['stepline_metrics'].get(g, 0) / gauge_unit(g):.1f}"
