@@ -259,12 +259,14 @@ pub fn collect_if_asked() -> bool {
     if SEEN_EPOCH.with(|seen| seen.replace(epoch)) == epoch {
         return false;
     }
-    let before = ProcessMemory::read();
+    // What each thread gave back is logged at debug level only (two reads of /proc).
+    let logged = tracing::enabled!(tracing::Level::DEBUG);
+    let before = logged.then(ProcessMemory::read).flatten();
     // SAFETY: mi_collect only frees what mimalloc holds unused (this thread's free pages, and
     // the purges it had delayed).
     unsafe { mi_collect(true) };
     THREAD_COLLECTIONS.fetch_add(1, Ordering::Relaxed);
-    if let (Some(before), Some(after)) = (before, ProcessMemory::read()) {
+    if let (Some(before), Some(after)) = (before, logged.then(ProcessMemory::read).flatten()) {
         tracing::debug!(
             thread = std::thread::current().name().unwrap_or("unnamed"),
             released_bytes = before.resident.saturating_sub(after.resident),
