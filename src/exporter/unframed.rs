@@ -21,7 +21,7 @@ use bytes::Bytes;
 use http::header::{CONTENT_TYPE, TE};
 use http::uri::PathAndQuery;
 use http::{HeaderName, HeaderValue, Method, Request, Version};
-use http_body::{Frame, SizeHint};
+use http_body::Frame;
 use tonic::codec::{Decoder, Streaming};
 use tonic::metadata::MetadataMap;
 use tonic::transport::Channel;
@@ -40,10 +40,10 @@ const RESERVED: [&str; 5] = [
 /// The gRPC length-prefixed message framing: a compression flag (0) and the length.
 const PREFIX_BYTES: usize = 5;
 
-/// A request body of ready chunks, sent in order.
+/// A request body of ready chunks, sent in order. Its size is not announced (no
+/// `content-length`), as with tonic's own request bodies.
 pub(super) struct Chunks {
     chunks: VecDeque<Bytes>,
-    remaining: u64,
 }
 
 impl Chunks {
@@ -61,10 +61,7 @@ impl Chunks {
         let mut chunks = VecDeque::with_capacity(parts.len() + 1);
         chunks.push_back(Bytes::copy_from_slice(&prefix));
         chunks.extend(parts.into_iter().filter(|p| !p.is_empty()));
-        Ok(Self {
-            chunks,
-            remaining: PREFIX_BYTES as u64 + u64::from(len),
-        })
+        Ok(Self { chunks })
     }
 }
 
@@ -76,19 +73,11 @@ impl http_body::Body for Chunks {
         mut self: Pin<&mut Self>,
         _cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
-        let next = self.chunks.pop_front();
-        if let Some(chunk) = &next {
-            self.remaining = self.remaining.saturating_sub(chunk.len() as u64);
-        }
-        Poll::Ready(next.map(|chunk| Ok(Frame::data(chunk))))
+        Poll::Ready(self.chunks.pop_front().map(|chunk| Ok(Frame::data(chunk))))
     }
 
     fn is_end_stream(&self) -> bool {
         self.chunks.is_empty()
-    }
-
-    fn size_hint(&self) -> SizeHint {
-        SizeHint::with_exact(self.remaining)
     }
 }
 
@@ -184,14 +173,12 @@ mod tests {
         ];
         let first = parts[2].as_ptr();
         let mut body = Chunks::message(parts).unwrap();
-        assert_eq!(body.size_hint().exact(), Some(5 + 303));
         let mut cx = Context::from_waker(std::task::Waker::noop());
         let mut chunks = Vec::new();
         while let Poll::Ready(Some(Ok(frame))) = Pin::new(&mut body).poll_frame(&mut cx) {
             chunks.push(frame.into_data().unwrap());
         }
         assert!(body.is_end_stream());
-        assert_eq!(body.size_hint().exact(), Some(0));
         assert_eq!(chunks.len(), 3, "the empty part is left out");
         assert_eq!(&chunks[0][..], &[0, 0, 0, 1, 47]);
         assert_eq!(&chunks[1][..], b"abc");
