@@ -10,7 +10,7 @@ use std::io::Write;
 use std::marker::PhantomData;
 use std::time::Duration;
 
-use bytes::{BufMut, Bytes};
+use bytes::{BufMut, Bytes, BytesMut};
 use http::header::{CONTENT_ENCODING, CONTENT_TYPE, RETRY_AFTER};
 use http::uri::PathAndQuery;
 use http::{HeaderMap, HeaderName, HeaderValue};
@@ -24,6 +24,7 @@ use super::enrich::add_run_ids;
 use super::error::ExportError;
 use super::retry::{grpc_is_retryable, http_is_retryable};
 use super::tls::{client_config, TlsConnector, ALPN_GRPC, ALPN_HTTP};
+use super::unframed;
 use crate::config::{Compression, ExporterConfig, ExporterProtocol, SignalKind};
 use crate::otlp::{
     Logs, Metrics, PartialSuccess, RpcStatus, Signal, Traces, JSON_CONTENT_TYPE,
@@ -165,6 +166,18 @@ impl Client {
         signal: SignalKind,
         body: Bytes,
     ) -> Result<PartialSuccess, ExportError> {
+        self.send_parts(signal, vec![body]).await
+    }
+
+    /// One attempt to send the export request of `signal` made of `parts`, the bodies of one
+    /// or more entries (see [`Client::body_of`]): concatenated protobuf export requests decode
+    /// as one request holding all their `resource_*` entries. Uncompressed gRPC sends the parts
+    /// as they are; compression and HTTP take them as one piece.
+    pub async fn send_parts(
+        &self,
+        signal: SignalKind,
+        parts: Vec<Bytes>,
+    ) -> Result<PartialSuccess, ExportError> {
         match &self.transport {
             Transport::Grpc {
                 channel,
@@ -179,9 +192,9 @@ impl Client {
                     timeout: *timeout,
                 };
                 match signal {
-                    SignalKind::Traces => target.send::<Traces>(body).await,
-                    SignalKind::Logs => target.send::<Logs>(body).await,
-                    SignalKind::Metrics => target.send::<Metrics>(body).await,
+                    SignalKind::Traces => target.send::<Traces>(parts).await,
+                    SignalKind::Logs => target.send::<Logs>(parts).await,
+                    SignalKind::Metrics => target.send::<Metrics>(parts).await,
                 }
             }
             Transport::Http {
@@ -198,6 +211,7 @@ impl Client {
                     headers,
                     compression: *compression,
                 };
+                let body = concat(parts);
                 match signal {
                     SignalKind::Traces => target.send::<Traces>(body).await,
                     SignalKind::Logs => target.send::<Logs>(body).await,
@@ -231,10 +245,25 @@ struct GrpcTarget<'a> {
 }
 
 impl GrpcTarget<'_> {
-    /// Sends `body` as the message of `<service>/Export` of signal `S`.
-    async fn send<S: Signal>(&self, body: Bytes) -> Result<PartialSuccess, ExportError> {
+    /// Sends `parts`, concatenated, as the message of `<service>/Export` of signal `S`.
+    async fn send<S: Signal>(&self, parts: Vec<Bytes>) -> Result<PartialSuccess, ExportError> {
         let path = PathAndQuery::try_from(format!("/{}/Export", S::GRPC_SERVICE))
             .map_err(|e| ExportError::Payload(format!("gRPC path: {e}")))?;
+        if self.compression.is_none() {
+            let decoder = MessageDecoder::<S::Response>(PhantomData);
+            return unframed::unary(
+                self.channel,
+                path,
+                self.metadata,
+                self.timeout,
+                parts,
+                decoder,
+            )
+            .await
+            .map(S::partial_success)
+            .map_err(grpc_error);
+        }
+        let body = concat(parts);
         let mut grpc = tonic::client::Grpc::new(self.channel.clone());
         if let Some(encoding) = self.compression {
             grpc = grpc.send_compressed(encoding);
@@ -402,6 +431,19 @@ impl HttpTarget<'_> {
             retry_after,
         })
     }
+}
+
+/// One request of the parts: concatenated protobuf export requests decode as one request
+/// holding all their `resource_*` entries.
+fn concat(mut parts: Vec<Bytes>) -> Bytes {
+    if parts.len() == 1 {
+        return parts.pop().unwrap_or_default();
+    }
+    let mut body = BytesMut::with_capacity(parts.iter().map(Bytes::len).sum());
+    for part in parts {
+        body.extend_from_slice(&part);
+    }
+    body.freeze()
 }
 
 fn to_json<M: serde::Serialize>(message: &M) -> Result<Vec<u8>, ExportError> {

@@ -313,3 +313,139 @@ async fn grpc_sends_the_stored_bytes_as_the_message_and_merges_by_concatenation(
     assert!(tags(0).iter().all(|(_, ids)| ids.is_empty()));
     assert_eq!(tags(1)[0].1, ["r-1"]);
 }
+
+#[tokio::test]
+async fn grpc_parts_arrive_as_their_concatenation_with_and_without_compression() {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let endpoint = format!("http://{}", listener.local_addr().unwrap());
+    let sink = Arc::new(EncodedSink::default());
+    tokio::spawn(crate::receiver::serve_grpc(
+        listener,
+        sink.clone(),
+        crate::receiver::ReceiverLimits::default(),
+        std::future::pending(),
+    ));
+    let (_, payload) = entry();
+    // Parts larger than an HTTP/2 frame (16 KiB), an empty one, and a small one.
+    // Whole copies of the request: concatenated, they decode as one.
+    let big = payload.repeat(200 * 1024 / payload.len() + 1);
+    let parts = vec![
+        Bytes::from(payload.clone()),
+        Bytes::new(),
+        Bytes::from(big.clone()),
+        Bytes::from(payload.clone()),
+    ];
+    let want = [payload.clone(), big, payload.clone()].concat();
+    for compression in [Compression::None, Compression::Gzip] {
+        let client = Client::new(&grpc_exporter(&endpoint, compression, false)).unwrap();
+        assert_eq!(
+            client
+                .send_parts(SignalKind::Traces, parts.clone())
+                .await
+                .unwrap(),
+            PartialSuccess::default()
+        );
+    }
+    let received = sink.0.lock().unwrap().clone();
+    assert_eq!(received.len(), 2);
+    assert!(received.iter().all(|r| *r == want), "byte for byte");
+}
+
+/// A gRPC backend (stepline's own receiver) refusing every trace request with `error`.
+struct RefusingSink(fn() -> crate::ingest::IngestError);
+
+impl crate::receiver::ExportSink for RefusingSink {
+    async fn export_traces(
+        &self,
+        _request: ExportTraceServiceRequest,
+    ) -> Result<crate::ingest::ExportOutcome, crate::ingest::IngestError> {
+        Err((self.0)())
+    }
+
+    async fn export_logs(
+        &self,
+        _request: opentelemetry_proto::tonic::collector::logs::v1::ExportLogsServiceRequest,
+    ) -> Result<crate::ingest::ExportOutcome, crate::ingest::IngestError> {
+        Err((self.0)())
+    }
+
+    async fn export_metrics(
+        &self,
+        _request: opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequest,
+    ) -> Result<crate::ingest::ExportOutcome, crate::ingest::IngestError> {
+        Err((self.0)())
+    }
+
+    async fn export_traces_encoded(
+        &self,
+        _request: ExportTraceServiceRequest,
+        _encoded: Option<bytes::Bytes>,
+    ) -> Result<crate::ingest::ExportOutcome, crate::ingest::IngestError> {
+        Err((self.0)())
+    }
+}
+
+/// The refusal of one send, as (status, message, retryable, retry_after).
+fn refusal(error: ExportError) -> (String, String, bool, Option<Duration>) {
+    match error {
+        ExportError::Refused {
+            status,
+            message,
+            retryable,
+            retry_after,
+        } => (status, message, retryable, retry_after),
+        other => panic!("not a refusal: {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn uncompressed_grpc_answers_the_same_errors_as_the_tonic_path() {
+    let (entry, _) = entry();
+    let statuses = [
+        (
+            (|| crate::ingest::IngestError::ShuttingDown) as fn() -> crate::ingest::IngestError,
+            "gRPC Unavailable",
+            true,
+        ),
+        (
+            || crate::ingest::IngestError::Rejected("bad".into()),
+            "gRPC InvalidArgument",
+            false,
+        ),
+    ];
+    for (error, status, retryable) in statuses {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let endpoint = format!("http://{}", listener.local_addr().unwrap());
+        tokio::spawn(crate::receiver::serve_grpc(
+            listener,
+            Arc::new(RefusingSink(error)),
+            crate::receiver::ReceiverLimits::default(),
+            std::future::pending(),
+        ));
+        let mut answers = Vec::new();
+        for compression in [Compression::None, Compression::Gzip] {
+            let client = Client::new(&grpc_exporter(&endpoint, compression, false)).unwrap();
+            answers.push(refusal(client.send(&entry).await.unwrap_err()));
+        }
+        assert_eq!(answers[0], answers[1]);
+        assert_eq!(answers[0].0, status);
+        assert_eq!(answers[0].2, retryable);
+        assert_eq!(
+            answers[0].3.is_some(),
+            retryable,
+            "RetryInfo when retryable"
+        );
+    }
+
+    // Nobody listening: the same (retryable) refusal either way.
+    let closed = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let endpoint = format!("http://{}", closed.local_addr().unwrap());
+    drop(closed);
+    let mut answers = Vec::new();
+    for compression in [Compression::None, Compression::Gzip] {
+        let client = Client::new(&grpc_exporter(&endpoint, compression, false)).unwrap();
+        answers.push(refusal(client.send(&entry).await.unwrap_err()));
+    }
+    assert_eq!(answers[0], answers[1]);
+    assert!(answers[0].2, "{:?}", answers[0]);
+}

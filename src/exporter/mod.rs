@@ -12,6 +12,8 @@
 //! - `client`: [`Client`], one attempt over OTLP/gRPC (the stored bytes as the message) or
 //!   OTLP/HTTP.
 //! - `enrich`: `stepline.run_id` from the entry's span runs (`enrich_run_id`).
+//! - `unframed`: an uncompressed gRPC call whose message is the entries' bytes, sent without
+//!   copying them.
 //! - `tls`: the rustls client side; `error`: [`ExportError`].
 //!
 //! The exporter depends only on the layers below it (config, outbox, store, otlp), never on
@@ -26,6 +28,7 @@ mod queue;
 mod retry;
 mod task;
 mod tls;
+mod unframed;
 
 /// Kept here for the callers that name them through the exporter; they live in [`crate::otlp`].
 pub use crate::otlp::{item_name, TlsError};

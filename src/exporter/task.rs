@@ -9,7 +9,7 @@ use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 use tokio::sync::watch;
 use tokio::task::JoinSet;
 use tracing::Instrument;
@@ -302,8 +302,9 @@ impl ExporterTask {
         if duplicates > 0 {
             queue.counters.possible_duplicates.add(signal, duplicates);
         }
-        // The request body: each entry's bytes, concatenated. An entry that cannot be prepared
-        // (its stored request does not decode for enrichment) is dropped on its own.
+        // The request: each entry's bytes, concatenated (`Client::send_parts`). An entry that
+        // cannot be prepared (its stored request does not decode for enrichment) is dropped on
+        // its own.
         let mut items = 0;
         let mut parts: Vec<Bytes> = Vec::with_capacity(batch.len());
         for entry in batch {
@@ -317,8 +318,7 @@ impl ExporterTask {
             }
         }
         if !parts.is_empty() {
-            let body = concat(parts);
-            match self.send_with_retries(signal, body).await {
+            match self.send_with_retries(signal, parts).await {
                 Fate::Sent(delivered) => {
                     queue.counters.sent.add(signal, items);
                     if delivered.rejected > 0 || !delivered.message.is_empty() {
@@ -352,10 +352,10 @@ impl ExporterTask {
         );
     }
 
-    async fn send_with_retries(&self, signal: SignalKind, body: Bytes) -> Fate {
+    async fn send_with_retries(&self, signal: SignalKind, parts: Vec<Bytes>) -> Fate {
         let sent = with_retries(
             &self.retry,
-            || self.client.send_body(signal, body.clone()),
+            || self.client.send_parts(signal, parts.clone()),
             |error, wait| {
                 self.queue
                     .counters
@@ -406,19 +406,6 @@ fn summary(batch: &[OutboxEntry]) -> (SignalKind, u64, u64) {
     let items = batch.iter().map(|e| e.items).sum();
     let seq = batch.first().map_or(0, |e| e.seq);
     (signal, items, seq)
-}
-
-/// One request of the parts: concatenated protobuf export requests decode as one request
-/// holding all their `resource_*` entries.
-fn concat(mut parts: Vec<Bytes>) -> Bytes {
-    if parts.len() == 1 {
-        return parts.pop().unwrap_or_default();
-    }
-    let mut body = BytesMut::with_capacity(parts.iter().map(Bytes::len).sum());
-    for part in parts {
-        body.extend_from_slice(&part);
-    }
-    body.freeze()
 }
 
 /// Sleeps until `deadline` (forever without one; the caller disables the branch then).
