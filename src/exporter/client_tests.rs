@@ -259,17 +259,23 @@ fn grpc_exporter(endpoint: &str, compression: Compression, enrich_run_id: bool) 
     }
 }
 
-#[tokio::test]
-async fn grpc_sends_the_stored_bytes_as_the_message_and_merges_by_concatenation() {
+/// stepline's own gRPC receiver on a free port, answering from `sink`: its `http://` endpoint.
+async fn grpc_receiver<S: crate::receiver::ExportSink>(sink: Arc<S>) -> String {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let endpoint = format!("http://{}", listener.local_addr().unwrap());
-    let sink = Arc::new(EncodedSink::default());
     tokio::spawn(crate::receiver::serve_grpc(
         listener,
-        sink.clone(),
+        sink,
         crate::receiver::ReceiverLimits::default(),
         std::future::pending(),
     ));
+    endpoint
+}
+
+#[tokio::test]
+async fn grpc_sends_the_stored_bytes_as_the_message_and_merges_by_concatenation() {
+    let sink = Arc::new(EncodedSink::default());
+    let endpoint = grpc_receiver(sink.clone()).await;
     let (entry, payload) = entry();
 
     // Byte for byte, unknown field included, with and without compression.
@@ -316,15 +322,8 @@ async fn grpc_sends_the_stored_bytes_as_the_message_and_merges_by_concatenation(
 
 #[tokio::test]
 async fn grpc_parts_arrive_as_their_concatenation_with_and_without_compression() {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let endpoint = format!("http://{}", listener.local_addr().unwrap());
     let sink = Arc::new(EncodedSink::default());
-    tokio::spawn(crate::receiver::serve_grpc(
-        listener,
-        sink.clone(),
-        crate::receiver::ReceiverLimits::default(),
-        std::future::pending(),
-    ));
+    let endpoint = grpc_receiver(sink.clone()).await;
     let (_, payload) = entry();
     // Parts larger than an HTTP/2 frame (16 KiB), an empty one, and a small one.
     // Whole copies of the request: concatenated, they decode as one.
@@ -414,14 +413,7 @@ async fn uncompressed_grpc_answers_the_same_errors_as_the_tonic_path() {
         ),
     ];
     for (error, status, retryable) in statuses {
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let endpoint = format!("http://{}", listener.local_addr().unwrap());
-        tokio::spawn(crate::receiver::serve_grpc(
-            listener,
-            Arc::new(RefusingSink(error)),
-            crate::receiver::ReceiverLimits::default(),
-            std::future::pending(),
-        ));
+        let endpoint = grpc_receiver(Arc::new(RefusingSink(error))).await;
         let mut answers = Vec::new();
         for compression in [Compression::None, Compression::Gzip] {
             let client = Client::new(&grpc_exporter(&endpoint, compression, false)).unwrap();

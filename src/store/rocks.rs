@@ -351,6 +351,18 @@ mod tests {
             .sum()
     }
 
+    /// `bytes` (a multiple of 8) of xorshift output, which does not compress.
+    fn incompressible(state: &mut u64, bytes: usize) -> Vec<u8> {
+        (0..bytes / 8)
+            .flat_map(|_| {
+                *state ^= *state << 13;
+                *state ^= *state >> 7;
+                *state ^= *state << 17;
+                state.to_le_bytes()
+            })
+            .collect()
+    }
+
     #[test]
     fn a_batch_is_sized_for_what_rocksdb_encodes_and_reads_back() {
         let dir = tempfile::tempdir().unwrap();
@@ -399,14 +411,7 @@ mod tests {
         let mut state = 0x9e37_79b9_7f4a_7c15u64;
         let mut peak_memtables = 0;
         for n in 0..total / value_bytes {
-            let value: Vec<u8> = (0..value_bytes / 8)
-                .flat_map(|_| {
-                    state ^= state << 13;
-                    state ^= state >> 7;
-                    state ^= state << 17;
-                    state.to_le_bytes()
-                })
-                .collect();
+            let value = incompressible(&mut state, value_bytes);
             let cf = [Cf::Messages, Cf::Events, Cf::History][n % 3];
             let mut batch = KvBatch::default();
             batch.put(cf, &(n as u64).to_be_bytes(), value);
@@ -453,14 +458,7 @@ mod tests {
         let mut state = 0x2545_f491_4f6c_dd1du64;
         let keys = 6 * 1024u64;
         for n in 0..keys {
-            let value: Vec<u8> = (0..512)
-                .flat_map(|_| {
-                    state ^= state << 13;
-                    state ^= state >> 7;
-                    state ^= state << 17;
-                    state.to_le_bytes()
-                })
-                .collect();
+            let value = incompressible(&mut state, 4096);
             let mut batch = KvBatch::default();
             batch.put(Cf::Events, &n.to_be_bytes(), value);
             kv.write(batch, false).unwrap();
