@@ -377,13 +377,14 @@ mod tests {
 
     #[test]
     fn the_allocators_say_what_they_hold_and_give_free_memory_back() {
-        // 64 MiB in mimalloc, touched, then freed and collected.
-        let before = AllocatorMemory::read();
+        // 64 MiB in mimalloc, touched, then freed and collected. Tests running alongside
+        // allocate and free at the same time, so the process-wide figure can only be held to
+        // what this test keeps live, not to a rise from before.
         let big: Vec<Vec<u8>> = (0..64).map(|_| vec![1u8; 1 << 20]).collect();
         let holding = AllocatorMemory::read();
         assert!(
-            holding.mimalloc_committed >= before.mimalloc_committed + (48 << 20),
-            "{before:?} {holding:?}"
+            holding.mimalloc_committed >= 64 << 20,
+            "64 MiB live in mimalloc: {holding:?}"
         );
         drop(big);
         // Given back or kept for reuse, as mimalloc decides; it must not fail either way.
