@@ -364,6 +364,35 @@ mod tests {
     }
 
     #[test]
+    fn outbox_tables_are_not_compressed_and_the_others_are() {
+        let dir = tempfile::tempdir().unwrap();
+        let kv = RocksKv::open(dir.path()).unwrap();
+        // 2 MiB of text that compresses well, in the outbox and in the messages.
+        let value = b"{\"role\":\"user\",\"content\":\"the same words again\"}".repeat(64);
+        let keys = (2 << 20) / value.len();
+        let mut batch = KvBatch::default();
+        for n in 0..keys as u64 {
+            batch.put(Cf::Outbox, &n.to_be_bytes(), value.clone());
+            batch.put(Cf::Messages, &n.to_be_bytes(), value.clone());
+        }
+        kv.write(batch, false).unwrap();
+        kv.flush_memtables().unwrap();
+        let raw = (keys * value.len()) as u64;
+        let (outbox, messages) = (kv.live_bytes(Cf::Outbox), kv.live_bytes(Cf::Messages));
+        assert!(outbox >= raw, "outbox {outbox} bytes on disk for {raw}");
+        assert!(
+            messages < raw / 4,
+            "messages {messages} bytes on disk for {raw}"
+        );
+        for n in [0, keys as u64 - 1] {
+            assert_eq!(
+                kv.get(Cf::Outbox, &n.to_be_bytes()).unwrap().unwrap(),
+                value
+            );
+        }
+    }
+
+    #[test]
     fn a_batch_is_sized_for_what_rocksdb_encodes_and_reads_back() {
         let dir = tempfile::tempdir().unwrap();
         let kv = RocksKv::open(dir.path()).unwrap();
