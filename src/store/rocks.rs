@@ -33,6 +33,16 @@ pub const OUTBOX_MEMTABLE_BYTES: usize = 8 * 1024 * 1024;
 /// bounds the log on disk when some column families are written rarely (without it, a column
 /// family written once kept every later log alive: gigabytes within minutes of agent load).
 pub const MAX_WAL_BYTES: u64 = 4 * MEMTABLE_BUDGET_BYTES as u64;
+/// Target size of a table file written by compaction. A file's index block is built in memory
+/// until the file is finished: at RocksDB's default of 64 MiB, the index builders of two
+/// compactions at once held 16 MB under agent load, the largest transient besides the
+/// memtables and the block cache.
+pub const TABLE_FILE_BYTES: u64 = 16 * 1024 * 1024;
+/// Index entries between restart points of an index block: the keys in between are stored as
+/// their difference from the key before (RocksDB's default, 1, stores every key whole). Keys
+/// share long prefixes (a run's key, then a step's), so index blocks shrink, both while a table
+/// file is built and in the block cache.
+pub const INDEX_RESTART_INTERVAL: i32 = 16;
 /// Size of the in-memory bloom filter of a memtable, as a fraction of the memtable's size
 /// ([`MEMTABLE_BYTES`]: 160 KiB of filter each), for the column families in
 /// [`PROBED_CFS`].
@@ -86,8 +96,10 @@ impl RocksKv {
         options.set_compression_type(rocksdb::DBCompressionType::Lz4);
         options.set_bottommost_compression_type(rocksdb::DBCompressionType::Zstd);
         options.set_write_buffer_size(MEMTABLE_BYTES);
+        options.set_target_file_size_base(TABLE_FILE_BYTES);
         let descriptors = Cf::NAMED.iter().map(|cf| {
             let mut cf_options = Options::default();
+            cf_options.set_target_file_size_base(TABLE_FILE_BYTES);
             cf_options.set_compression_type(rocksdb::DBCompressionType::Lz4);
             cf_options.set_bottommost_compression_type(rocksdb::DBCompressionType::Zstd);
             cf_options.set_write_buffer_size(MEMTABLE_BYTES);
@@ -165,6 +177,7 @@ fn table_options(cache: &Cache, bloom: bool) -> BlockBasedOptions {
     table.set_cache_index_and_filter_blocks(true);
     table.set_cache_index_and_filter_blocks_with_high_priority(true);
     table.set_pin_l0_filter_and_index_blocks_in_cache(true);
+    table.set_index_block_restart_interval(INDEX_RESTART_INTERVAL);
     if bloom {
         table.set_bloom_filter(BLOOM_BITS_PER_KEY, false);
         table.set_optimize_filters_for_memory(true);
@@ -390,6 +403,78 @@ mod tests {
                 value
             );
         }
+    }
+
+    #[test]
+    fn compaction_writes_small_table_files_with_compact_indexes() {
+        let dir = tempfile::tempdir().unwrap();
+        let kv = RocksKv::open(dir.path()).unwrap();
+        // 40 MiB that does not compress, one 4 KiB value (one data block) per key, and keys
+        // that share a 48-byte prefix as a run's keys do. Keys are written out of order, so
+        // that the files flushed overlap and compaction merges them (files that do not overlap
+        // are moved down whole).
+        let value_bytes = 4096;
+        let keys = (40 << 20) / value_bytes;
+        let mut state = 0x2545_f491_4f6c_dd1du64;
+        for chunk in 0..keys / 1024 {
+            let mut batch = KvBatch::default();
+            for n in chunk * 1024..(chunk + 1) * 1024 {
+                let mut key = vec![b'r'; 48];
+                key.extend_from_slice(&((n * 7919 % keys) as u64).to_be_bytes());
+                batch.put(Cf::Messages, &key, incompressible(&mut state, value_bytes));
+            }
+            kv.write(batch, false).unwrap();
+        }
+        kv.compact().unwrap();
+        let files: Vec<_> = kv
+            .db
+            .live_files()
+            .unwrap()
+            .into_iter()
+            .filter(|f| f.column_family_name == Cf::Messages.name())
+            .collect();
+        assert!(files.len() >= 3, "{} table files for 40 MiB", files.len());
+        for file in &files {
+            assert!(
+                file.size as u64 <= TABLE_FILE_BYTES + (1 << 20),
+                "{} is {} bytes",
+                file.name,
+                file.size
+            );
+        }
+        // Whole keys in the index would take 56 bytes and more per data block.
+        let properties = kv
+            .db
+            .property_value_cf(
+                kv.handle(Cf::Messages).unwrap(),
+                "rocksdb.aggregated-table-properties",
+            )
+            .unwrap()
+            .unwrap();
+        // "key=value; key=value; ...", the index's key naming how it is encoded.
+        let field = |name: &str| -> u64 {
+            properties
+                .split(';')
+                .filter_map(|part| part.trim().split_once('='))
+                .find(|(key, _)| key.starts_with(name))
+                .and_then(|(_, value)| value.trim().parse().ok())
+                .unwrap_or_else(|| panic!("no {name} in {properties}"))
+        };
+        let (blocks, index) = (field("# data blocks"), field("index block size"));
+        assert!(
+            blocks >= keys as u64,
+            "{blocks} data blocks for {keys} keys"
+        );
+        assert!(
+            index < blocks * 24,
+            "{index} index bytes for {blocks} data blocks"
+        );
+        let mut last = vec![b'r'; 48];
+        last.extend_from_slice(&(keys as u64 - 1).to_be_bytes());
+        assert_eq!(
+            kv.get(Cf::Messages, &last).unwrap().unwrap().len(),
+            value_bytes
+        );
     }
 
     #[test]
