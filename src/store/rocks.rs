@@ -39,9 +39,9 @@ pub const MAX_WAL_BYTES: u64 = 4 * MEMTABLE_BUDGET_BYTES as u64;
 /// memtables and the block cache.
 pub const TABLE_FILE_BYTES: u64 = 16 * 1024 * 1024;
 /// Index entries between restart points of an index block: the keys in between are stored as
-/// their difference from the key before (RocksDB's default, 1, stores every key whole). Keys
-/// share long prefixes (a run's key, then a step's), so index blocks shrink, both while a table
-/// file is built and in the block cache.
+/// their difference from the key before (RocksDB's default, 1, stores every key whole).
+/// Neighbouring keys share long prefixes (a run id's 49 bytes, a trace id's 32 hex digits), so
+/// index blocks shrink, both while a table file is built and in the block cache.
 pub const INDEX_RESTART_INTERVAL: i32 = 16;
 /// Size of the in-memory bloom filter of a memtable, as a fraction of the memtable's size
 /// ([`MEMTABLE_BYTES`]: 160 KiB of filter each), for the column families in
@@ -410,9 +410,9 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let kv = RocksKv::open(dir.path()).unwrap();
         // 40 MiB that does not compress, one 4 KiB value (one data block) per key, and keys
-        // that share a 48-byte prefix as a run's keys do. Keys are written out of order, so
-        // that the files flushed overlap and compaction merges them (files that do not overlap
-        // are moved down whole).
+        // that share a 48-byte prefix as a run's or a trace's keys do. Keys are written out of
+        // order, so that the files flushed overlap and compaction merges them (files that do
+        // not overlap are moved down whole).
         let value_bytes = 4096;
         let keys = (40 << 20) / value_bytes;
         let mut state = 0x2545_f491_4f6c_dd1du64;
