@@ -92,35 +92,10 @@ impl RocksKv {
         options.set_write_buffer_manager(&write_buffers);
         options.set_max_total_wal_size(MAX_WAL_BYTES);
         // The column family options of the default column family ([`Cf::Meta`]).
-        options.set_block_based_table_factory(&table);
-        options.set_compression_type(rocksdb::DBCompressionType::Lz4);
-        options.set_bottommost_compression_type(rocksdb::DBCompressionType::Zstd);
-        options.set_write_buffer_size(MEMTABLE_BYTES);
-        options.set_target_file_size_base(TABLE_FILE_BYTES);
+        set_column_family_options(&mut options, Cf::Meta, &table, &probed);
         let descriptors = Cf::NAMED.iter().map(|cf| {
             let mut cf_options = Options::default();
-            cf_options.set_target_file_size_base(TABLE_FILE_BYTES);
-            cf_options.set_compression_type(rocksdb::DBCompressionType::Lz4);
-            cf_options.set_bottommost_compression_type(rocksdb::DBCompressionType::Zstd);
-            cf_options.set_write_buffer_size(MEMTABLE_BYTES);
-            if *cf == Cf::Outbox {
-                // Entries live briefly (deleted once sent): small memtables bound the memory the
-                // outbox takes to OUTBOX_MEMTABLE_BYTES x 2, whatever the backlog.
-                cf_options.set_write_buffer_size(OUTBOX_MEMTABLE_BYTES);
-                cf_options.set_max_write_buffer_number(2);
-                // Entries are the received requests, deleted within moments of being sent:
-                // compressing the few that reach a table file (and decompressing them to read
-                // or compact them) cost a fifth of the CPU of 500-span pass-through.
-                cf_options.set_compression_type(rocksdb::DBCompressionType::None);
-                cf_options.set_bottommost_compression_type(rocksdb::DBCompressionType::None);
-            }
-            if PROBED_CFS.contains(cf) {
-                cf_options.set_block_based_table_factory(&probed);
-                cf_options.set_memtable_whole_key_filtering(true);
-                cf_options.set_memtable_prefix_bloom_ratio(MEMTABLE_BLOOM_RATIO);
-            } else {
-                cf_options.set_block_based_table_factory(&table);
-            }
+            set_column_family_options(&mut cf_options, *cf, &table, &probed);
             ColumnFamilyDescriptor::new(cf.name(), cf_options)
         });
         let db = DB::open_cf_descriptors(&options, dir, descriptors)?;
@@ -166,6 +141,40 @@ fn batch_bytes(batch: &KvBatch) -> usize {
         };
         bytes.saturating_add(PER_OP + payload)
     })
+}
+
+/// Sets the options of column family `cf` on `options`: compression, memtable and table file
+/// sizes, and `probed` tables with memtable bloom filters for [`PROBED_CFS`] (`table` for the
+/// others).
+fn set_column_family_options(
+    options: &mut Options,
+    cf: Cf,
+    table: &BlockBasedOptions,
+    probed: &BlockBasedOptions,
+) {
+    options.set_target_file_size_base(TABLE_FILE_BYTES);
+    options.set_write_buffer_size(MEMTABLE_BYTES);
+    if cf == Cf::Outbox {
+        // Entries live briefly (deleted once sent): small memtables bound the memory the outbox
+        // takes to OUTBOX_MEMTABLE_BYTES x 2, whatever the backlog.
+        options.set_write_buffer_size(OUTBOX_MEMTABLE_BYTES);
+        options.set_max_write_buffer_number(2);
+        // Entries are the received requests, deleted within moments of being sent: compressing
+        // the few that reach a table file (and decompressing them to read or compact them) cost
+        // a fifth of the CPU of 500-span pass-through.
+        options.set_compression_type(rocksdb::DBCompressionType::None);
+        options.set_bottommost_compression_type(rocksdb::DBCompressionType::None);
+    } else {
+        options.set_compression_type(rocksdb::DBCompressionType::Lz4);
+        options.set_bottommost_compression_type(rocksdb::DBCompressionType::Zstd);
+    }
+    if PROBED_CFS.contains(&cf) {
+        options.set_block_based_table_factory(probed);
+        options.set_memtable_whole_key_filtering(true);
+        options.set_memtable_prefix_bloom_ratio(MEMTABLE_BLOOM_RATIO);
+    } else {
+        options.set_block_based_table_factory(table);
+    }
 }
 
 /// Block-based table options over the shared `cache`: index and filter blocks live in the block
@@ -415,13 +424,13 @@ mod tests {
         // not overlap are moved down whole).
         let value_bytes = 4096;
         let keys = (40 << 20) / value_bytes;
+        let key = |n: usize| [[b'r'; 48].as_slice(), &(n as u64).to_be_bytes()].concat();
         let mut state = 0x2545_f491_4f6c_dd1du64;
         for chunk in 0..keys / 1024 {
             let mut batch = KvBatch::default();
             for n in chunk * 1024..(chunk + 1) * 1024 {
-                let mut key = vec![b'r'; 48];
-                key.extend_from_slice(&((n * 7919 % keys) as u64).to_be_bytes());
-                batch.put(Cf::Messages, &key, incompressible(&mut state, value_bytes));
+                let value = incompressible(&mut state, value_bytes);
+                batch.put(Cf::Messages, &key(n * 7919 % keys), value);
             }
             kv.write(batch, false).unwrap();
         }
@@ -469,12 +478,12 @@ mod tests {
             index < blocks * 24,
             "{index} index bytes for {blocks} data blocks"
         );
-        let mut last = vec![b'r'; 48];
-        last.extend_from_slice(&(keys as u64 - 1).to_be_bytes());
-        assert_eq!(
-            kv.get(Cf::Messages, &last).unwrap().unwrap().len(),
-            value_bytes
-        );
+        // Every key reads back after the compaction.
+        let all: Vec<Vec<u8>> = (0..keys).map(key).collect();
+        for (n, value) in kv.multi_get(Cf::Messages, &all).unwrap().iter().enumerate() {
+            let len = value.as_ref().map(Vec::len);
+            assert_eq!(len, Some(value_bytes), "key {n}");
+        }
     }
 
     #[test]
