@@ -524,16 +524,17 @@ fn encode_exporters(encoder: &mut DescriptorEncoder, outbox: &Outbox) -> Result<
 /// One in-memory cache's estimated bytes in use and byte budget, labelled `cache="<name>"`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct CacheGauge {
-    /// The cache's label: `history`, `rendered`, `context`, `prefix_memo` or `chain`.
+    /// The cache's label: `history`, `rendered`, `context`, `prefix_memo`, `chain` or
+    /// `run_keys`.
     pub cache: &'static str,
     /// Estimated bytes held.
     pub bytes: usize,
-    /// The byte budget (`processors.stepline.memory`).
+    /// The byte budget (`processors.stepline.memory`; fixed for `run_keys`).
     pub budget: usize,
 }
 
 /// The gauges of every cache continuations and ingest keep in memory.
-pub fn cache_gauges(continuations: &Continuations) -> [CacheGauge; 5] {
+pub fn cache_gauges(continuations: &Continuations) -> [CacheGauge; 6] {
     let store = continuations.store();
     let gauge = |cache, (bytes, budget)| CacheGauge {
         cache,
@@ -561,6 +562,7 @@ pub fn cache_gauges(continuations: &Continuations) -> [CacheGauge; 5] {
             (prefix_memo::process_bytes(), prefix_memo::default_budget()),
         ),
         gauge("chain", store.chain_cache_bytes()),
+        gauge("run_keys", store.run_key_cache_bytes()),
     ]
 }
 
@@ -575,7 +577,7 @@ fn encode_caches(encoder: &mut DescriptorEncoder, gauges: &[CacheGauge]) -> Resu
         ),
         (
             "stepline_cache_budget_bytes",
-            "Byte budget of an in-memory cache (processors.stepline.memory).",
+            "Byte budget of an in-memory cache (processors.stepline.memory; run_keys is fixed).",
             |g| g.budget,
         ),
     ];

@@ -2,7 +2,8 @@
 //! flushes the memtables holding writes (their memory is released; the write-ahead log kept
 //! them durable until then, so nothing acknowledged is at risk), trims the caches only ingest
 //! uses (the chain cache and the interpreter's prefix memo) to an [`IDLE_SHARE`] of their
-//! budgets (after that long without writes no entry is hotter than another), limits RocksDB's
+//! budgets (after that long without writes no entry is hotter than another), forgets the run
+//! keys the store caches (a later write or read looks its run's up again), limits RocksDB's
 //! block cache to an [`IDLE_SHARE`] of its capacity until the next write, and hands the
 //! allocators' free memory back to the OS ([`memory`]): glibc's (RocksDB's), mimalloc's of this
 //! thread, and, by asking them, mimalloc's of the runtime's workers and of the writer thread.
@@ -66,7 +67,7 @@ pub static COUNTERS: IdleCounters = IdleCounters {
 pub struct Shrink {
     /// Bytes of the memtables flushed.
     pub flushed_bytes: u64,
-    /// Estimated bytes dropped from the chain cache and the prefix memo.
+    /// Estimated bytes dropped from the chain cache, the prefix memo and the run-key cache.
     pub trimmed_cache_bytes: u64,
     /// Resident memory before, when the platform says.
     pub resident_before: Option<u64>,
@@ -105,12 +106,13 @@ pub fn shrink(store: &Store, ingest: &Ingest) -> Result<Shrink, StoreError> {
     let chain_dropped = chain_before.saturating_sub(store.chain_cache_bytes().0);
     let memo = ingest.prefix_memo();
     let memo_dropped = memo.trim(memo.budget() / IDLE_SHARE);
+    let run_keys_dropped = store.forget_run_keys();
     store.kv().divide_block_cache(IDLE_SHARE as u64);
     release_everywhere();
     let resident_after = ProcessMemory::read().map(|m| m.resident);
     let done = Shrink {
         flushed_bytes,
-        trimmed_cache_bytes: (chain_dropped + memo_dropped) as u64,
+        trimmed_cache_bytes: (chain_dropped + memo_dropped + run_keys_dropped) as u64,
         resident_before,
         resident_after,
     };

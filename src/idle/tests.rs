@@ -25,6 +25,10 @@ async fn a_shrink_flushes_the_memtables_trims_the_ingest_caches_and_loses_nothin
         before_run = store.run(&outer).unwrap().expect("the run is stored");
         let memtables = store.kv().memory().memtables;
         let capacity = store.kv().memory().block_cache_capacity;
+        assert!(
+            store.run_key_cache_bytes().0 > 0,
+            "the run keys written are cached"
+        );
         let shrinks = COUNTERS.shrinks.load(Ordering::Relaxed);
         let collections = memory::thread_collections();
         let (s, i) = (store.clone(), ingest.clone());
@@ -47,6 +51,11 @@ async fn a_shrink_flushes_the_memtables_trims_the_ingest_caches_and_loses_nothin
         );
         let memo = ingest.prefix_memo();
         assert!(memo.bytes() <= memo.budget() / IDLE_SHARE);
+        assert_eq!(
+            store.run_key_cache_bytes().0,
+            0,
+            "the run keys are forgotten"
+        );
         // The block cache keeps its idle share until the next write.
         let idle = store.kv().memory();
         assert_eq!(idle.block_cache_capacity, capacity / IDLE_SHARE as u64);

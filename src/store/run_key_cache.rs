@@ -6,13 +6,27 @@ use std::collections::{HashMap, HashSet};
 use super::error::StoreError;
 use super::keys::{cf, RunKey};
 
-/// Most committed mappings cached in memory (about 100 bytes each); the cache is emptied when
-/// it is full, and misses read `run_keys`.
-pub(super) const CACHED_RUN_KEYS: usize = 100_000;
+/// Estimated bytes of the committed mappings cached in memory (about 100 bytes each for the
+/// run ids stepline makes, so some 85,000 runs) before the cache is emptied; misses read
+/// `run_keys`.
+pub(super) const RUN_KEY_CACHE_BYTES: usize = 8 << 20;
 
-/// Committed run-id → run-key mappings recently used.
+/// Estimated bytes of one cached mapping beside its run id's characters: the id's handle and
+/// the key in the table, with the table's control byte and spare slots, and the rounding of
+/// the id's allocation.
+const ENTRY_BYTES: usize = 48;
+
+/// The estimated bytes of caching `run_id`'s mapping.
+fn entry_bytes(run_id: &str) -> usize {
+    run_id.len() + ENTRY_BYTES
+}
+
+/// Committed run-id → run-key mappings recently used, with their estimated bytes.
 #[derive(Default)]
-pub(super) struct RunKeyCache(HashMap<String, RunKey>);
+pub(super) struct RunKeyCache {
+    keys: HashMap<String, RunKey>,
+    bytes: usize,
+}
 
 /// The run keys a batch gave or took away, applied to the cache when it is committed.
 #[derive(Default)]
@@ -33,25 +47,112 @@ pub(super) fn decode(bytes: &[u8]) -> Result<RunKey, StoreError> {
 impl RunKeyCache {
     /// The cached key of a run.
     pub(super) fn get(&self, run_id: &str) -> Option<RunKey> {
-        self.0.get(run_id).copied()
+        self.keys.get(run_id).copied()
     }
 
     /// Caches a committed mapping read from the store.
     pub(super) fn insert(&mut self, run_id: &str, key: RunKey) {
-        if self.0.len() >= CACHED_RUN_KEYS {
-            self.0.clear();
+        if let Some(cached) = self.keys.get_mut(run_id) {
+            *cached = key;
+            return;
         }
-        self.0.insert(run_id.to_string(), key);
+        self.make_room(entry_bytes(run_id));
+        self.keys.insert(run_id.to_string(), key);
+        self.bytes += entry_bytes(run_id);
     }
 
     /// Applies a committed batch's run keys.
     pub(super) fn settle(&mut self, changes: BatchRunKeys) {
         for run_id in changes.removed {
-            self.0.remove(&run_id);
+            if self.keys.remove(&run_id).is_some() {
+                self.bytes = self.bytes.saturating_sub(entry_bytes(&run_id));
+            }
         }
-        if self.0.len() + changes.assigned.len() > CACHED_RUN_KEYS {
-            self.0.clear();
+        let added: usize = (changes.assigned.keys())
+            .filter(|id| !self.keys.contains_key(id.as_str()))
+            .map(|id| entry_bytes(id))
+            .sum();
+        self.make_room(added);
+        for (run_id, key) in changes.assigned {
+            let bytes = entry_bytes(&run_id);
+            if self.keys.insert(run_id, key).is_none() {
+                self.bytes += bytes;
+            }
         }
-        self.0.extend(changes.assigned);
+    }
+
+    /// Empties the cache (keeping its table) when `more` bytes would take it past
+    /// [`RUN_KEY_CACHE_BYTES`].
+    fn make_room(&mut self, more: usize) {
+        if self.bytes + more > RUN_KEY_CACHE_BYTES {
+            self.keys.clear();
+            self.bytes = 0;
+        }
+    }
+
+    /// Estimated bytes held.
+    pub(super) fn bytes(&self) -> usize {
+        self.bytes
+    }
+
+    /// Forgets every mapping and frees the table too; returns the estimated bytes dropped.
+    pub(super) fn forget(&mut self) -> usize {
+        std::mem::take(self).bytes
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn id(n: usize) -> String {
+        format!("{:032x}-{:016x}", n, n)
+    }
+
+    #[test]
+    fn the_cache_counts_its_bytes_stays_within_them_and_forgets_everything() {
+        let mut cache = RunKeyCache::default();
+        let each = entry_bytes(&id(0));
+        let fits = RUN_KEY_CACHE_BYTES / each;
+        for n in 0..fits {
+            cache.insert(&id(n), RunKey::of(n as u64));
+        }
+        assert_eq!(cache.bytes(), fits * each);
+        assert_eq!(cache.get(&id(7)), Some(RunKey::of(7)));
+        // The same mapping again costs nothing more.
+        cache.insert(&id(7), RunKey::of(7));
+        assert_eq!(cache.bytes(), fits * each);
+        // One more empties it first.
+        cache.insert(&id(fits), RunKey::of(fits as u64));
+        assert_eq!(cache.bytes(), each);
+        assert_eq!(cache.get(&id(7)), None);
+        assert_eq!(cache.get(&id(fits)), Some(RunKey::of(fits as u64)));
+
+        // A batch's changes are counted as they are applied.
+        let mut changes = BatchRunKeys::default();
+        changes.assigned.insert(id(1), RunKey::of(1));
+        changes.assigned.insert(id(2), RunKey::of(2));
+        changes.removed.insert(id(fits));
+        cache.settle(changes);
+        assert_eq!(cache.bytes(), 2 * each);
+        assert_eq!(cache.get(&id(fits)), None);
+        assert_eq!(cache.get(&id(2)), Some(RunKey::of(2)));
+
+        // A batch that would pass the bound empties the cache before its mappings join it.
+        let mut changes = BatchRunKeys::default();
+        for n in 10..10 + fits - 1 {
+            changes.assigned.insert(id(n), RunKey::of(n as u64));
+        }
+        cache.settle(changes);
+        assert_eq!(cache.bytes(), (fits - 1) * each);
+        assert!(cache.bytes() <= RUN_KEY_CACHE_BYTES);
+        assert_eq!(cache.get(&id(1)), None);
+        assert_eq!(cache.get(&id(10)), Some(RunKey::of(10)));
+
+        // Forgetting drops the mappings and the table's memory.
+        assert_eq!(cache.forget(), (fits - 1) * each);
+        assert_eq!(cache.bytes(), 0);
+        assert_eq!(cache.keys.capacity(), 0);
+        assert_eq!(cache.get(&id(10)), None);
     }
 }

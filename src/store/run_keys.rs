@@ -12,7 +12,7 @@ use std::sync::atomic::Ordering;
 use super::core::{lock_cache, Store, WriteBatch};
 use super::error::StoreError;
 use super::keys::{cf, Cf, RunKey};
-use super::run_key_cache::decode;
+use super::run_key_cache::{decode, RUN_KEY_CACHE_BYTES};
 
 /// Where the next free run key is kept ([`Cf::Meta`], be64).
 pub(super) const NEXT_RUN_KEY: &[u8] = b"next_run_key";
@@ -37,6 +37,17 @@ impl Store {
         let key = decode(&bytes)?;
         lock_cache(&self.run_keys).insert(run_id, key);
         Ok(Some(key))
+    }
+
+    /// The estimated bytes of the run keys cached in memory, and their bound (for metrics).
+    pub fn run_key_cache_bytes(&self) -> (usize, usize) {
+        (lock_cache(&self.run_keys).bytes(), RUN_KEY_CACHE_BYTES)
+    }
+
+    /// Forgets the run keys cached in memory, table and all (the idle task does: a later
+    /// lookup reads `run_keys`); returns the estimated bytes dropped.
+    pub fn forget_run_keys(&self) -> usize {
+        lock_cache(&self.run_keys).forget()
     }
 }
 
