@@ -350,14 +350,7 @@ async fn caps_and_budgets_come_from_the_config() {
     assert_eq!(stepline.metric(history).await, 7 << 20);
     let rendered = "stepline_cache_budget_bytes{cache=\"rendered\"}";
     assert_eq!(stepline.metric(rendered).await, (100 << 20) / 5);
-    for cache in [
-        "history",
-        "rendered",
-        "context",
-        "prefix_memo",
-        "chain",
-        "run_keys",
-    ] {
+    for cache in stepline::api::CACHE_LABELS {
         let used = stepline
             .metric(&format!("stepline_cache_bytes{{cache=\"{cache}\"}}"))
             .await;
@@ -554,14 +547,7 @@ async fn the_history_cache_stays_within_its_byte_budget() {
         peak_held = peak_held.max(held);
     }
     assert!(peak_held > budget / 2, "the budget is used: {peak_held}");
-    for cache in [
-        "history",
-        "rendered",
-        "context",
-        "prefix_memo",
-        "chain",
-        "run_keys",
-    ] {
+    for cache in stepline::api::CACHE_LABELS {
         let used = stepline
             .metric(&format!("stepline_cache_bytes{{cache=\"{cache}\"}}"))
             .await;

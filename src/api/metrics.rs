@@ -533,6 +533,16 @@ pub struct CacheGauge {
     pub budget: usize,
 }
 
+/// The `cache` label of each in-memory cache on `/metrics`, in the order [`cache_gauges`] gives.
+pub const CACHE_LABELS: [&str; 6] = [
+    "history",
+    "rendered",
+    "context",
+    "prefix_memo",
+    "chain",
+    "run_keys",
+];
+
 /// The gauges of every cache continuations and ingest keep in memory.
 pub fn cache_gauges(continuations: &Continuations) -> [CacheGauge; 6] {
     let store = continuations.store();

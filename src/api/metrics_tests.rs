@@ -134,14 +134,7 @@ async fn the_exposition_reads_the_counters_at_scrape_time_with_the_same_names() 
     ] {
         assert!(sample(&text, name).is_some(), "{name}: {text}");
     }
-    for cache in [
-        "history",
-        "rendered",
-        "context",
-        "prefix_memo",
-        "chain",
-        "run_keys",
-    ] {
+    for cache in CACHE_LABELS {
         let budget = sample(
             &text,
             &format!("stepline_cache_budget_bytes{{cache=\"{cache}\"}}"),

@@ -15,4 +15,5 @@ mod run_filters;
 
 pub use auth::ApiAccess;
 pub use error::{ApiError, ErrorBody};
+pub use metrics::CACHE_LABELS;
 pub use routes::{openapi, router, ApiState};
