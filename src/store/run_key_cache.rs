@@ -56,9 +56,12 @@ impl RunKeyCache {
             *cached = key;
             return;
         }
-        self.make_room(entry_bytes(run_id));
-        self.keys.insert(run_id.to_string(), key);
-        self.bytes += entry_bytes(run_id);
+        let bytes = entry_bytes(run_id);
+        self.make_room(bytes);
+        if self.bytes + bytes <= RUN_KEY_CACHE_BYTES {
+            self.keys.insert(run_id.to_string(), key);
+            self.bytes += bytes;
+        }
     }
 
     /// Applies a committed batch's run keys.
@@ -75,7 +78,12 @@ impl RunKeyCache {
         self.make_room(added);
         for (run_id, key) in changes.assigned {
             let bytes = entry_bytes(&run_id);
-            if self.keys.insert(run_id, key).is_none() {
+            if let Some(cached) = self.keys.get_mut(&run_id) {
+                *cached = key;
+            } else if self.bytes + bytes <= RUN_KEY_CACHE_BYTES {
+                // A batch of more runs than the cache holds caches what fits; a later lookup
+                // of the others reads `run_keys`.
+                self.keys.insert(run_id, key);
                 self.bytes += bytes;
             }
         }
@@ -148,6 +156,23 @@ mod tests {
         assert!(cache.bytes() <= RUN_KEY_CACHE_BYTES);
         assert_eq!(cache.get(&id(1)), None);
         assert_eq!(cache.get(&id(10)), Some(RunKey::of(10)));
+
+        // A batch of more runs than the cache holds caches what fits, and no more.
+        let mut changes = BatchRunKeys::default();
+        for n in 0..2 * fits {
+            changes.assigned.insert(id(n), RunKey::of(n as u64));
+        }
+        cache.settle(changes);
+        assert_eq!(cache.bytes(), fits * each);
+        assert_eq!(cache.keys.len(), fits);
+        let cached = (0..2 * fits)
+            .filter(|&n| cache.get(&id(n)).is_some())
+            .count();
+        assert_eq!(cached, fits);
+        cache.forget();
+        for n in 10..10 + fits - 1 {
+            cache.insert(&id(n), RunKey::of(n as u64));
+        }
 
         // Forgetting drops the mappings and the table's memory.
         assert_eq!(cache.forget(), (fits - 1) * each);
