@@ -134,6 +134,11 @@ async fn the_exposition_reads_the_counters_at_scrape_time_with_the_same_names() 
     ] {
         assert!(sample(&text, name).is_some(), "{name}: {text}");
     }
+    let gauges = text
+        .lines()
+        .filter(|l| l.starts_with("stepline_cache_bytes{"))
+        .count();
+    assert_eq!(gauges, CACHE_LABELS.len(), "{text}");
     for cache in CACHE_LABELS {
         let budget = sample(
             &text,

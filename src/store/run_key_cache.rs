@@ -56,12 +56,8 @@ impl RunKeyCache {
             *cached = key;
             return;
         }
-        let bytes = entry_bytes(run_id);
-        self.make_room(bytes);
-        if self.bytes + bytes <= RUN_KEY_CACHE_BYTES {
-            self.keys.insert(run_id.to_string(), key);
-            self.bytes += bytes;
-        }
+        self.make_room(entry_bytes(run_id));
+        self.put(run_id.to_string(), key);
     }
 
     /// Applies a committed batch's run keys.
@@ -71,21 +67,22 @@ impl RunKeyCache {
                 self.bytes = self.bytes.saturating_sub(entry_bytes(&run_id));
             }
         }
-        let added: usize = (changes.assigned.keys())
-            .filter(|id| !self.keys.contains_key(id.as_str()))
-            .map(|id| entry_bytes(id))
-            .sum();
-        self.make_room(added);
+        // A batch assigns keys only to runs that had none, so none of them is cached yet.
+        self.make_room(changes.assigned.keys().map(|id| entry_bytes(id)).sum());
         for (run_id, key) in changes.assigned {
-            let bytes = entry_bytes(&run_id);
-            if let Some(cached) = self.keys.get_mut(&run_id) {
-                *cached = key;
-            } else if self.bytes + bytes <= RUN_KEY_CACHE_BYTES {
-                // A batch of more runs than the cache holds caches what fits; a later lookup
-                // of the others reads `run_keys`.
-                self.keys.insert(run_id, key);
-                self.bytes += bytes;
-            }
+            self.put(run_id, key);
+        }
+    }
+
+    /// Caches a mapping if it fits: a batch of more runs than the cache holds caches what fits,
+    /// and a later lookup of the others reads `run_keys`.
+    fn put(&mut self, run_id: String, key: RunKey) {
+        let bytes = entry_bytes(&run_id);
+        if let Some(cached) = self.keys.get_mut(&run_id) {
+            *cached = key;
+        } else if self.bytes + bytes <= RUN_KEY_CACHE_BYTES {
+            self.keys.insert(run_id, key);
+            self.bytes += bytes;
         }
     }
 
