@@ -151,7 +151,7 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
     });
     let stop = stopped();
     tasks.spawn(async move {
-        axum::serve(api_listener, router)
+        axum::serve(crate::receiver::socket::http_listener(api_listener), router)
             .with_graceful_shutdown(stop)
             .await
             .context("query API failed")

@@ -20,7 +20,6 @@ use std::task::{Context, Poll};
 use bytes::{Buf, Bytes};
 use http_body_util::BodyExt;
 use tokio::net::TcpListener;
-use tokio_stream::wrappers::TcpListenerStream;
 use tonic::codec::{Codec, CompressionEncoding, DecodeBuf, Decoder, EncodeBuf, Encoder};
 use tonic::server::{NamedService, UnaryService};
 use tonic::{Code, Status};
@@ -93,7 +92,7 @@ pub async fn serve_grpc_with<S: ExportSink>(
         }
         None => {
             router
-                .serve_with_incoming_shutdown(TcpListenerStream::new(listener), shutdown)
+                .serve_with_incoming_shutdown(super::socket::grpc_incoming(listener), shutdown)
                 .await?
         }
     }

@@ -105,7 +105,7 @@ pub async fn serve_http_with<S: ExportSink>(
             .with_graceful_shutdown(shutdown)
             .await
             .map_err(ReceiverError::HttpServer),
-        None => axum::serve(listener, router)
+        None => axum::serve(super::socket::http_listener(listener), router)
             .with_graceful_shutdown(shutdown)
             .await
             .map_err(ReceiverError::HttpServer),

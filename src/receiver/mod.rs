@@ -11,6 +11,7 @@
 //! - `auth`: bearer-token checks (constant time, case-insensitive scheme), also used by the API.
 //! - `tls`: the rustls server side and a listener that handshakes off the accept loop.
 //! - `security`: [`ReceiverSecurity`], what one receiver is given of both.
+//! - `socket`: listeners whose connections have Nagle's algorithm off (the API's too).
 
 mod admission;
 pub mod auth;
@@ -22,6 +23,7 @@ mod limits;
 mod security;
 mod signal;
 mod sink;
+pub mod socket;
 pub mod tls;
 mod wire_count;
 

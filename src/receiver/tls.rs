@@ -247,7 +247,7 @@ async fn accept_loop(
         let Ok(permit) = pending.clone().acquire_owned().await else {
             return;
         };
-        let (tcp, peer) = tokio::select! {
+        let (mut tcp, peer) = tokio::select! {
             _ = sender.closed() => return,
             accepted = listener.accept() => match accepted {
                 Ok(accepted) => accepted,
@@ -259,7 +259,7 @@ async fn accept_loop(
                 }
             },
         };
-        let _ = tcp.set_nodelay(true);
+        super::socket::no_delay(&mut tcp);
         let (acceptor, sender) = (acceptor.clone(), sender.clone());
         tokio::spawn(async move {
             let handshake = tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(tcp)).await;
