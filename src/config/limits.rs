@@ -133,7 +133,7 @@ pub(crate) fn validate_limits(
 }
 
 /// Default for [`CacheBudgets::total`]: `processors.stepline.memory.cache_budget`. Sized with
-/// RocksDB's budgets (64 MiB of memtables, a 16 MiB block cache) so that the process stays
+/// RocksDB's budgets (48 MiB of memtables, a 16 MiB block cache) so that the process stays
 /// under 150 MB under agent load; the hot entries of the runs being written and read fit
 /// well within it.
 pub const DEFAULT_CACHE_BUDGET: usize = 48 << 20;
