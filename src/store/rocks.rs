@@ -20,9 +20,12 @@ use super::kv::{KvBatch, KvMemory, KvStore, Op, Visit};
 /// Bytes of the block cache shared by the column families: data blocks, and the index and
 /// filter blocks of every table file.
 pub const BLOCK_CACHE_BYTES: usize = 16 * 1024 * 1024;
-/// Bytes of all memtables together, over every column family: past 90% of it the column family
-/// with the oldest memtable is flushed (which also lets the oldest write-ahead log go), and
-/// writers wait while the memtables (those being flushed included) hold more than all of it.
+/// Bytes of all memtables together, over every column family: past seven eighths of it the
+/// column family with the oldest memtable is flushed (which also lets the oldest write-ahead log
+/// go), and writers wait while the memtables (those being flushed included) hold more than all
+/// of it. Known to stop writes until the idle task's flush when one commit takes them from under
+/// seven eighths to past all of it and the oldest memtable is nearly empty (examples/README.md,
+/// "Writes that stand still for 15 s").
 /// 48 MiB: with the receivers' connections no longer held back by Nagle's algorithm, agent load
 /// commits faster, and at 64 MiB the peak of a 10-minute agent soak reached 155 MB (137.9 MB at
 /// 48 MiB, for 8-12% fewer agent spans per CPU-second; see examples/README.md).
