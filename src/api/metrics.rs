@@ -319,7 +319,7 @@ fn encode_memory(
         ),
         (
             "stepline_rocksdb_memtable_budget_bytes",
-            "Budget of all RocksDB memtables together (writes wait past it until a flush ends).",
+            "Budget of all RocksDB memtables together (writes wait at it, and flushes are asked for, until they are under it).",
             kv.memtable_budget,
         ),
         (
@@ -346,6 +346,19 @@ fn encode_memory(
     for (name, help, value) in gauges {
         gauge(encoder, name, help, value)?;
     }
+    counter(
+        encoder,
+        "stepline_rocksdb_memtable_budget_waits",
+        "Writes that waited for the RocksDB memtables to come under their budget.",
+        kv.budget_waits,
+    )?;
+    let seconds = ConstCounter::new(kv.budget_wait_micros as f64 / 1e6);
+    seconds.encode(encoder.encode_descriptor(
+        "stepline_rocksdb_memtable_budget_wait_seconds",
+        "Time writes spent waiting for the RocksDB memtables to come under their budget.",
+        None,
+        seconds.metric_type(),
+    )?)?;
     if let Some(process) = process {
         gauge(
             encoder,

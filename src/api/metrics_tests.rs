@@ -88,6 +88,16 @@ async fn the_exposition_reads_the_counters_at_scrape_time_with_the_same_names() 
         capacity > 0 && capacity == kv.block_cache_capacity,
         "{text}"
     );
+    // Writes that waited at the memtable budget: the store's count, and their time.
+    assert_eq!(
+        sample(&text, "stepline_rocksdb_memtable_budget_waits_total"),
+        Some(kv.budget_waits),
+        "{text}"
+    );
+    assert!(
+        text.contains("\nstepline_rocksdb_memtable_budget_wait_seconds_total "),
+        "{text}"
+    );
     for name in [
         "stepline_rocksdb_block_cache_bytes",
         "stepline_rocksdb_block_cache_pinned_bytes",

@@ -114,6 +114,10 @@ pub struct KvMemory {
     pub block_cache_capacity: u64,
     /// Table readers of the open data files, beside the block cache.
     pub table_readers: u64,
+    /// Writes that waited for the memtables to come under their budget (since open).
+    pub budget_waits: u64,
+    /// Microseconds those writes waited, in all.
+    pub budget_wait_micros: u64,
 }
 
 /// An ordered key-value store with column families.

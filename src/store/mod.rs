@@ -27,6 +27,7 @@ mod lineage_index;
 mod maintenance;
 pub mod media_refs;
 mod memory;
+mod memtable_budget;
 mod messages;
 pub(crate) mod model_requests;
 mod open;

@@ -6,7 +6,7 @@
 //! absent keys.
 
 use std::path::Path;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
 use rocksdb::{
     BlockBasedOptions, Cache, ColumnFamilyDescriptor, Direction, IteratorMode, Options,
@@ -16,16 +16,17 @@ use rocksdb::{
 use super::column::Cf;
 use super::error::StoreError;
 use super::kv::{KvBatch, KvMemory, KvStore, Op, Visit};
+use super::memtable_budget;
 
 /// Bytes of the block cache shared by the column families: data blocks, and the index and
 /// filter blocks of every table file.
 pub const BLOCK_CACHE_BYTES: usize = 16 * 1024 * 1024;
-/// Bytes of all memtables together, over every column family: past seven eighths of it the
-/// column family with the oldest memtable is flushed (which also lets the oldest write-ahead log
-/// go), and writers wait while the memtables (those being flushed included) hold more than all
-/// of it. Known to stop writes until the idle task's flush when one commit takes them from under
-/// seven eighths to past all of it and the oldest memtable is nearly empty (examples/README.md,
-/// "Writes that stand still for 15 s").
+/// Bytes of all memtables together, over every column family: past seven eighths of it RocksDB
+/// flushes the column family with the oldest memtable (which also lets the oldest write-ahead
+/// log go), and writers wait while the memtables (those being flushed included) hold all of it,
+/// in [`memtable_budget::wait_under_budget`], which asks for flushes of the largest memtables
+/// (RocksDB's own wait is off: it could stop every write for 15 s, examples/README.md, "Writes
+/// that stand still for 15 s").
 /// 48 MiB: with the receivers' connections no longer held back by Nagle's algorithm, agent load
 /// commits faster, and at 64 MiB the peak of a 10-minute agent soak reached 155 MB (137.9 MB at
 /// 48 MiB, for 8-12% fewer agent spans per CPU-second; see examples/README.md).
@@ -79,6 +80,9 @@ pub struct RocksKv {
     /// The block cache's capacity now: `cache_capacity`, or less while idle.
     cache_capacity_now: AtomicUsize,
     write_buffers: WriteBufferManager,
+    /// Writes that waited at the memtable budget, and their wait in microseconds.
+    budget_waits: AtomicU64,
+    budget_wait_micros: AtomicU64,
 }
 
 impl RocksKv {
@@ -88,7 +92,7 @@ impl RocksKv {
         // uncompressed blocks.
         let cache = Cache::new_lru_cache(BLOCK_CACHE_BYTES);
         let write_buffers =
-            WriteBufferManager::new_write_buffer_manager(MEMTABLE_BUDGET_BYTES, true);
+            WriteBufferManager::new_write_buffer_manager(MEMTABLE_BUDGET_BYTES, false);
         let table = table_options(&cache, false);
         let probed = table_options(&cache, true);
         let mut options = Options::default();
@@ -111,11 +115,39 @@ impl RocksKv {
             cache_capacity: BLOCK_CACHE_BYTES,
             cache_capacity_now: AtomicUsize::new(BLOCK_CACHE_BYTES),
             write_buffers,
+            budget_waits: AtomicU64::new(0),
+            budget_wait_micros: AtomicU64::new(0),
         };
         for cf in Cf::EVERY {
             kv.handle(cf)?;
         }
         Ok(kv)
+    }
+
+    /// Waits while the memtables hold their whole budget (see [`memtable_budget`]), and counts
+    /// the wait.
+    fn wait_under_memtable_budget(&self) -> Result<(), StoreError> {
+        if self.write_buffers.get_usage() < self.write_buffers.get_buffer_size() {
+            return Ok(());
+        }
+        let handles = Cf::EVERY
+            .iter()
+            .map(|cf| self.handle(*cf))
+            .collect::<Result<Vec<_>, _>>()?;
+        let waited = memtable_budget::wait_under_budget(&self.db, &self.write_buffers, &handles)?;
+        if !waited.time.is_zero() {
+            self.budget_waits.fetch_add(1, Ordering::Relaxed);
+            let micros = u64::try_from(waited.time.as_micros()).unwrap_or(u64::MAX);
+            self.budget_wait_micros.fetch_add(micros, Ordering::Relaxed);
+        }
+        if waited.time >= memtable_budget::WAIT_LIMIT {
+            tracing::warn!(
+                flushes = waited.flushes,
+                "memtables still over their budget after {:?}; writing anyway",
+                waited.time
+            );
+        }
+        Ok(())
     }
 
     fn handle(&self, cf: Cf) -> Result<&rocksdb::ColumnFamily, StoreError> {
@@ -274,6 +306,7 @@ impl KvStore for RocksKv {
         options.set_sync(sync);
         options.disable_wal(false);
         let bytes = rocks.size_in_bytes() as u64;
+        self.wait_under_memtable_budget()?;
         self.db.write_opt(rocks, &options)?;
         Ok(bytes)
     }
@@ -361,6 +394,8 @@ impl KvStore for RocksKv {
             block_cache_pinned: self.cache.get_pinned_usage() as u64,
             block_cache_capacity: self.cache_capacity_now.load(Ordering::Relaxed) as u64,
             table_readers: self.sum_property("rocksdb.estimate-table-readers-mem"),
+            budget_waits: self.budget_waits.load(Ordering::Relaxed),
+            budget_wait_micros: self.budget_wait_micros.load(Ordering::Relaxed),
         }
     }
 }
@@ -418,6 +453,81 @@ mod tests {
                 value
             );
         }
+    }
+
+    #[test]
+    fn a_write_past_the_memtable_budget_does_not_stop_the_writes_after_it() {
+        const MIB: usize = 1024 * 1024;
+        let dir = tempfile::tempdir().unwrap();
+        let kv = std::sync::Arc::new(RocksKv::open(dir.path()).unwrap());
+        let mut state = 7u64;
+        let mut put = |cf: Cf, mib: usize, first: u32| {
+            let mut batch = KvBatch::default();
+            for i in 0..mib as u32 {
+                batch.put(
+                    cf,
+                    &(first + i).to_be_bytes(),
+                    incompressible(&mut state, MIB),
+                );
+            }
+            kv.write(batch, false).unwrap();
+        };
+        // The oldest memtable holds a few bytes: the others are flushed once, so theirs are
+        // newer.
+        let mut meta = KvBatch::default();
+        meta.put(Cf::Meta, b"oldest", b"x".to_vec());
+        kv.write(meta, false).unwrap();
+        for cf in [
+            Cf::Events,
+            Cf::Effects,
+            Cf::Facts,
+            Cf::Snapshots,
+            Cf::Messages,
+            Cf::Runs,
+        ] {
+            let mut first = KvBatch::default();
+            first.put(cf, b"first", b"x".to_vec());
+            kv.write(first, false).unwrap();
+            kv.db.flush_cf(kv.handle(cf).unwrap()).unwrap();
+        }
+        // Four column families fill to 32 MiB, under the seven eighths of the 48 MiB budget
+        // where RocksDB starts a flush (and each well under its own 16 MiB memtable).
+        for cf in [Cf::Events, Cf::Effects, Cf::Facts, Cf::Snapshots] {
+            for mib in 0..8 {
+                put(cf, 1, mib);
+            }
+        }
+        // One write of 12 MiB takes them past the whole budget.
+        put(Cf::Messages, 12, 0);
+        assert!(
+            kv.write_buffers.get_usage() >= kv.write_buffers.get_buffer_size(),
+            "the memtables hold {} bytes, under the budget",
+            kv.write_buffers.get_usage()
+        );
+        // The next write must not wait for the idle task: the flush RocksDB starts is of the
+        // oldest memtable (the few bytes above), which leaves the memtables over the budget.
+        let (done, finished) = std::sync::mpsc::channel();
+        let writer = kv.clone();
+        std::thread::spawn(move || {
+            let mut batch = KvBatch::default();
+            batch.put(Cf::Runs, b"next", b"write".to_vec());
+            let _ = done.send(writer.write(batch, false).is_ok());
+        });
+        let answered = finished.recv_timeout(std::time::Duration::from_secs(30));
+        assert_eq!(
+            answered,
+            Ok(true),
+            "the write after the budget was passed did not finish within 30 s"
+        );
+        // It waited for the flush it asked for, and that flush brought the memtables under the
+        // budget.
+        let memory = kv.memory();
+        assert_eq!(memory.budget_waits, 1, "{memory:?}");
+        assert!(memory.budget_wait_micros > 0, "{memory:?}");
+        assert!(
+            memory.memtables < MEMTABLE_BUDGET_BYTES as u64,
+            "{memory:?}"
+        );
     }
 
     #[test]
