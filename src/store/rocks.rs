@@ -504,8 +504,10 @@ mod tests {
             "the memtables hold {} bytes, under the budget",
             kv.write_buffers.get_usage()
         );
-        // The next write must not wait for the idle task: the flush RocksDB starts is of the
-        // oldest memtable (the few bytes above), which leaves the memtables over the budget.
+        // The next write waits for a flush it asks for, not for the idle task: the flush RocksDB
+        // starts past seven eighths is of the oldest memtable (the few bytes above), which leaves
+        // the memtables over the budget, and RocksDB's own wait at the budget waited for nothing
+        // else.
         let (done, finished) = std::sync::mpsc::channel();
         let writer = kv.clone();
         std::thread::spawn(move || {
