@@ -385,7 +385,8 @@ service:
                 continue
             name, _, value = line.rpartition(" ")
             if ("cache" in name or "outbox_entries" in name or "exporter_sent_spans" in name
-                    or "exporter_queue_size" in name or name in MEMORY_GAUGES):
+                    or "exporter_queue_size" in name or name in MEMORY_GAUGES
+                    or name in WAIT_COUNTERS):
                 try:
                     picked[name] = float(value)
                 except ValueError:
@@ -569,18 +570,26 @@ MEMORY_GAUGES = {
     "stepline_process_resident_file_bytes": "file_MB",
 }
 
+# Writes that waited at RocksDB's memtable budget, printed by the soak after the gauges.
+WAIT_COUNTERS = {
+    "stepline_rocksdb_memtable_budget_waits_total": "budget_waits",
+    "stepline_rocksdb_memtable_budget_wait_seconds_total": "budget_wait_s",
+}
+
 
 def short_gauge(name):
     """`stepline_cache_bytes{cache="chain"}` -> `chain_MB`; `stepline_outbox_entries`."""
     if name in MEMORY_GAUGES:
         return MEMORY_GAUGES[name]
+    if name in WAIT_COUNTERS:
+        return WAIT_COUNTERS[name]
     if "cache=\"" in name:
         return name.split("cache=\"", 1)[1].split("\"", 1)[0] + "_MB"
     return "outbox_entries"
 
 
 def gauge_unit(name):
-    return 1.0 if "entries" in name else 1e6
+    return 1.0 if "entries" in name or name in WAIT_COUNTERS else 1e6
 
 
 def slope_per_min(points):
@@ -641,6 +650,7 @@ def run_soak(bench, args):
                 gauges = sorted(k for k in metrics if k.startswith("stepline_cache_bytes{")
                                 or k.startswith("stepline_outbox_entries"))
                 gauges += [k for k in MEMORY_GAUGES if k in metrics]
+                gauges += [k for k in WAIT_COUNTERS if k in metrics]
         samples.append(sample)
         row = [sample["t_s"], sample["phase"]] + [sample[f"{s}_rss_mb"] for s in servers]
         shown = " ".join(f"{short_gauge(g)}={sample['stepline_metrics'].get(g, 0) / gauge_unit(g):.1f}"
