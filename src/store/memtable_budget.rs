@@ -75,14 +75,10 @@ fn flush_largest(db: &DB, handles: &[&ColumnFamily]) -> Result<bool, StoreError>
         if pending > 0 {
             continue;
         }
-        let bytes = db
-            .property_int_value_cf(*handle, "rocksdb.cur-size-active-mem-table")?
-            .unwrap_or(0);
-        let entries = db
-            .property_int_value_cf(*handle, "rocksdb.num-entries-active-mem-table")?
-            .unwrap_or(0);
-        if entries > 0 && largest.is_none_or(|(most, _)| bytes > most) {
-            largest = Some((bytes, handle));
+        if let Some(bytes) = active_memtable_bytes(db, handle)? {
+            if largest.is_none_or(|(most, _)| bytes > most) {
+                largest = Some((bytes, handle));
+            }
         }
     }
     let Some((_, handle)) = largest else {
@@ -92,4 +88,19 @@ fn flush_largest(db: &DB, handles: &[&ColumnFamily]) -> Result<bool, StoreError>
     options.set_wait(false);
     db.flush_cf_opt(handle, &options)?;
     Ok(true)
+}
+
+/// Bytes of the active memtable of `handle`'s column family, none when it holds no writes
+/// (flushing it would be a no-op that still waits its turn in the flush queue).
+pub fn active_memtable_bytes(db: &DB, handle: &ColumnFamily) -> Result<Option<u64>, StoreError> {
+    let entries = db
+        .property_int_value_cf(handle, "rocksdb.num-entries-active-mem-table")?
+        .unwrap_or(0);
+    if entries == 0 {
+        return Ok(None);
+    }
+    Ok(Some(
+        db.property_int_value_cf(handle, "rocksdb.cur-size-active-mem-table")?
+            .unwrap_or(0),
+    ))
 }

@@ -319,24 +319,14 @@ impl KvStore for RocksKv {
     }
 
     fn flush_memtables(&self) -> Result<u64, StoreError> {
-        // Only the column families whose active memtable holds writes: flushing an empty one
-        // is a no-op that still waits its turn in the flush queue.
+        // Only the column families whose active memtable holds writes.
         let mut flushed = 0u64;
         for cf in Cf::EVERY {
             let handle = self.handle(cf)?;
-            let entries = self
-                .db
-                .property_int_value_cf(handle, "rocksdb.num-entries-active-mem-table")?
-                .unwrap_or(0);
-            if entries == 0 {
-                continue;
+            if let Some(bytes) = memtable_budget::active_memtable_bytes(&self.db, handle)? {
+                flushed = flushed.saturating_add(bytes);
+                self.db.flush_cf(handle)?;
             }
-            flushed = flushed.saturating_add(
-                self.db
-                    .property_int_value_cf(handle, "rocksdb.cur-size-active-mem-table")?
-                    .unwrap_or(0),
-            );
-            self.db.flush_cf(handle)?;
         }
         Ok(flushed)
     }
