@@ -566,6 +566,7 @@ MEMORY_GAUGES = {
     "stepline_rocksdb_memtable_bytes": "memtables_MB",
     "stepline_rocksdb_block_cache_bytes": "block_cache_MB",
     "stepline_malloc_in_use_bytes": "malloc_in_use_MB",
+    "stepline_receiver_bytes_in_process": "in_process_MB",
     "stepline_process_resident_anon_bytes": "anon_MB",
     "stepline_process_resident_file_bytes": "file_MB",
 }

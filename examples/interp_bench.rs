@@ -13,6 +13,12 @@
 //! `interpret_phase` (and the calls to the allocator under each) give per-span costs that do
 //! not depend on the machine's load (`--collect-atstart=no --toggle-collect='*interpret_phase*'`).
 //!
+//! Built with `--features count-allocations`, `run` also reports the heap bytes a request holds
+//! once decoded, and once interpreted too (the request and its facts alive together, as in the
+//! ingest until they reach the writer), per byte of its protobuf encoding: over all requests and
+//! the largest of one. The ingest's in-flight budget charges a request its encoded bytes times a
+//! factor taken from these figures.
+//!
 //! ```text
 //! cargo build --release --example interp_bench --example loadgen
 //! target/release/examples/interp_bench capture 127.0.0.1:39999 /tmp/agent.bin &
@@ -36,6 +42,42 @@ use opentelemetry_proto::tonic::collector::trace::v1::{
 use prost::Message;
 use stepline::interpreter::{interpret_span_with, Interpreted, PrefixMemo};
 use stepline::limits::Limits;
+
+/// Heap bytes held per encoded byte, over the requests seen.
+#[derive(Default)]
+struct Held {
+    encoded: usize,
+    decoded: usize,
+    interpreted: usize,
+    max_decoded: f64,
+    max_interpreted: f64,
+}
+
+impl Held {
+    fn note(&mut self, encoded: usize, decoded: usize, interpreted: usize) {
+        self.encoded += encoded;
+        self.decoded += decoded;
+        self.interpreted += interpreted;
+        let per = |held: usize| held as f64 / encoded.max(1) as f64;
+        self.max_decoded = self.max_decoded.max(per(decoded));
+        self.max_interpreted = self.max_interpreted.max(per(interpreted));
+    }
+
+    /// The figures as a JSON object, or `null` without the allocation count.
+    fn json(&self) -> String {
+        if stepline::heap::live_bytes().is_none() {
+            return "null".to_string();
+        }
+        let per = |held: usize| held as f64 / self.encoded.max(1) as f64;
+        format!(
+            "{{\"decoded\":{:.2},\"decoded_max\":{:.2},\"interpreted\":{:.2},\"interpreted_max\":{:.2}}}",
+            per(self.decoded),
+            self.max_decoded,
+            per(self.interpreted),
+            self.max_interpreted
+        )
+    }
+}
 
 /// The capturing receiver: every request, encoded again, appended to one file.
 struct Capture {
@@ -132,13 +174,17 @@ fn run(file: PathBuf, rounds: usize) -> Result<()> {
     let limits = Limits::default();
     let (mut spans, mut facts, mut messages) = (0usize, 0usize, 0usize);
     let (mut decode, mut interpret) = (Duration::ZERO, Duration::ZERO);
+    let mut held = Held::default();
+    let live = || stepline::heap::live_bytes().unwrap_or(0);
     for _ in 0..rounds {
         // A fresh memo per round: every round sees the runs as new, as a server would.
         let memo = PrefixMemo::default();
         for body in &requests {
+            let before = live();
             let t = Instant::now();
             let request = decode_phase(body)?;
             decode += t.elapsed();
+            let decoded = live().saturating_sub(before);
             spans += request
                 .resource_spans
                 .iter()
@@ -148,6 +194,7 @@ fn run(file: PathBuf, rounds: usize) -> Result<()> {
             let t = Instant::now();
             let out = interpret_phase(&request, &memo, &limits);
             interpret += t.elapsed();
+            held.note(body.len(), decoded, live().saturating_sub(before));
             facts += out.len();
             messages += out.iter().map(|i| i.bodies().count()).sum::<usize>();
             drop_phase(request, out);
@@ -155,10 +202,11 @@ fn run(file: PathBuf, rounds: usize) -> Result<()> {
     }
     let per = |d: Duration| d.as_secs_f64() * 1e6 / spans.max(1) as f64;
     println!(
-        "{{\"requests\":{},\"rounds\":{rounds},\"spans\":{spans},\"facts\":{facts},\"message_bodies\":{messages},\"decode_us_per_span\":{:.3},\"interpret_us_per_span\":{:.3}}}",
+        "{{\"requests\":{},\"rounds\":{rounds},\"spans\":{spans},\"facts\":{facts},\"message_bodies\":{messages},\"decode_us_per_span\":{:.3},\"interpret_us_per_span\":{:.3},\"held_per_encoded_byte\":{}}}",
         requests.len(),
         per(decode),
-        per(interpret)
+        per(interpret),
+        held.json()
     );
     Ok(())
 }

@@ -14,6 +14,7 @@ pub mod domain;
 pub mod exporter;
 #[doc(hidden)]
 pub mod fuzzing;
+pub mod heap;
 pub mod idle;
 pub mod ingest;
 pub mod interpreter;
@@ -30,8 +31,8 @@ pub mod store;
 mod test_fixtures;
 pub mod ui;
 
-/// The process's allocator for every binary, test and example linking stepline: interpreting
-/// spans and rendering continuations build and drop many small JSON values, where glibc's
-/// allocator was the largest single cost in profiles of `examples/history_bench`.
+/// The process's allocator for every binary, test and example linking stepline (mimalloc:
+/// interpreting spans and rendering continuations build and drop many small JSON values, where
+/// glibc's allocator was the largest single cost in profiles of `examples/history_bench`).
 #[global_allocator]
-static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+static ALLOCATOR: heap::Heap = heap::Heap;

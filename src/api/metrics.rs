@@ -346,6 +346,19 @@ fn encode_memory(
     for (name, help, value) in gauges {
         gauge(encoder, name, help, value)?;
     }
+    let (held, budget) = crate::receiver::bytes_in_process();
+    gauge(
+        encoder,
+        "stepline_receiver_bytes_in_process",
+        "Received bytes of the requests being decoded, interpreted or written now (each holds about 4 times its bytes in memory).",
+        held,
+    )?;
+    gauge(
+        encoder,
+        "stepline_receiver_bytes_in_process_budget",
+        "The most received bytes in process at once; further requests wait for room.",
+        budget,
+    )?;
     counter(
         encoder,
         "stepline_rocksdb_memtable_budget_waits",

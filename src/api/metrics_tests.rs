@@ -98,6 +98,16 @@ async fn the_exposition_reads_the_counters_at_scrape_time_with_the_same_names() 
         text.contains("\nstepline_rocksdb_memtable_budget_wait_seconds_total "),
         "{text}"
     );
+    // The receivers' byte budget: its size, and what is held (tests alongside may hold some).
+    assert_eq!(
+        sample(&text, "stepline_receiver_bytes_in_process_budget"),
+        Some(16 << 20),
+        "{text}"
+    );
+    assert!(
+        sample(&text, "stepline_receiver_bytes_in_process").is_some_and(|held| held <= 16 << 20),
+        "{text}"
+    );
     for name in [
         "stepline_rocksdb_block_cache_bytes",
         "stepline_rocksdb_block_cache_pinned_bytes",

@@ -54,6 +54,13 @@ pub(super) struct Admitted {
     bytes: u64,
 }
 
+impl Admitted {
+    /// The bytes counted.
+    pub(super) fn bytes(&self) -> u64 {
+        self.bytes
+    }
+}
+
 impl Drop for Admitted {
     fn drop(&mut self) {
         self.total.fetch_sub(self.bytes, Ordering::AcqRel);

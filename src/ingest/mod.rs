@@ -291,7 +291,7 @@ impl Ingest {
             .flat_map(|r| &r.scope_logs)
             .map(|s| s.log_records.len())
             .sum();
-        let _admitted = self
+        let admitted = self
             .admit(encoded_len(&request, received.as_ref()))
             .inspect_err(|_| {
                 self.counters
@@ -323,7 +323,10 @@ impl Ingest {
             payload.map(|payload| OutboxEntry::new(SignalKind::Logs, records as u64, payload));
         if !events.is_empty() || outbox.is_some() {
             // The events and the outbox entry commit in one batch.
-            let submitted = self.writer.receive(Vec::new(), events, outbox).await;
+            let submitted = self
+                .writer
+                .receive(Vec::new(), events, outbox, admitted.bytes())
+                .await;
             if let Err(error) = submitted {
                 self.counters
                     .refused_log_records
@@ -368,7 +371,7 @@ impl Ingest {
                 None => 0,
             })
             .sum();
-        let _admitted = self
+        let admitted = self
             .admit(encoded_len(&request, received.as_ref()))
             .inspect_err(|_| {
                 self.counters
@@ -378,7 +381,7 @@ impl Ingest {
         if let Some(entry) = self.entry(SignalKind::Metrics, points as u64, &request, received) {
             let submitted = self
                 .writer
-                .receive(Vec::new(), Vec::new(), Some(entry))
+                .receive(Vec::new(), Vec::new(), Some(entry), admitted.bytes())
                 .await;
             if let Err(error) = submitted {
                 self.counters
@@ -549,7 +552,7 @@ mod tests {
         let spans = [first, second].iter().filter_map(interpret_span).collect();
         ingest
             .writer
-            .receive(spans, Vec::new(), None)
+            .receive(spans, Vec::new(), None, 0)
             .await
             .unwrap();
         let damaged = crate::test_fixtures::run_id(1);

@@ -260,7 +260,7 @@ impl Ingest {
             invalid,
             over,
             payload,
-            admitted: _admitted,
+            admitted,
         } = prepared;
         // Held against the media collection until the messages naming them are committed.
         let _held = match self.save_media(blobs).await {
@@ -276,7 +276,10 @@ impl Ingest {
         let interpreted_count = interpreted.len() as u64;
         let outbox = payload.map(|payload| OutboxEntry::new(SignalKind::Traces, total, payload));
         if !interpreted.is_empty() || outbox.is_some() {
-            let submitted = self.writer.receive(interpreted, Vec::new(), outbox).await;
+            let submitted = self
+                .writer
+                .receive(interpreted, Vec::new(), outbox, admitted.bytes())
+                .await;
             if let Err(error) = submitted {
                 // Refused as a whole (retryable): counted like the Collector's refused spans.
                 self.counters

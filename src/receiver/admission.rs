@@ -1,10 +1,18 @@
-//! Admission of export requests into decoding: a bounded number decode (and, for traces,
-//! interpret) at once, each counted against its item cap before anything is built.
+//! Admission of export requests into decoding: a bounded number of bytes in process at once, a
+//! bounded number of requests decoding (and, for traces, interpreting) at once, each counted
+//! against its item cap before anything is built.
+//!
+//! A request holds several times its bytes from decoding until it is committed (decoded, then
+//! its facts, its outbox copy and its share of a write batch): without a bound, memory grows
+//! with the number of connections sending large requests. Both receivers share one
+//! [`ByteBudget`] of [`BUDGET_BYTES`]: a request waits at most [`BUDGET_WAIT`] for room and
+//! holds it until it is answered.
 //!
 //! Decompressing and decoding are CPU work on up to the size limit; without a bound, a burst of
-//! large requests occupies every blocking thread and holds every decoded copy in memory at
-//! once. Both receivers share one [`DecodeGate`] with a slot per core: a request waits at most
-//! [`DECODE_WAIT`] for a slot and is otherwise answered 503 / UNAVAILABLE with a retry delay.
+//! large requests occupies every blocking thread. Both receivers share one [`DecodeGate`] with a
+//! slot per core: a request waits at most [`DECODE_WAIT`] for a slot.
+//!
+//! A request that waits too long is answered 503 / UNAVAILABLE with a retry delay.
 
 use std::sync::{Arc, LazyLock};
 use std::time::Duration;
@@ -29,6 +37,93 @@ pub(crate) const INLINE_BYTES: usize = 128 * 1024;
 
 /// The retry delay a request refused for want of a slot is given.
 pub(crate) const DECODE_RETRY: Duration = Duration::from_secs(1);
+
+/// Received bytes of the requests being decoded, interpreted, or waiting for or in the writer,
+/// at once. Such a request holds about 4.3 times its bytes in memory (`examples/interp_bench`
+/// built with `count-allocations`, Pydantic-AI-shaped spans: 1.3 decoded, 3.3 with its facts,
+/// plus the bytes themselves kept for the outbox), so this bounds that memory near 70 MB.
+pub(crate) const BUDGET_BYTES: usize = 16 << 20;
+
+/// How long a request waits for room in the byte budget before it is answered retryable:
+/// under a steady load of large requests from many connections, waiting is their queue.
+pub(crate) const BUDGET_WAIT: Duration = Duration::from_secs(5);
+
+/// What a compressed body is counted as, per byte, before it is decompressed (its size after is
+/// known only then): protobuf and JSON spans compress about that much with gzip or zstd.
+const COMPRESSED_RATIO: usize = 8;
+
+/// The byte budget of requests in process, shared by both receivers of the process.
+pub(crate) struct ByteBudget {
+    bytes: Arc<Semaphore>,
+    /// The budget's size (what one request of any size may take).
+    total: u32,
+    wait: Duration,
+}
+
+/// The process-wide budget.
+static BUDGET: LazyLock<ByteBudget> = LazyLock::new(|| ByteBudget::new(BUDGET_BYTES, BUDGET_WAIT));
+
+impl ByteBudget {
+    /// A budget of `bytes` (at least one) where a request waits at most `wait`.
+    pub(crate) fn new(bytes: usize, wait: Duration) -> Self {
+        let total = u32::try_from(bytes.min(Semaphore::MAX_PERMITS))
+            .unwrap_or(u32::MAX)
+            .max(1);
+        Self {
+            bytes: Arc::new(Semaphore::new(total as usize)),
+            total,
+            wait,
+        }
+    }
+
+    /// The budget both receivers use.
+    pub(crate) fn shared() -> &'static Self {
+        &BUDGET
+    }
+
+    /// Bytes held now.
+    pub(crate) fn held(&self) -> u64 {
+        (self.total as usize).saturating_sub(self.bytes.available_permits()) as u64
+    }
+
+    /// Room for `bytes` (all of the budget for a request larger than it, which then waits until
+    /// nothing else is in process), or [`ReceiverError::BytesBusy`] when it does not free up in
+    /// time. Requests get room in the order they asked.
+    pub(crate) async fn reserve(
+        &self,
+        bytes: usize,
+    ) -> Result<OwnedSemaphorePermit, ReceiverError> {
+        let wanted = u32::try_from(bytes)
+            .unwrap_or(u32::MAX)
+            .clamp(1, self.total);
+        match tokio::time::timeout(
+            self.wait,
+            Arc::clone(&self.bytes).acquire_many_owned(wanted),
+        )
+        .await
+        {
+            Ok(Ok(permit)) => Ok(permit),
+            Ok(Err(_)) | Err(_) => Err(ReceiverError::BytesBusy {
+                held: self.held() as usize,
+                retry: DECODE_RETRY,
+            }),
+        }
+    }
+}
+
+/// The bytes a received body is counted as: its length, or for a compressed body an estimate of
+/// its length once decompressed, at most its limit.
+fn counted_bytes(received: &Received) -> usize {
+    if received.encoding == ContentEncoding::Identity {
+        received.body.len()
+    } else {
+        received
+            .body
+            .len()
+            .saturating_mul(COMPRESSED_RATIO)
+            .min(received.max_bytes)
+    }
+}
 
 /// Slots for decoding requests, shared by both receivers of the process.
 pub(crate) struct DecodeGate {
@@ -80,17 +175,21 @@ pub(crate) struct Received {
     pub(crate) max_bytes: usize,
 }
 
-/// Decompresses, counts, decodes and hands to `sink` a request of signal `G`, in a decoding
-/// slot of `gate`: the sink runs the decoding in its task on the blocking pool (for traces,
-/// the one that also interprets the request), or, for an uncompressed protobuf body of at most
-/// [`INLINE_BYTES`], in this task, and gives the slot back when it is done with the CPU work. A
-/// request over its item cap in `limits` is refused before decoding.
+/// Decompresses, counts, decodes and hands to `sink` a request of signal `G`, with room in
+/// `budget` until it is answered and in a decoding slot of `gate`: the sink runs the decoding in
+/// its task on the blocking pool (for traces, the one that also interprets the request), or,
+/// for an uncompressed protobuf body of at most [`INLINE_BYTES`], in this task, and gives the
+/// slot back when it is done with the CPU work. A request over its item cap in `limits` is
+/// refused before decoding.
 pub(crate) async fn export_admitted<G: Signal, S: ExportSink>(
+    budget: &ByteBudget,
     gate: &DecodeGate,
     limits: &Limits,
     received: Received,
     sink: &S,
 ) -> Result<ExportOutcome, ReceiverError> {
+    // Held until the request is answered (dropped at the end of this function).
+    let _room = budget.reserve(counted_bytes(&received)).await?;
     let permit = gate.enter().await?;
     let small = received.format == PayloadFormat::Protobuf
         && received.encoding == ContentEncoding::Identity
@@ -126,6 +225,70 @@ pub(crate) async fn export_admitted<G: Signal, S: ExportSink>(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test]
+    async fn the_byte_budget_makes_requests_wait_in_order_then_answers_busy() {
+        let budget = ByteBudget::new(100, Duration::from_millis(50));
+        let first = budget.reserve(60).await.unwrap();
+        // No room: busy after the wait, saying how much is held.
+        let started = std::time::Instant::now();
+        match budget.reserve(60).await {
+            Err(ReceiverError::BytesBusy { held, .. }) => assert_eq!(held, 60),
+            other => panic!("{other:?}"),
+        }
+        assert!(started.elapsed() >= Duration::from_millis(50));
+        // A request larger than the whole budget takes all of it, once nothing else is in; a
+        // small one asking after it waits behind it.
+        drop(first);
+        let budget = Arc::new(ByteBudget::new(100, Duration::from_secs(5)));
+        let first = budget.reserve(60).await.unwrap();
+        let order = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let large = {
+            let (budget, order) = (budget.clone(), order.clone());
+            tokio::spawn(async move {
+                let room = budget.reserve(10_000).await.unwrap();
+                order.lock().unwrap().push("large");
+                drop(room);
+            })
+        };
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        let small = {
+            let (budget, order) = (budget.clone(), order.clone());
+            tokio::spawn(async move {
+                let _room = budget.reserve(10).await.unwrap();
+                order.lock().unwrap().push("small");
+            })
+        };
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        assert!(order.lock().unwrap().is_empty(), "both wait for the first");
+        drop(first);
+        large.await.unwrap();
+        small.await.unwrap();
+        assert_eq!(*order.lock().unwrap(), ["large", "small"]);
+        assert_eq!(budget.bytes.available_permits(), 100);
+    }
+
+    #[test]
+    fn a_compressed_body_counts_as_its_estimated_decompressed_size_within_its_limit() {
+        let received = |encoding, len: usize, max_bytes| Received {
+            format: PayloadFormat::Protobuf,
+            encoding,
+            body: Bytes::from(vec![0u8; len]),
+            max_bytes,
+        };
+        assert_eq!(
+            counted_bytes(&received(ContentEncoding::Identity, 1000, 1 << 20)),
+            1000
+        );
+        assert_eq!(
+            counted_bytes(&received(ContentEncoding::Gzip, 1000, 1 << 20)),
+            1000 * COMPRESSED_RATIO
+        );
+        assert_eq!(
+            counted_bytes(&received(ContentEncoding::Gzip, 1000, 5000)),
+            5000
+        );
+    }
 
     #[tokio::test]
     async fn a_full_gate_answers_busy_after_the_wait() {

@@ -65,6 +65,18 @@ pub enum ReceiverError {
         /// How long the client should wait.
         retry: Duration,
     },
+    /// The requests already being decoded, interpreted and written held the receivers' byte
+    /// budget for longer than the receiver waits; retryable.
+    #[error(
+        "requests of {held} bytes are being processed, the most held at once; retry in {}s",
+        retry.as_secs()
+    )]
+    BytesBusy {
+        /// Bytes held when the request gave up waiting.
+        held: usize,
+        /// How long the client should wait.
+        retry: Duration,
+    },
     /// The request body could not be read from the connection.
     #[error("failed to read request body: {0}")]
     ReadBody(String),
@@ -140,7 +152,7 @@ impl ServiceError for ReceiverError {
             Self::BodyTooLarge { .. }
             | Self::DecompressedTooLarge { .. }
             | Self::TooManyItems { .. } => ServiceErrorCode::PayloadTooLarge,
-            Self::DecodeBusy { .. } => ServiceErrorCode::Unavailable,
+            Self::DecodeBusy { .. } | Self::BytesBusy { .. } => ServiceErrorCode::Unavailable,
             Self::ReadBody(_)
             | Self::Decompress { .. }
             | Self::InvalidProtobuf { .. }
@@ -159,7 +171,7 @@ impl ServiceError for ReceiverError {
     fn retry_after(&self) -> Option<Duration> {
         match self {
             Self::Ingest(err) => err.retry_after(),
-            Self::DecodeBusy { retry } => Some(*retry),
+            Self::DecodeBusy { retry } | Self::BytesBusy { retry, .. } => Some(*retry),
             _ => None,
         }
     }

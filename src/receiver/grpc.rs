@@ -24,7 +24,7 @@ use tonic::codec::{Codec, CompressionEncoding, DecodeBuf, Decoder, EncodeBuf, En
 use tonic::server::{NamedService, UnaryService};
 use tonic::{Code, Status};
 
-use super::admission::{export_admitted, DecodeGate, Received};
+use super::admission::{export_admitted, ByteBudget, DecodeGate, Received};
 use super::auth::GrpcAuthLayer;
 use super::decode::{ContentEncoding, PayloadFormat};
 use super::error::ReceiverError;
@@ -122,8 +122,14 @@ impl<S: ExportSink> GrpcReceiver<S> {
             max_bytes: self.limits.max_request_bytes,
         };
         let sink = self.sink.as_ref();
-        match export_admitted::<G, S>(DecodeGate::shared(), &self.limits.items, received, sink)
-            .await
+        match export_admitted::<G, S>(
+            ByteBudget::shared(),
+            DecodeGate::shared(),
+            &self.limits.items,
+            received,
+            sink,
+        )
+        .await
         {
             Ok(outcome) => Ok(tonic::Response::new(G::response(outcome))),
             // Worded as tonic words the decoding errors it answers itself.

@@ -20,7 +20,7 @@ use http::{HeaderMap, HeaderValue, Method, Uri};
 use http_body_util::BodyExt;
 use tokio::net::TcpListener;
 
-use super::admission::{export_admitted, DecodeGate, Received};
+use super::admission::{export_admitted, ByteBudget, DecodeGate, Received};
 use super::auth::BearerAuth;
 use super::decode::{encode_response, encode_status, ContentEncoding, PayloadFormat};
 use super::error::ReceiverError;
@@ -182,8 +182,14 @@ async fn accept<S: ExportSink, G: Signal>(
         max_bytes: limit,
     };
     let sink = state.sink.as_ref();
-    let outcome =
-        export_admitted::<G, S>(DecodeGate::shared(), &state.limits.items, received, sink).await?;
+    let outcome = export_admitted::<G, S>(
+        ByteBudget::shared(),
+        DecodeGate::shared(),
+        &state.limits.items,
+        received,
+        sink,
+    )
+    .await?;
     encode_response(format, &G::response(outcome))
 }
 

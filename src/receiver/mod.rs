@@ -6,7 +6,8 @@
 //! - `http`: axum routes `POST /v1/{traces,logs,metrics}`, protobuf or JSON.
 //! - `decode`: content negotiation, bounded decompression, payload decoding (pure code).
 //! - `wire_count`: counting a request's spans / log records / data points without decoding it.
-//! - `admission`: the decoding slots both receivers share, and counting before decoding.
+//! - `admission`: the byte budget and the decoding slots both receivers share, and counting
+//!   before decoding.
 //! - `error`: [`ReceiverError`], the one error type of this layer.
 //! - `auth`: bearer-token checks (constant time, case-insensitive scheme), also used by the API.
 //! - `tls`: the rustls server side and a listener that handshakes off the accept loop.
@@ -34,3 +35,12 @@ pub use limits::{ReceiverLimits, DEFAULT_MAX_REQUEST_BYTES};
 pub use security::ReceiverSecurity;
 pub use sink::ExportSink;
 pub use tls::check_tls;
+
+/// Received bytes of the requests being decoded, interpreted or written now, and the most that
+/// may be at once (the receivers' shared byte budget).
+pub fn bytes_in_process() -> (u64, u64) {
+    (
+        admission::ByteBudget::shared().held(),
+        admission::BUDGET_BYTES as u64,
+    )
+}

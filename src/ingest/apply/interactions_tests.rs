@@ -253,7 +253,7 @@ async fn the_inactivity_sweep_leaves_a_waiting_run_alone_and_the_waiting_timeout
         crate::ingest::Ingest::new(store.clone(), Arc::new(crate::ingest::Outbox::disabled()));
     ingest
         .writer
-        .receive(waiting_run(), Vec::new(), None)
+        .receive(waiting_run(), Vec::new(), None, 0)
         .await
         .unwrap();
     assert_eq!(state(&store).0.status, RunStatus::Waiting);
