@@ -203,8 +203,13 @@ fn set_column_family_options(
         options.set_compression_type(rocksdb::DBCompressionType::None);
         options.set_bottommost_compression_type(rocksdb::DBCompressionType::None);
     } else {
+        // LZ4 at every level. While the store is under a few GB every compaction writes the
+        // bottom level (RocksDB sizes levels from the bottom up), so zstd there compressed
+        // nearly all that compaction wrote: a tenth of the CPU of agent-span ingest. With LZ4,
+        // 17 % more agent spans per CPU-second and 28 % more table bytes per span (1,432
+        // against 1,122; zstd at level -3: 1,398 bytes and 6 % more spans per CPU-second).
         options.set_compression_type(rocksdb::DBCompressionType::Lz4);
-        options.set_bottommost_compression_type(rocksdb::DBCompressionType::Zstd);
+        options.set_bottommost_compression_type(rocksdb::DBCompressionType::Lz4);
     }
     if PROBED_CFS.contains(&cf) {
         options.set_block_based_table_factory(probed);
