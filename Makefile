@@ -144,10 +144,11 @@ node-deps:
 	    && echo "$$want" > $$dir/.package.sha256 || exit 1; \
 	done
 
-## lint: formatting and clippy (warnings are errors)
+## lint: formatting and clippy (warnings are errors), also with the benchmarks' allocation count
 lint: deps
 	cargo fmt --check
 	cargo clippy --release --all-targets -- -D warnings
+	cargo clippy --release --all-targets --features count-allocations -- -D warnings
 
 ## bench: the load generator against the release binary (options: make bench BENCH_ARGS="--runs 500")
 bench: deps
