@@ -68,7 +68,7 @@ pub enum ReceiverError {
     /// The requests already being decoded, interpreted and written held the receivers' byte
     /// budget for longer than the receiver waits; retryable.
     #[error(
-        "requests of {held} bytes are being processed, the most held at once; retry in {}s",
+        "stepline is busy: requests of {held} bytes are being processed, as many as it takes at once; retry in {}s",
         retry.as_secs()
     )]
     BytesBusy {
@@ -212,6 +212,17 @@ mod tests {
         };
         assert_eq!(busy.error_code().http_status(), 503);
         assert_eq!(busy.retry_after(), Some(Duration::from_secs(1)));
+        let full = ReceiverError::BytesBusy {
+            held: 16 << 20,
+            retry: Duration::from_secs(1),
+        };
+        assert_eq!(full.error_code().http_status(), 503);
+        assert_eq!(full.retry_after(), Some(Duration::from_secs(1)));
+        assert_eq!(
+            full.to_string(),
+            "stepline is busy: requests of 16777216 bytes are being processed, as many as it takes \
+             at once; retry in 1s"
+        );
 
         let media = ReceiverError::UnsupportedContentType {
             content_type: "text/plain".into(),
