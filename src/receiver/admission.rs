@@ -268,6 +268,44 @@ mod tests {
         assert_eq!(budget.bytes.available_permits(), 100);
     }
 
+    #[tokio::test]
+    async fn a_request_waits_on_the_byte_budget_before_it_reaches_the_ingest() {
+        use crate::ingest::Ingest;
+        use crate::otlp::Traces;
+        use crate::store::Store;
+        use prost::Message;
+        let dir = tempfile::tempdir().unwrap();
+        let store = Arc::new(Store::open(dir.path(), false).unwrap());
+        let ingest = Ingest::new(store.clone(), Arc::new(crate::exporter::Outbox::disabled()));
+        let spans = crate::test_fixtures::delegate_scenario();
+        let body = Bytes::from(crate::test_fixtures::request(spans).encode_to_vec());
+        let received = || Received {
+            format: PayloadFormat::Protobuf,
+            encoding: ContentEncoding::Identity,
+            body: body.clone(),
+            max_bytes: 1 << 20,
+        };
+        let budget = ByteBudget::new(body.len(), Duration::from_millis(50));
+        let gate = DecodeGate::new(1, Duration::from_secs(1));
+        let limits = Limits::default();
+        // The budget is held: the request is answered busy and nothing is stored.
+        let held = budget.reserve(1).await.unwrap();
+        match export_admitted::<Traces, Ingest>(&budget, &gate, &limits, received(), &ingest).await
+        {
+            Err(ReceiverError::BytesBusy { held, .. }) => assert_eq!(held, 1),
+            other => panic!("{other:?}"),
+        }
+        let outer = crate::test_fixtures::run_id(1);
+        assert!(store.run(&outer).unwrap().is_none());
+        // Room again: stored, and the budget is whole once it is answered.
+        drop(held);
+        export_admitted::<Traces, Ingest>(&budget, &gate, &limits, received(), &ingest)
+            .await
+            .unwrap();
+        assert!(store.run(&outer).unwrap().is_some());
+        assert_eq!(budget.held(), 0);
+    }
+
     #[test]
     fn a_compressed_body_counts_as_its_estimated_decompressed_size_within_its_limit() {
         let received = |encoding, len: usize, max_bytes| Received {
