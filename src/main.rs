@@ -145,6 +145,7 @@ fn main() -> ExitCode {
     purge_freed_memory_soon();
     one_malloc_arena();
     map_large_blocks();
+    stepline::store::open_files::raise_limit();
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
         Err(e) => {

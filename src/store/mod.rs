@@ -31,6 +31,7 @@ mod memtable_budget;
 mod messages;
 pub(crate) mod model_requests;
 mod open;
+pub mod open_files;
 mod outbox;
 mod readback;
 mod resolved;
