@@ -11,6 +11,7 @@
 //! its own limit to the hard one at start ([`raise_limit`]). See examples/README.md, "Index and
 //! filter blocks of flushed files, and table files that only grow in number".
 
+#[cfg(target_os = "linux")]
 use std::ffi::c_int;
 
 /// Table files kept open at most, whatever the limit on descriptors. In a 10-minute agent soak
