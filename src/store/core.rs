@@ -44,6 +44,14 @@ pub struct Store {
     /// Whether a log record may be stored: false while the store has never held one since it
     /// was opened empty of them, so a span's log records are not looked for (a scan each).
     pub(super) span_logs_stored: AtomicBool,
+    /// Whether a run may wait for a tool span as its parent (`pending_parents`): false while the
+    /// store has never held such a key since it was opened empty of them, so a tool span's
+    /// waiting runs are not looked for (a scan each, at every tool call).
+    pub(super) pending_children_stored: AtomicBool,
+    /// Whether a run may wait for a snapshot with a given history (the lineage index's `w`
+    /// keys): false likewise, so the runs waiting for a history are not looked for (a scan
+    /// each, at every snapshot).
+    pub(super) lineage_wanted_stored: AtomicBool,
     /// Whether every run with a stored fact has a run meta (see [`super::facts`]): a run with
     /// neither a record nor a meta then has no fact, and its facts are not scanned for.
     pub(super) fact_runs_have_meta: AtomicBool,
@@ -140,6 +148,8 @@ impl Store {
             alias_conflicts: AtomicU64::new(0),
             lineage_mode: AtomicU8::new(0),
             span_logs_stored: AtomicBool::new(false),
+            pending_children_stored: AtomicBool::new(false),
+            lineage_wanted_stored: AtomicBool::new(false),
             fact_runs_have_meta: AtomicBool::new(false),
         }
     }

@@ -215,15 +215,28 @@ impl Store {
 
     /// Notes whether the store holds a log record (when it is opened).
     pub(super) fn note_stored_span_logs(&self) -> Result<(), StoreError> {
-        let mut any = false;
-        self.scan(cf::SPAN_LOGS, b"", b"", |_, _| {
-            any = true;
-            Ok(false)
-        })?;
-        if any {
+        if self.holds_any(cf::SPAN_LOGS, b"")? {
             self.span_logs_stored.store(true, Ordering::Release);
         }
         Ok(())
+    }
+
+    /// Notes whether the store holds a run waiting for a tool span (when it is opened).
+    pub(super) fn note_stored_pending_children(&self) -> Result<(), StoreError> {
+        if self.holds_any(cf::PENDING_PARENTS, b"")? {
+            self.pending_children_stored.store(true, Ordering::Release);
+        }
+        Ok(())
+    }
+
+    /// Whether column family `cf` holds a key starting with `prefix`.
+    pub(super) fn holds_any(&self, cf: Cf, prefix: &[u8]) -> Result<bool, StoreError> {
+        let mut any = false;
+        self.scan(cf, prefix, prefix, |_, _| {
+            any = true;
+            Ok(false)
+        })?;
+        Ok(any)
     }
 
     /// Stored log records timed at or before `cutoff_ns` whose span has not arrived as a model
@@ -268,6 +281,9 @@ impl Store {
         trace_id: &str,
         span_id: &str,
     ) -> Result<Vec<(Vec<u8>, String)>, StoreError> {
+        if !self.pending_children_stored.load(Ordering::Acquire) {
+            return Ok(Vec::new());
+        }
         let mut prefix = keys::span_key(trace_id, span_id);
         prefix.push(0);
         let mut out = Vec::new();
@@ -282,6 +298,15 @@ impl Store {
 }
 
 impl WriteBatch<'_> {
+    /// Puts the key of a run waiting for a tool span as its parent (`trace span \0 run_id`);
+    /// from now on the store looks for a tool span's waiting runs.
+    pub fn put_pending_child(&mut self, key: &[u8]) -> Result<(), StoreError> {
+        self.store
+            .pending_children_stored
+            .store(true, Ordering::Release);
+        self.put_raw(cf::PENDING_PARENTS, key, b"")
+    }
+
     /// Puts a log record of a span (JSON) under `key` (`trace span \0 order key`); from now on
     /// the store looks for a span's log records.
     pub fn put_span_log(&mut self, key: &[u8], event: &LogEvent) -> Result<(), StoreError> {
@@ -307,6 +332,59 @@ mod tests {
             all_messages_chain: None,
         };
         serde_json::to_vec(&stored).unwrap()
+    }
+
+    /// Runs waiting for a tool span, or for a snapshot with a history, are looked for only once
+    /// the store may hold one: they are found as soon as the first is put, and after a restart.
+    #[test]
+    fn waiting_runs_are_found_once_the_first_is_put_and_after_a_restart() {
+        use crate::domain::NodeId;
+        use crate::store::{ScopeKey, Wanted};
+        let dir = tempfile::tempdir().unwrap();
+        let trace = "ab".repeat(16);
+        let (scope, tip) = (ScopeKey([3; 16]), NodeId([4; 16]));
+        let wanted = Wanted {
+            run_id: "child-run".into(),
+            first_start: 7,
+            len: 2,
+        };
+        let child_key = |span: &str, run: &str| {
+            let mut key = keys::span_key(&trace, span);
+            key.push(0);
+            key.extend_from_slice(run.as_bytes());
+            key
+        };
+        {
+            let store = Store::open(dir.path(), false).unwrap();
+            assert!(!store.pending_children_stored.load(Ordering::Acquire));
+            assert!(!store.lineage_wanted_stored.load(Ordering::Acquire));
+            assert!(store.pending_children(&trace, "span-1").unwrap().is_empty());
+            assert!(store.lineage_wanted(&scope, &tip).unwrap().is_empty());
+            let mut batch = store.batch();
+            batch
+                .put_pending_child(&child_key("span-1", "child-run"))
+                .unwrap();
+            batch.put_lineage_wanted(&scope, &tip, &wanted).unwrap();
+            store.commit(batch).unwrap();
+            assert_eq!(
+                store.pending_children(&trace, "span-1").unwrap(),
+                vec![(child_key("span-1", "child-run"), "child-run".to_string())]
+            );
+            assert_eq!(
+                store.lineage_wanted(&scope, &tip).unwrap(),
+                vec![wanted.clone()]
+            );
+        }
+        let reopened = Store::open(dir.path(), false).unwrap();
+        assert_eq!(
+            reopened.pending_children(&trace, "span-1").unwrap(),
+            vec![(child_key("span-1", "child-run"), "child-run".to_string())]
+        );
+        assert!(reopened
+            .pending_children(&trace, "span-2")
+            .unwrap()
+            .is_empty());
+        assert_eq!(reopened.lineage_wanted(&scope, &tip).unwrap(), vec![wanted]);
     }
 
     #[test]

@@ -253,6 +253,10 @@ impl WriteBatch<'_> {
         key.extend_from_slice(w.run_id.as_bytes());
         let mut value = w.first_start.to_be_bytes().to_vec();
         value.extend_from_slice(&w.len.to_be_bytes());
+        // From now on the store looks for the runs waiting for a history.
+        self.store
+            .lineage_wanted_stored
+            .store(true, Ordering::Release);
         self.put_raw(cf::LINEAGE, &key, &value)
     }
 
@@ -381,12 +385,24 @@ impl Store {
             .collect()
     }
 
-    /// The runs waiting for a snapshot with history `tip`.
+    /// Notes whether the store holds a run waiting for a history (when it is opened).
+    pub(super) fn note_stored_lineage_wanted(&self) -> Result<(), StoreError> {
+        if self.holds_any(cf::LINEAGE, b"w")? {
+            self.lineage_wanted_stored.store(true, Ordering::Release);
+        }
+        Ok(())
+    }
+
+    /// The runs waiting for a snapshot with history `tip` (none looked for while the store has
+    /// held none since it was opened).
     pub fn lineage_wanted(
         &self,
         scope: &ScopeKey,
         tip: &NodeId,
     ) -> Result<Vec<Wanted>, StoreError> {
+        if !self.lineage_wanted_stored.load(Ordering::Acquire) {
+            return Ok(Vec::new());
+        }
         let prefix = scoped(b'w', scope, tip);
         let mut out = Vec::new();
         self.scan(cf::LINEAGE, &prefix, &prefix, |key, value| {

@@ -42,6 +42,8 @@ impl Store {
     pub fn over(kv: Box<dyn KvStore>, sync: bool, place: &str) -> Result<Store, StoreError> {
         let store = Store::assemble(kv, sync);
         store.note_stored_span_logs()?;
+        store.note_stored_pending_children()?;
+        store.note_stored_lineage_wanted()?;
         let migrate = check_schema(store.kv.as_ref(), place)?;
         store
             .next_run_key

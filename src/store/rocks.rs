@@ -66,18 +66,31 @@ pub const MEMTABLE_BLOOM_RATIO: f64 = 0.01;
 /// positives). Older files without a filter read as before.
 pub const BLOOM_BITS_PER_KEY: f64 = 10.0;
 /// Column families that ingest probes for keys that are mostly absent (is this fact, message,
-/// history node, tool-call count, span or grouping span stored yet?). Their memtables keep a
-/// whole-key bloom filter, so such a probe costs a few bit tests instead of a search of a skip
-/// list, and so do their table files ([`BLOOM_BITS_PER_KEY`]), so that it need not read an index
-/// and a data block of every level-0 file the small memtables leave.
-pub const PROBED_CFS: [Cf; 6] = [
+/// history node, tool-call count, span or grouping span stored yet? has this run a record, a
+/// meta record, a short key, an alias, a lineage link yet? does a run hold a snapshot with this
+/// history?). Their memtables keep a whole-key bloom filter, so such a probe costs a few bit
+/// tests instead of a search of a skip list, and so do their table files
+/// ([`BLOOM_BITS_PER_KEY`]), so that it need not read an index and a data block of every level-0
+/// file the small memtables leave.
+pub const PROBED_CFS: [Cf; 11] = [
     Cf::Facts,
     Cf::Messages,
     Cf::History,
     Cf::RunState,
     Cf::SpanRuns,
     Cf::GroupSpans,
+    Cf::Runs,
+    Cf::RunMeta,
+    Cf::RunKeys,
+    Cf::Aliases,
+    Cf::Lineage,
 ];
+
+/// Column families whose keys only grow (a run's short key, then what the run adds): the files
+/// a flush writes do not overlap the ones before and are moved down whole, never rewritten, so
+/// they are compressed when flushed. The others' flushed files are merged by compaction, which
+/// compresses what it writes: they are flushed uncompressed.
+pub const APPEND_ONLY_CFS: [Cf; 4] = [Cf::Messages, Cf::History, Cf::Snapshots, Cf::ModelRequests];
 
 /// A RocksDB database holding every column family of [`Cf`], with the block cache and write
 /// buffer manager it was opened with (kept for [`KvStore::memory`]).
@@ -226,6 +239,12 @@ fn set_column_family_options(
         // against 1,122; zstd at level -3: 1,398 bytes and 6 % more spans per CPU-second).
         options.set_compression_type(rocksdb::DBCompressionType::Lz4);
         options.set_bottommost_compression_type(rocksdb::DBCompressionType::Lz4);
+        if !APPEND_ONLY_CFS.contains(&cf) {
+            // Level 0 (what a flush writes) uncompressed: the first compaction reads it back
+            // and writes it again, compressed, so compressing it at the flush was done twice.
+            use rocksdb::DBCompressionType::{Lz4, None};
+            options.set_compression_per_level(&[None, Lz4, Lz4, Lz4, Lz4, Lz4, Lz4]);
+        }
     }
     if PROBED_CFS.contains(&cf) {
         options.set_block_based_table_factory(probed);
@@ -468,6 +487,92 @@ mod tests {
                 kv.get(Cf::Outbox, &n.to_be_bytes()).unwrap().unwrap(),
                 value
             );
+        }
+    }
+
+    #[test]
+    fn flushed_files_are_compressed_once_they_are_compacted_unless_their_keys_only_grow() {
+        let dir = tempfile::tempdir().unwrap();
+        let kv = RocksKv::open(dir.path()).unwrap();
+        // 2 MiB of text that compresses well, in a column family whose flushed files are merged
+        // by compaction (facts) and in one whose files are moved down whole (messages). Two
+        // flushes, of the even keys then the odd ones: the files overlap, as those of run ids
+        // do, so compaction merges them (a lone file would be moved down whole, as it is).
+        let value = b"{\"role\":\"user\",\"content\":\"the same words again\"}".repeat(64);
+        let keys = (2 << 20) / value.len();
+        for odd in [0, 1] {
+            let mut batch = KvBatch::default();
+            for n in (odd..keys as u64).step_by(2) {
+                batch.put(Cf::Facts, &n.to_be_bytes(), value.clone());
+                batch.put(Cf::Messages, &n.to_be_bytes(), value.clone());
+            }
+            kv.write(batch, false).unwrap();
+            kv.flush_memtables().unwrap();
+        }
+        let raw = (keys * value.len()) as u64;
+        let (facts, messages) = (kv.live_bytes(Cf::Facts), kv.live_bytes(Cf::Messages));
+        // Flushed: facts as they are (compaction compresses them), messages compressed.
+        assert!(facts >= raw, "facts {facts} bytes on disk for {raw}");
+        assert!(messages < raw / 4, "messages {messages} bytes for {raw}");
+        kv.compact().unwrap();
+        let (facts, messages) = (kv.live_bytes(Cf::Facts), kv.live_bytes(Cf::Messages));
+        assert!(
+            facts < raw / 4,
+            "facts {facts} bytes once compacted for {raw}"
+        );
+        assert!(messages < raw / 4, "messages {messages} bytes for {raw}");
+        for n in [0, keys as u64 - 1] {
+            for cf in [Cf::Facts, Cf::Messages] {
+                assert_eq!(kv.get(cf, &n.to_be_bytes()).unwrap().unwrap(), value);
+            }
+        }
+    }
+
+    #[test]
+    fn a_key_absent_from_a_probed_column_family_is_answered_by_its_filters() {
+        use rocksdb::{PerfContext, PerfMetric, PerfStatsLevel};
+        let dir = tempfile::tempdir().unwrap();
+        let kv = RocksKv::open(dir.path()).unwrap();
+        // Those ingest probes: for a new run's record, meta record, short key, alias and lineage
+        // too.
+        let probed = [
+            Cf::Facts,
+            Cf::Messages,
+            Cf::History,
+            Cf::RunState,
+            Cf::SpanRuns,
+            Cf::GroupSpans,
+            Cf::Runs,
+            Cf::RunMeta,
+            Cf::RunKeys,
+            Cf::Aliases,
+            Cf::Lineage,
+        ];
+        for cf in probed {
+            // One flushed file of 100 keys, and 100 more in the memtable.
+            for file in 0..2u8 {
+                let mut batch = KvBatch::default();
+                for n in 0..100u8 {
+                    batch.put(cf, &[b'r', file, n], vec![n; 40]);
+                }
+                kv.write(batch, false).unwrap();
+                if file == 0 {
+                    kv.db.flush_cf(kv.handle(cf).unwrap()).unwrap();
+                }
+            }
+            assert_eq!(kv.get(cf, &[b'r', 0, 7]).unwrap(), Some(vec![7; 40]));
+            // An absent key: the memtable's filter and the file's say so, and no block of the
+            // file is looked at.
+            rocksdb::perf::set_perf_stats(PerfStatsLevel::EnableCount);
+            let mut perf = PerfContext::default();
+            perf.reset();
+            assert_eq!(kv.get(cf, &[b'r', 2, 7]).unwrap(), None);
+            let skipped = (
+                perf.metric(PerfMetric::BloomMemtableMissCount),
+                perf.metric(PerfMetric::BloomSstMissCount),
+            );
+            rocksdb::perf::set_perf_stats(PerfStatsLevel::Disable);
+            assert_eq!(skipped, (1, 1), "{cf:?}: {}", perf.report(true));
         }
     }
 

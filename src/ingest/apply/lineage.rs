@@ -228,7 +228,7 @@ pub(super) fn link(
                 let mut key = keys::span_key(trace, parent_span);
                 key.push(0);
                 key.extend_from_slice(run_id.as_bytes());
-                batch.put_raw(cf::PENDING_PARENTS, &key, b"")?;
+                batch.put_pending_child(&key)?;
             }
         }
         FactKind::ToolCall => {
@@ -296,7 +296,7 @@ fn forward_children(
         let mut key = keys::span_key(trace, &target);
         key.push(0);
         key.extend_from_slice(child.as_bytes());
-        batch.put_raw(cf::PENDING_PARENTS, &key, b"")?;
+        batch.put_pending_child(&key)?;
         if let Some(parent) = &parent_run {
             let work = load(store, runs, &child)?;
             if work.meta.parent_run_id.as_ref() != Some(parent) {
