@@ -461,13 +461,19 @@ mod tests {
             .collect()
     }
 
+    /// A value of text that compresses well, and how many keys hold 2 MiB of it.
+    fn compressible() -> (Vec<u8>, usize) {
+        let value = b"{\"role\":\"user\",\"content\":\"the same words again\"}".repeat(64);
+        let keys = (2 << 20) / value.len();
+        (value, keys)
+    }
+
     #[test]
     fn outbox_tables_are_not_compressed_and_the_others_are() {
         let dir = tempfile::tempdir().unwrap();
         let kv = RocksKv::open(dir.path()).unwrap();
         // 2 MiB of text that compresses well, in the outbox and in the messages.
-        let value = b"{\"role\":\"user\",\"content\":\"the same words again\"}".repeat(64);
-        let keys = (2 << 20) / value.len();
+        let (value, keys) = compressible();
         let mut batch = KvBatch::default();
         for n in 0..keys as u64 {
             batch.put(Cf::Outbox, &n.to_be_bytes(), value.clone());
@@ -498,8 +504,7 @@ mod tests {
         // by compaction (facts) and in one whose files are moved down whole (messages). Two
         // flushes, of the even keys then the odd ones: the files overlap, as those of run ids
         // do, so compaction merges them (a lone file would be moved down whole, as it is).
-        let value = b"{\"role\":\"user\",\"content\":\"the same words again\"}".repeat(64);
-        let keys = (2 << 20) / value.len();
+        let (value, keys) = compressible();
         for odd in [0, 1] {
             let mut batch = KvBatch::default();
             for n in (odd..keys as u64).step_by(2) {
