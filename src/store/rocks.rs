@@ -461,73 +461,46 @@ mod tests {
             .collect()
     }
 
-    /// A value of text that compresses well, and how many keys hold 2 MiB of it.
-    fn compressible() -> (Vec<u8>, usize) {
-        let value = b"{\"role\":\"user\",\"content\":\"the same words again\"}".repeat(64);
-        let keys = (2 << 20) / value.len();
-        (value, keys)
-    }
-
     #[test]
-    fn outbox_tables_are_not_compressed_and_the_others_are() {
-        let dir = tempfile::tempdir().unwrap();
-        let kv = RocksKv::open(dir.path()).unwrap();
-        // 2 MiB of text that compresses well, in the outbox and in the messages.
-        let (value, keys) = compressible();
-        let mut batch = KvBatch::default();
-        for n in 0..keys as u64 {
-            batch.put(Cf::Outbox, &n.to_be_bytes(), value.clone());
-            batch.put(Cf::Messages, &n.to_be_bytes(), value.clone());
-        }
-        kv.write(batch, false).unwrap();
-        kv.flush_memtables().unwrap();
-        let raw = (keys * value.len()) as u64;
-        let (outbox, messages) = (kv.live_bytes(Cf::Outbox), kv.live_bytes(Cf::Messages));
-        assert!(outbox >= raw, "outbox {outbox} bytes on disk for {raw}");
-        assert!(
-            messages < raw / 4,
-            "messages {messages} bytes on disk for {raw}"
-        );
-        for n in [0, keys as u64 - 1] {
-            assert_eq!(
-                kv.get(Cf::Outbox, &n.to_be_bytes()).unwrap().unwrap(),
-                value
-            );
-        }
-    }
-
-    #[test]
-    fn flushed_files_are_compressed_once_they_are_compacted_unless_their_keys_only_grow() {
+    fn table_files_are_compressed_where_they_stay_and_the_outbox_never() {
         let dir = tempfile::tempdir().unwrap();
         let kv = RocksKv::open(dir.path()).unwrap();
         // 2 MiB of text that compresses well, in a column family whose flushed files are merged
-        // by compaction (facts) and in one whose files are moved down whole (messages). Two
-        // flushes, of the even keys then the odd ones: the files overlap, as those of run ids
-        // do, so compaction merges them (a lone file would be moved down whole, as it is).
-        let (value, keys) = compressible();
+        // by compaction (facts), in one whose files are moved down whole (messages), and in the
+        // outbox. Two flushes, of the even keys then the odd ones: the files overlap, as those
+        // of run ids do, so compaction merges them (a lone file would be moved down whole, as
+        // it is).
+        let value = b"{\"role\":\"user\",\"content\":\"the same words again\"}".repeat(64);
+        let keys = (2 << 20) / value.len();
+        let cfs = [Cf::Facts, Cf::Messages, Cf::Outbox];
         for odd in [0, 1] {
             let mut batch = KvBatch::default();
             for n in (odd..keys as u64).step_by(2) {
-                batch.put(Cf::Facts, &n.to_be_bytes(), value.clone());
-                batch.put(Cf::Messages, &n.to_be_bytes(), value.clone());
+                for cf in cfs {
+                    batch.put(cf, &n.to_be_bytes(), value.clone());
+                }
             }
             kv.write(batch, false).unwrap();
             kv.flush_memtables().unwrap();
         }
         let raw = (keys * value.len()) as u64;
-        let (facts, messages) = (kv.live_bytes(Cf::Facts), kv.live_bytes(Cf::Messages));
-        // Flushed: facts as they are (compaction compresses them), messages compressed.
+        let on_disk = || cfs.map(|cf| kv.live_bytes(cf));
+        // Flushed: facts as they are (compaction compresses them), messages compressed, the
+        // outbox as it is.
+        let [facts, messages, outbox] = on_disk();
         assert!(facts >= raw, "facts {facts} bytes on disk for {raw}");
         assert!(messages < raw / 4, "messages {messages} bytes for {raw}");
+        assert!(outbox >= raw, "outbox {outbox} bytes on disk for {raw}");
         kv.compact().unwrap();
-        let (facts, messages) = (kv.live_bytes(Cf::Facts), kv.live_bytes(Cf::Messages));
+        let [facts, messages, outbox] = on_disk();
+        assert!(facts < raw / 4, "facts {facts} bytes once compacted");
         assert!(
-            facts < raw / 4,
-            "facts {facts} bytes once compacted for {raw}"
+            messages < raw / 4,
+            "messages {messages} bytes once compacted"
         );
-        assert!(messages < raw / 4, "messages {messages} bytes for {raw}");
+        assert!(outbox >= raw, "outbox {outbox} bytes once compacted");
         for n in [0, keys as u64 - 1] {
-            for cf in [Cf::Facts, Cf::Messages] {
+            for cf in cfs {
                 assert_eq!(kv.get(cf, &n.to_be_bytes()).unwrap().unwrap(), value);
             }
         }
