@@ -66,30 +66,31 @@ pub const MEMTABLE_BLOOM_RATIO: f64 = 0.01;
 /// positives). Older files without a filter read as before.
 pub const BLOOM_BITS_PER_KEY: f64 = 10.0;
 /// Column families that ingest probes for keys that are mostly absent (is this fact, message,
-/// history node, tool-call count, span or grouping span stored yet? has this run a record, a
-/// meta record, a short key, an alias, a lineage link yet? does a run hold a snapshot with this
-/// history?). Their memtables keep a whole-key bloom filter, so such a probe costs a few bit
-/// tests instead of a search of a skip list, and so do their table files
-/// ([`BLOOM_BITS_PER_KEY`]), so that it need not read an index and a data block of every level-0
-/// file the small memtables leave.
-pub const PROBED_CFS: [Cf; 11] = [
+/// history node, tool-call count, span or grouping span stored yet?). Their memtables keep a
+/// whole-key bloom filter, so such a probe costs a few bit tests instead of a search of a skip
+/// list, and so do their table files ([`BLOOM_BITS_PER_KEY`]), so that it need not read an index
+/// and a data block of every level-0 file the small memtables leave.
+pub const PROBED_CFS: [Cf; 6] = [
     Cf::Facts,
     Cf::Messages,
     Cf::History,
     Cf::RunState,
     Cf::SpanRuns,
     Cf::GroupSpans,
-    Cf::Runs,
-    Cf::RunMeta,
-    Cf::RunKeys,
-    Cf::Aliases,
-    Cf::Lineage,
 ];
 
-/// Column families whose keys only grow (a run's short key, then what the run adds): the files
-/// a flush writes do not overlap the ones before and are moved down whole, never rewritten, so
-/// they are compressed when flushed. The others' flushed files are merged by compaction, which
-/// compresses what it writes: they are flushed uncompressed.
+/// Column families that ingest probes once per run or per snapshot for keys mostly absent (has
+/// this run a record, a meta record, a short key, an alias, a lineage link yet? does a run hold
+/// a snapshot with this history?): their table files keep the bloom filters of [`PROBED_CFS`],
+/// their memtables none. A memtable's filter takes a block of the memtable budget (about 1 MiB)
+/// from the moment the memtable exists, written or not.
+pub const FILTERED_CFS: [Cf; 5] = [Cf::Runs, Cf::RunMeta, Cf::RunKeys, Cf::Aliases, Cf::Lineage];
+
+/// Column families keyed by a run's short key first, which only grows from run to run: the
+/// files a flush writes seldom overlap the ones before and are moved down whole, not rewritten,
+/// so they are compressed when flushed. The others (keyed by run id or trace id) have their
+/// flushed files merged by compaction, which compresses what it writes: they are flushed
+/// uncompressed.
 pub const APPEND_ONLY_CFS: [Cf; 4] = [Cf::Messages, Cf::History, Cf::Snapshots, Cf::ModelRequests];
 
 /// A RocksDB database holding every column family of [`Cf`], with the block cache and write
@@ -250,6 +251,8 @@ fn set_column_family_options(
         options.set_block_based_table_factory(probed);
         options.set_memtable_whole_key_filtering(true);
         options.set_memtable_prefix_bloom_ratio(MEMTABLE_BLOOM_RATIO);
+    } else if FILTERED_CFS.contains(&cf) {
+        options.set_block_based_table_factory(probed);
     } else {
         options.set_block_based_table_factory(table);
     }
@@ -511,12 +514,11 @@ mod tests {
         use rocksdb::{PerfContext, PerfMetric, PerfStatsLevel};
         let dir = tempfile::tempdir().unwrap();
         let kv = RocksKv::open(dir.path()).unwrap();
-        // Those ingest probes for a new run: its record, meta record, short key, aliases and
-        // lineage are among them.
-        for cf in [Cf::Runs, Cf::RunMeta, Cf::RunKeys, Cf::Aliases, Cf::Lineage] {
-            assert!(PROBED_CFS.contains(&cf), "{cf:?}");
-        }
-        for cf in PROBED_CFS {
+        // Those ingest probes for a new run (its record, meta record, short key, aliases and
+        // lineage) have filters in their table files, not in their memtables.
+        let filtered = [Cf::Runs, Cf::RunMeta, Cf::RunKeys, Cf::Aliases, Cf::Lineage];
+        assert_eq!(FILTERED_CFS, filtered);
+        for cf in PROBED_CFS.into_iter().chain(FILTERED_CFS) {
             // One flushed file of 100 keys, and 100 more in the memtable.
             for file in 0..2u8 {
                 let mut batch = KvBatch::default();
@@ -529,8 +531,8 @@ mod tests {
                 }
             }
             assert_eq!(kv.get(cf, &[b'r', 0, 7]).unwrap(), Some(vec![7; 40]));
-            // An absent key: the memtable's filter and the file's say so, and no block of the
-            // file is looked at.
+            // An absent key: the file's filter says so (and the memtable's, where it has one),
+            // and no block of the file is looked at.
             rocksdb::perf::set_perf_stats(PerfStatsLevel::EnableCount);
             let mut perf = PerfContext::default();
             perf.reset();
@@ -540,7 +542,8 @@ mod tests {
                 perf.metric(PerfMetric::BloomSstMissCount),
             );
             rocksdb::perf::set_perf_stats(PerfStatsLevel::Disable);
-            assert_eq!(skipped, (1, 1), "{cf:?}: {}", perf.report(true));
+            let memtable = u64::from(PROBED_CFS.contains(&cf));
+            assert_eq!(skipped, (memtable, 1), "{cf:?}: {}", perf.report(true));
         }
     }
 
