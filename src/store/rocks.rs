@@ -262,9 +262,9 @@ fn set_column_family_options(
 /// cache, within its budget, instead of beside it in every open table file, and none is pinned
 /// there. Pinned "level-0" blocks were those of every file a flush wrote, for the file's life:
 /// the column families keyed by run have keys that only grow, so their flushed files are moved
-/// down whole and stay, and under agent load their blocks held nearly all the block cache (16.5
-/// MB pinned of 16 MiB, under load and when idle, growing with the store); `bloom` adds a
-/// whole-key filter to each file.
+/// down whole and stay, and under agent load their blocks held nearly all the block cache (16.4
+/// MB pinned of 16 MiB after 10 minutes, under load and when idle, growing with the store);
+/// `bloom` adds a whole-key filter to each file.
 fn table_options(cache: &Cache, bloom: bool) -> BlockBasedOptions {
     let mut table = BlockBasedOptions::default();
     table.set_block_cache(cache);
