@@ -93,6 +93,24 @@ pub const FILTERED_CFS: [Cf; 5] = [Cf::Runs, Cf::RunMeta, Cf::RunKeys, Cf::Alias
 /// uncompressed.
 pub const APPEND_ONLY_CFS: [Cf; 4] = [Cf::Messages, Cf::History, Cf::Snapshots, Cf::ModelRequests];
 
+/// Column families keyed by a run id or a trace id, whose flushed files compaction merges and
+/// that cost it the most CPU: facts, effects, events, the lineage index and span runs (3.7 of
+/// its 4.3 s of CPU per 20 s of agent load; examples/README.md, "Level-0 compactions that wait
+/// for eight files"). Their keys are spread over the whole key space, so each flushed file
+/// overlaps all of the level below, and each compaction out of level 0 writes that level
+/// again: it waits for [`MERGED_L0_TRIGGER`] flushed files, not RocksDB's 4.
+pub const MERGED_CFS: [Cf; 5] = [
+    Cf::Facts,
+    Cf::Effects,
+    Cf::Events,
+    Cf::Lineage,
+    Cf::SpanRuns,
+];
+/// Level-0 files of a column family in [`MERGED_CFS`] that start a compaction: twice as many
+/// flushed bytes per rewrite of the level below. RocksDB slows writes at 20 and stops them at
+/// 36, as for the others.
+pub const MERGED_L0_TRIGGER: i32 = 8;
+
 /// A RocksDB database holding every column family of [`Cf`], with the block cache and write
 /// buffer manager it was opened with (kept for [`KvStore::memory`]).
 pub struct RocksKv {
@@ -240,6 +258,9 @@ fn set_column_family_options(
         // against 1,122; zstd at level -3: 1,398 bytes and 6 % more spans per CPU-second).
         options.set_compression_type(rocksdb::DBCompressionType::Lz4);
         options.set_bottommost_compression_type(rocksdb::DBCompressionType::Lz4);
+        if MERGED_CFS.contains(&cf) {
+            options.set_level_zero_file_num_compaction_trigger(MERGED_L0_TRIGGER);
+        }
         if !APPEND_ONLY_CFS.contains(&cf) {
             // Level 0 (what a flush writes) uncompressed: the first compaction reads it back
             // and writes it again, compressed, so compressing it at the flush was done twice.
@@ -507,6 +528,76 @@ mod tests {
                 assert_eq!(kv.get(cf, &n.to_be_bytes()).unwrap().unwrap(), value);
             }
         }
+    }
+
+    #[test]
+    fn merged_column_families_compact_level_0_at_eight_files_the_others_at_four() {
+        let dir = tempfile::tempdir().unwrap();
+        let kv = RocksKv::open(dir.path()).unwrap();
+        let level_0 = |cf: Cf| {
+            let handle = kv.handle(cf).unwrap();
+            kv.db
+                .property_int_value_cf(handle, "rocksdb.num-files-at-level0")
+                .unwrap()
+                .unwrap()
+        };
+        // Waits (10 s at most) until RocksDB has no compaction to run or running.
+        let settled = || {
+            let started = std::time::Instant::now();
+            while started.elapsed() < std::time::Duration::from_secs(10) {
+                let pending: u64 = [Cf::Facts, Cf::SpanRuns, Cf::Runs]
+                    .into_iter()
+                    .map(|cf| {
+                        let handle = kv.handle(cf).unwrap();
+                        let pending = "rocksdb.compaction-pending";
+                        kv.db.property_int_value_cf(handle, pending).unwrap()
+                    })
+                    .map(Option::unwrap_or_default)
+                    .sum();
+                let running = "rocksdb.num-running-compactions";
+                let busy = pending + kv.db.property_int_value(running).unwrap().unwrap_or(0);
+                if busy == 0 {
+                    return;
+                }
+                std::thread::sleep(std::time::Duration::from_millis(10));
+            }
+            panic!("compactions still pending after 10 s");
+        };
+        let flush = |n: u64| {
+            // Keys spread over the key space, as run ids are: each file overlaps the others.
+            let mut batch = KvBatch::default();
+            for key in 0..100u64 {
+                let key = (key * 7_919 + n).to_be_bytes();
+                for cf in [Cf::Facts, Cf::SpanRuns, Cf::Runs] {
+                    batch.put(cf, &key, vec![n as u8; 100]);
+                }
+            }
+            kv.write(batch, false).unwrap();
+            kv.flush_memtables().unwrap();
+        };
+        for n in 0..7 {
+            flush(n);
+        }
+        settled();
+        // Seven flushed files wait in level 0 of the merged ones; the others were compacted
+        // at four.
+        assert_eq!((level_0(Cf::Facts), level_0(Cf::SpanRuns)), (7, 7));
+        assert!(
+            level_0(Cf::Runs) < 4,
+            "runs: {} level-0 files",
+            level_0(Cf::Runs)
+        );
+        flush(7);
+        settled();
+        assert!(
+            level_0(Cf::Facts) < 8,
+            "facts: {} level-0 files",
+            level_0(Cf::Facts)
+        );
+        assert_eq!(
+            kv.get(Cf::Facts, &7u64.to_be_bytes()).unwrap(),
+            Some(vec![7; 100])
+        );
     }
 
     #[test]
