@@ -932,7 +932,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let kv = RocksKv::open(dir.path()).unwrap();
         // Three flushes of a probed column family (index and filter blocks in each file), below
-        // the four files that start a compaction: three level-0 files.
+        // the files that start a compaction (eight in facts): three level-0 files.
         let mut state = 0x2545_f491_4f6c_dd1du64;
         let keys = 2048u64;
         for file in 0..3u64 {
