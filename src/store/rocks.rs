@@ -110,6 +110,20 @@ pub const MERGED_CFS: [Cf; 5] = [
 /// flushed bytes per rewrite of the level below. RocksDB slows writes at 20 and stops them at
 /// 36, as for the others.
 pub const MERGED_L0_TRIGGER: i32 = 8;
+/// Bytes a flush or a compaction writes to a table file before RocksDB starts writing them
+/// back to the disk (`bytes_per_sync`), so a finished file is never megabytes of dirty pages
+/// handed to the disk at once. Each commit's `fdatasync` of the write-ahead log waits for the
+/// data queued on the disk before it: a 12 MB flush of facts written back at its end held
+/// acknowledgements up for 20-50 ms (examples/README.md, "Acknowledgements held up by
+/// flushes"). 256 KiB measured alike.
+pub const BACKGROUND_SYNC_BYTES: u64 = 1024 * 1024;
+/// Bytes per second that flushes and compactions may write together (RocksDB's rate limiter,
+/// writes only): on a disk that takes about 250 MB/s, a flush written at full speed fills its
+/// queue for tens of milliseconds. Agent load on two cores flushes and compacts about 25 MB/s.
+pub const BACKGROUND_WRITE_BYTES_PER_SEC: i64 = 100 * 1024 * 1024;
+/// How often the rate limiter hands out its bytes: every 10 ms, so at most about 1 MiB at once
+/// (RocksDB's default of 100 ms would let a whole 10 MiB burst through).
+pub const BACKGROUND_WRITE_REFILL_MICROS: i64 = 10_000;
 
 /// A RocksDB database holding every column family of [`Cf`], with the block cache and write
 /// buffer manager it was opened with (kept for [`KvStore::memory`]).
@@ -146,6 +160,13 @@ impl RocksKv {
         options.create_if_missing(true);
         options.create_missing_column_families(true);
         options.increase_parallelism(2);
+        options.set_env(&background_env()?);
+        options.set_bytes_per_sync(BACKGROUND_SYNC_BYTES);
+        options.set_ratelimiter(
+            BACKGROUND_WRITE_BYTES_PER_SEC,
+            BACKGROUND_WRITE_REFILL_MICROS,
+            10,
+        );
         options.set_write_buffer_manager(&write_buffers);
         options.set_max_total_wal_size(MAX_WAL_BYTES);
         options.set_max_open_files(table_files);
@@ -213,6 +234,19 @@ impl RocksKv {
             .filter_map(|h| self.db.property_int_value_cf(h, property).ok().flatten())
             .fold(0u64, u64::saturating_add)
     }
+}
+
+/// RocksDB's environment with its flush and compaction threads at the lowest CPU priority
+/// (nice 19): on two cores they shared the CPU with the writer and the receivers, and a flush's
+/// tens of milliseconds of CPU showed in the acknowledgements' p99. They run on what the
+/// ingest path leaves; when that is nothing, the writers wait at the memtable budget and so
+/// leave them the CPU. The environment is the process's one default, so every database opened
+/// shares its threads.
+fn background_env() -> Result<rocksdb::Env, StoreError> {
+    let mut env = rocksdb::Env::new()?;
+    env.lower_thread_pool_cpu_priority();
+    env.lower_high_priority_thread_pool_cpu_priority();
+    Ok(env)
 }
 
 /// Bytes of RocksDB's encoding of `batch`: a 12-byte header, and per write a tag, a column
@@ -483,6 +517,72 @@ mod tests {
                 state.to_le_bytes()
             })
             .collect()
+    }
+
+    /// The nice value of each of this process's threads named `name`.
+    fn nice_of_threads(name: &str) -> Vec<i64> {
+        std::fs::read_dir("/proc/self/task")
+            .unwrap()
+            .filter_map(|task| task.ok())
+            .filter(|task| {
+                std::fs::read_to_string(task.path().join("comm"))
+                    .is_ok_and(|comm| comm.trim() == name)
+            })
+            .filter_map(|task| {
+                let stat = std::fs::read_to_string(task.path().join("stat")).ok()?;
+                // Fields after the parenthesised name: state is the 3rd field, nice the 19th.
+                let after_name = &stat[stat.rfind(')')? + 2..];
+                after_name.split(' ').nth(16)?.parse().ok()
+            })
+            .collect()
+    }
+
+    #[test]
+    fn flushes_and_compactions_write_back_as_they_go_at_the_lowest_cpu_priority() {
+        let dir = tempfile::tempdir().unwrap();
+        let kv = RocksKv::open(dir.path()).unwrap();
+        let mut state = 0x9e37_79b9_7f4a_7c15;
+        for _ in 0..2 {
+            let mut batch = KvBatch::default();
+            for n in 0..64u64 {
+                batch.put(
+                    Cf::Facts,
+                    &n.to_be_bytes(),
+                    incompressible(&mut state, 4096),
+                );
+            }
+            kv.write(batch, false).unwrap();
+            kv.flush_memtables().unwrap();
+        }
+        kv.compact().unwrap();
+        // A pool's threads lower their priority when they take their next job: the flushes
+        // and the compaction ran on them.
+        let (high, low) = (
+            nice_of_threads("rocksdb:high"),
+            nice_of_threads("rocksdb:low"),
+        );
+        assert!(
+            !high.is_empty() && !low.is_empty(),
+            "threads {high:?} {low:?}"
+        );
+        assert!(
+            high.iter().any(|nice| *nice == 19),
+            "flush threads {high:?}"
+        );
+        assert!(
+            low.iter().any(|nice| *nice == 19),
+            "compaction threads {low:?}"
+        );
+        // The options RocksDB persisted: table files written back every MiB.
+        let options: Vec<String> = std::fs::read_dir(dir.path())
+            .unwrap()
+            .filter_map(|e| e.ok())
+            .filter(|e| e.file_name().to_string_lossy().starts_with("OPTIONS-"))
+            .map(|e| std::fs::read_to_string(e.path()).unwrap())
+            .collect();
+        let line = format!("  bytes_per_sync={BACKGROUND_SYNC_BYTES}\n");
+        assert!(!options.is_empty());
+        assert!(options.iter().all(|o| o.contains(&line)), "{options:?}");
     }
 
     #[test]
