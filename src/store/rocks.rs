@@ -581,6 +581,37 @@ mod tests {
     }
 
     #[test]
+    fn flushes_write_no_faster_than_the_background_rate() {
+        let dir = tempfile::tempdir().unwrap();
+        let kv = RocksKv::open(dir.path()).unwrap();
+        // 24 MiB that does not compress, in two column families flushed uncompressed: under
+        // the memtable budget, so nothing is flushed before it is asked for.
+        let mut state = 0x2545_f491_4f6c_dd1d;
+        let (cfs, per_cf) = ([Cf::Facts, Cf::Events], 12u64 << 20);
+        for cf in cfs {
+            for chunk in 0..per_cf / (1 << 20) {
+                let mut batch = KvBatch::default();
+                for n in 0..16u64 {
+                    let key = (chunk * 16 + n).to_be_bytes();
+                    batch.put(cf, &key, incompressible(&mut state, 64 * 1024));
+                }
+                kv.write(batch, false).unwrap();
+            }
+        }
+        let started = std::time::Instant::now();
+        let flushed = kv.flush_memtables().unwrap();
+        let took = started.elapsed();
+        assert!(flushed >= 2 * per_cf, "flushed {flushed} bytes");
+        // The rate limiter lets about 1 MiB through every 10 ms: at least 0.24 s for 24 MiB
+        // (a disk of 250 MB/s takes 0.1 s). Less than 0.2 s means no limiter.
+        let least = (2 * per_cf) as f64 / BACKGROUND_WRITE_BYTES_PER_SEC as f64;
+        assert!(
+            took.as_secs_f64() >= least * 0.8,
+            "flushed {flushed} bytes in {took:?}, under {least} s"
+        );
+    }
+
+    #[test]
     fn table_files_are_compressed_where_they_stay_and_the_outbox_never() {
         let dir = tempfile::tempdir().unwrap();
         let kv = RocksKv::open(dir.path()).unwrap();
