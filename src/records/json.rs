@@ -15,68 +15,82 @@ const RECORD: &str = "JSON record";
 /// back. [`encode`] refuses one.
 pub const MAX_RECORD_DEPTH: usize = 127;
 
-/// How deep the arrays and objects of a JSON document nest (0 for a scalar); one pass over its
-/// bytes, the insides of strings (most of a record's bytes) skipped eight bytes at a time.
-pub fn json_depth(bytes: &[u8]) -> usize {
-    let (mut depth, mut deepest) = (0usize, 0usize);
-    let mut at = 0;
-    while let Some(&b) = bytes.get(at) {
-        at += 1;
-        match b {
-            b'"' => at = string_end(bytes, at),
-            b'[' | b'{' => {
-                depth += 1;
-                deepest = deepest.max(depth);
-            }
-            b']' | b'}' => depth = depth.saturating_sub(1),
-            _ => {}
-        }
-    }
-    deepest
+/// serde_json's compact output, counting how deep arrays and objects nest as they are written,
+/// so the depth of a record is known without reading its bytes again.
+struct DepthCount<'a> {
+    depth: &'a mut usize,
+    deepest: &'a mut usize,
 }
 
-/// The index just past the quote closing the string whose contents start at `at` (the end of
-/// `bytes` when it is not closed); an escaped byte never closes it.
-fn string_end(bytes: &[u8], mut at: usize) -> usize {
-    const ONES: u64 = 0x0101_0101_0101_0101;
-    const HIGHS: u64 = 0x8080_8080_8080_8080;
-    // True when one of the word's bytes is zero.
-    let zero_byte = |v: u64| v.wrapping_sub(ONES) & !v & HIGHS != 0;
-    loop {
-        // Eight bytes at a time while none of them is a quote or a backslash.
-        while let Some(chunk) = bytes.get(at..at + 8) {
-            let mut word = [0u8; 8];
-            word.copy_from_slice(chunk);
-            let w = u64::from_le_bytes(word);
-            if zero_byte(w ^ (ONES * u64::from(b'"'))) || zero_byte(w ^ (ONES * u64::from(b'\\'))) {
-                break;
-            }
-            at += 8;
-        }
-        match bytes.get(at) {
-            None => return bytes.len(),
-            Some(b'"') => return at + 1,
-            Some(b'\\') => at += 2,
-            Some(_) => at += 1,
-        }
+impl DepthCount<'_> {
+    fn open(&mut self) {
+        *self.depth += 1;
+        *self.deepest = (*self.deepest).max(*self.depth);
+    }
+
+    fn close(&mut self) {
+        *self.depth = self.depth.saturating_sub(1);
+    }
+}
+
+impl serde_json::ser::Formatter for DepthCount<'_> {
+    fn begin_array<W: ?Sized + std::io::Write>(&mut self, writer: &mut W) -> std::io::Result<()> {
+        self.open();
+        writer.write_all(b"[")
+    }
+
+    fn end_array<W: ?Sized + std::io::Write>(&mut self, writer: &mut W) -> std::io::Result<()> {
+        self.close();
+        writer.write_all(b"]")
+    }
+
+    fn begin_object<W: ?Sized + std::io::Write>(&mut self, writer: &mut W) -> std::io::Result<()> {
+        self.open();
+        writer.write_all(b"{")
+    }
+
+    fn end_object<W: ?Sized + std::io::Write>(&mut self, writer: &mut W) -> std::io::Result<()> {
+        self.close();
+        writer.write_all(b"}")
     }
 }
 
 /// The JSON form of a record, or why it cannot be stored (it does not serialise, or it would
 /// not read back).
 pub fn encode<T: Serialize + ?Sized>(value: &T) -> Result<Vec<u8>, RecordError> {
+    let mut bytes = Vec::new();
+    encode_into(value, &mut bytes)?;
+    Ok(bytes)
+}
+
+/// Appends the JSON form of a record to `out`, or gives why it cannot be stored (it does not
+/// serialise, or it would not read back); on an error `out` is as it was. The nesting is counted
+/// while the record is written (serde_json's compact output, byte for byte).
+pub fn encode_into<T: Serialize + ?Sized>(value: &T, out: &mut Vec<u8>) -> Result<(), RecordError> {
     let error = |reason: String| RecordError {
         record: RECORD,
         reason,
     };
-    let bytes = serde_json::to_vec(value).map_err(|e| error(e.to_string()))?;
-    let depth = json_depth(&bytes);
-    if depth > MAX_RECORD_DEPTH {
+    let start = out.len();
+    let (mut depth, mut deepest) = (0, 0);
+    let formatter = DepthCount {
+        depth: &mut depth,
+        deepest: &mut deepest,
+    };
+    let written = value.serialize(&mut serde_json::Serializer::with_formatter(
+        &mut *out, formatter,
+    ));
+    if let Err(e) = written {
+        out.truncate(start);
+        return Err(error(e.to_string()));
+    }
+    if deepest > MAX_RECORD_DEPTH {
+        out.truncate(start);
         return Err(error(format!(
-            "the record nests {depth} levels deep, more than the {MAX_RECORD_DEPTH} a stored record may (it could not be read back)"
+            "the record nests {deepest} levels deep, more than the {MAX_RECORD_DEPTH} a stored record may (it could not be read back)"
         )));
     }
-    Ok(bytes)
+    Ok(())
 }
 
 /// Decodes a JSON record.
@@ -92,7 +106,8 @@ mod tests {
     use super::*;
     use serde_json::Value;
 
-    /// The byte-at-a-time depth count [`json_depth`] skips strings faster than.
+    /// How deep the arrays and objects of a JSON document nest, one byte at a time (strings
+    /// and their escapes skipped): what [`encode`] counts as it writes.
     fn depth_byte_by_byte(bytes: &[u8]) -> usize {
         let (mut depth, mut deepest) = (0usize, 0usize);
         let (mut in_string, mut escaped) = (false, false);
@@ -120,25 +135,58 @@ mod tests {
         deepest
     }
 
-    proptest::proptest! {
-        /// Skipping strings a word at a time counts what the byte-at-a-time scan counts, on
-        /// any bytes (brackets, quotes and backslashes inside and outside strings, cut
-        /// anywhere).
-        #[test]
-        fn word_skipping_depth_equals_byte_by_byte(
-            picks in proptest::collection::vec(0u8..12, 0..200),
-        ) {
-            let alphabet = b"[]{}\"\\ax:,\x80";
-            let bytes: Vec<u8> = picks.iter().map(|&p| alphabet[usize::from(p) % alphabet.len()]).collect();
-            proptest::prop_assert_eq!(json_depth(&bytes), depth_byte_by_byte(&bytes));
-        }
+    /// JSON values with strings full of brackets, quotes and backslashes, nested up to
+    /// `levels` arrays and objects deep.
+    fn values(levels: u32) -> impl proptest::strategy::Strategy<Value = Value> {
+        use proptest::prelude::*;
+        let leaf = prop_oneof![
+            Just(Value::Null),
+            any::<bool>().prop_map(Value::from),
+            any::<i64>().prop_map(Value::from),
+            "[\\[\\]{}\"\\\\a ]{0,12}".prop_map(Value::from),
+        ];
+        leaf.prop_recursive(levels, 64, 4, |inner| {
+            prop_oneof![
+                proptest::collection::vec(inner.clone(), 0..4).prop_map(Value::Array),
+                proptest::collection::btree_map("[\\[{\"a]{0,4}", inner, 0..4)
+                    .prop_map(|m| Value::Object(m.into_iter().collect())),
+            ]
+        })
     }
 
-    #[test]
-    fn strings_longer_than_a_word_hide_their_brackets() {
-        let doc = br#"{"a":"[[[[[[[[[[[[[[[[ \" [[[[ ","b":[["x\\"],{"c":"]]]]]]]]]]]]"}]}"#;
-        assert_eq!(json_depth(doc), 3);
-        assert_eq!(json_depth(doc), depth_byte_by_byte(doc));
+    proptest::proptest! {
+        /// A record is written byte for byte as serde_json writes it, its depth counted as
+        /// the byte-at-a-time scan counts it, appended after what the buffer held.
+        #[test]
+        fn records_encode_as_serde_json_and_count_their_depth(value in values(8)) {
+            let expected = serde_json::to_vec(&value).unwrap();
+            proptest::prop_assert_eq!(&encode(&value).unwrap(), &expected);
+            let mut out = b"kept".to_vec();
+            encode_into(&value, &mut out).unwrap();
+            proptest::prop_assert_eq!(&out[..4], b"kept");
+            proptest::prop_assert_eq!(&out[4..], &expected[..]);
+        }
+
+        /// Around the limit, a record is refused exactly when it nests deeper than a stored
+        /// record may, however its arrays and objects mix and whatever brackets its strings hold.
+        #[test]
+        fn records_past_the_depth_limit_are_refused(
+            levels in (MAX_RECORD_DEPTH - 3)..(MAX_RECORD_DEPTH + 4),
+            objects in proptest::collection::vec(proptest::bool::ANY, MAX_RECORD_DEPTH + 4),
+            noise in values(2),
+        ) {
+            let mut value = noise.clone();
+            for &object in &objects[..levels] {
+                value = if object {
+                    serde_json::json!({"[[{": "]]}}", "v": value, "w": noise})
+                } else {
+                    serde_json::json!(["{{[\\\"", value, noise])
+                };
+            }
+            let depth = depth_byte_by_byte(&serde_json::to_vec(&value).unwrap());
+            proptest::prop_assert!(depth >= levels);
+            proptest::prop_assert_eq!(encode(&value).is_err(), depth > MAX_RECORD_DEPTH);
+        }
     }
 
     /// A JSON array nested `depth` levels.
@@ -154,14 +202,19 @@ mod tests {
     fn the_deepest_record_allowed_reads_back_and_a_deeper_one_is_refused() {
         let deepest = nested(MAX_RECORD_DEPTH);
         let bytes = encode(&deepest).unwrap();
-        assert_eq!(json_depth(&bytes), MAX_RECORD_DEPTH);
+        assert_eq!(depth_byte_by_byte(&bytes), MAX_RECORD_DEPTH);
         assert_eq!(decode::<Value>(&bytes).unwrap(), deepest);
         let too_deep = nested(MAX_RECORD_DEPTH + 1);
         assert!(serde_json::from_slice::<Value>(&serde_json::to_vec(&too_deep).unwrap()).is_err());
         let error = encode(&too_deep).unwrap_err();
-        assert!(error.reason.contains("levels deep"), "{error}");
+        assert!(error.reason.contains("128 levels deep"), "{error}");
+        // A refused record leaves the buffer it was to be appended to as it was.
+        let mut out = b"kept".to_vec();
+        assert!(encode_into(&too_deep, &mut out).is_err());
+        assert_eq!(out, b"kept");
         // Brackets inside strings do not count.
-        assert_eq!(json_depth(br#"{"a":"[[[[\"{{"}"#), 1);
+        let stringy = serde_json::json!({"a": "[[[[\"{{", "b": [["]]]]\\"]]});
+        assert_eq!(depth_byte_by_byte(&encode(&stringy).unwrap()), 3);
         assert!(decode::<Value>(b"{not json").is_err());
     }
 }

@@ -61,7 +61,7 @@ pub use readback::Unreadable;
 pub use rocks::RocksKv;
 
 // Kept at their old paths for the callers of before the record layer.
-pub use crate::records::json::{json_depth, MAX_RECORD_DEPTH};
+pub use crate::records::json::MAX_RECORD_DEPTH;
 pub use crate::records::{request_start, ModelRequestRecord};
 
 /// The snapshot record codec, at its old path (see [`crate::records::snapshot`]).
