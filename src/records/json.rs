@@ -66,7 +66,7 @@ pub fn encode<T: Serialize + ?Sized>(value: &T) -> Result<Vec<u8>, RecordError> 
 /// Appends the JSON form of a record to `out`, or gives why it cannot be stored (it does not
 /// serialise, or it would not read back); on an error `out` is as it was. The nesting is counted
 /// while the record is written (serde_json's compact output, byte for byte).
-pub fn encode_into<T: Serialize + ?Sized>(value: &T, out: &mut Vec<u8>) -> Result<(), RecordError> {
+fn encode_into<T: Serialize + ?Sized>(value: &T, out: &mut Vec<u8>) -> Result<(), RecordError> {
     let error = |reason: String| RecordError {
         record: RECORD,
         reason,
