@@ -8,7 +8,7 @@
 
 use serde_json::Value;
 
-use super::parts;
+use super::parts::{self, PartFields};
 use super::{Fields, History, Out};
 use crate::obj;
 
@@ -43,9 +43,10 @@ pub fn render(history: &History) -> (Fields<'_>, Vec<String>) {
         let assistant = role == "assistant";
         let mut blocks: Vec<Out> = Vec::new();
         for (pi, part) in parts::parts(message).iter().enumerate() {
-            match parts::kind(part) {
+            let f = PartFields::of(part);
+            match f.kind {
                 "text" => {
-                    let t = parts::text(part);
+                    let t = f.text();
                     if !t.is_empty() {
                         blocks.push(obj! {"type" => "text", "text" => parts::cow_out(t)});
                     }
@@ -54,8 +55,8 @@ pub fn render(history: &History) -> (Fields<'_>, Vec<String>) {
                     if !pairing.skip(mi, pi) {
                         blocks.push(obj! {
                             "type" => "tool_use",
-                            "id" => parts::field(part, "id"),
-                            "name" => parts::field(part, "name"),
+                            "id" => f.id_str(),
+                            "name" => f.name_str().unwrap_or(""),
                             "input" => parts::arguments_object(part),
                         });
                     }
@@ -65,10 +66,10 @@ pub fn render(history: &History) -> (Fields<'_>, Vec<String>) {
                     if pairing.skip(mi, pi) {
                         continue;
                     }
-                    let (text, _) = parts::result_text(parts::tool_result(part));
+                    let (text, _) = parts::result_text(f.result());
                     let mut block = obj! {
                         "type" => "tool_result",
-                        "tool_use_id" => parts::field(part, "id"),
+                        "tool_use_id" => f.id_str(),
                     };
                     // Text blocks must not be empty: an empty result has no content.
                     if !text.is_empty() {
@@ -87,7 +88,7 @@ pub fn render(history: &History) -> (Fields<'_>, Vec<String>) {
                     } else {
                         blocks.push(obj! {
                             "type" => "thinking",
-                            "thinking" => parts::text_out(part),
+                            "thinking" => parts::cow_out(f.text()),
                             "signature" => signature,
                         });
                     }

@@ -11,7 +11,7 @@ use std::collections::{HashMap, VecDeque};
 
 use serde_json::Value;
 
-use super::parts;
+use super::parts::{self, PartFields};
 use super::{Fields, History, Out};
 use crate::obj;
 
@@ -56,18 +56,19 @@ pub fn render(history: &History) -> (Fields<'_>, Vec<String>) {
         let mut out: Vec<Out> = Vec::new();
         let mut signed_call = false;
         for (pi, part) in parts::parts(message).iter().enumerate() {
-            match parts::kind(part) {
-                "text" => out.push(obj! {"text" => parts::text_out(part)}),
+            let f = PartFields::of(part);
+            match f.kind {
+                "text" => out.push(obj! {"text" => parts::cow_out(f.text())}),
                 "tool_call" if model => {
-                    let id = parts::field(part, "id");
+                    let id = f.id_str();
                     open_calls
                         .entry(id)
                         .or_default()
-                        .push_back(parts::field(part, "name"));
+                        .push_back(f.name_str().unwrap_or(""));
                     if !pairing.skip(mi, pi) {
                         let mut p = obj! {"functionCall" => obj! {
                             "id" => id,
-                            "name" => parts::field(part, "name"),
+                            "name" => f.name_str().unwrap_or(""),
                             "args" => parts::arguments_object(part),
                         }};
                         // The first call of a turn must carry a thought signature; a history
@@ -86,12 +87,12 @@ pub fn render(history: &History) -> (Fields<'_>, Vec<String>) {
                 "tool_call_response" if !model => {
                     let outcome = outcomes.of(mi, pi);
                     let answered = open_calls
-                        .get_mut(parts::field(part, "id"))
+                        .get_mut(f.id_str())
                         .and_then(VecDeque::pop_front);
                     if pairing.skip(mi, pi) {
                         continue;
                     }
-                    let value = parts::tool_result(part);
+                    let value = f.result();
                     let response = if outcome.is_error() {
                         obj! {"error" => parts::cow_out(parts::result_text(value).0)}
                     } else {
@@ -102,7 +103,7 @@ pub fn render(history: &History) -> (Fields<'_>, Vec<String>) {
                         }
                     };
                     out.push(obj! {"functionResponse" => obj! {
-                        "id" => parts::field(part, "id"),
+                        "id" => f.id_str(),
                         "name" => response_name(answered, part),
                         "response" => response,
                     }});
@@ -115,7 +116,7 @@ pub fn render(history: &History) -> (Fields<'_>, Vec<String>) {
                         ));
                     } else {
                         out.push(obj! {
-                            "text" => parts::text_out(part),
+                            "text" => parts::cow_out(f.text()),
                             "thought" => true,
                             "thoughtSignature" => signature,
                         });

@@ -75,6 +75,9 @@ pub struct History {
     pub messages: Arc<[Arc<Value>]>,
     /// Their hashes, in order.
     pub hashes: Arc<[MessageHash]>,
+    /// False when no message names a blob of the media store (known from the store's read:
+    /// [`ResolvedHistory::may_name_media`](crate::store::ResolvedHistory::may_name_media)).
+    pub may_name_media: bool,
     /// System instructions in force at the snapshot (array of parts).
     pub system_instructions: Option<Value>,
     /// How each entry of the run's tool-effect ledger ended (shared with the [`ContextCache`]).
@@ -90,6 +93,12 @@ pub struct History {
 }
 
 impl History {
+    /// True when some message names a blob of the media store (looked for only when the
+    /// store's read found the media scheme in some message).
+    pub fn holds_media(&self) -> bool {
+        self.may_name_media && crate::media::holds_references(self.messages.iter().map(|m| &**m))
+    }
+
     /// The model request whose output contains the message, if any: the run's own, else the
     /// nearest continued run's.
     pub fn producer_of(&self, hash: &MessageHash) -> Option<&ModelRequestRecord> {
@@ -213,6 +222,7 @@ pub fn load(
         snapshot: chosen,
         messages: resolved.messages,
         hashes: resolved.hashes,
+        may_name_media: resolved.may_name_media,
         system_instructions,
         effects: context.effects,
         unresolved: context.unresolved,

@@ -5,6 +5,7 @@
 //! a time (vector compares) and everything before it goes out with one `extend_from_slice`.
 
 use super::Out;
+use crate::domain::timestamp_bytes;
 use serde_json::{Number, Value};
 
 /// Writes `out` as compact JSON to the end of `buf`.
@@ -15,6 +16,12 @@ pub(super) fn write_out(buf: &mut Vec<u8>, out: &Out<'_>) {
         Out::U64(n) => buf.extend_from_slice(itoa::Buffer::new().format(*n).as_bytes()),
         Out::Str(s) => write_str(buf, s),
         Out::String(s) => write_str(buf, s),
+        Out::Timestamp(t) => {
+            // Digits, `-`, `:`, `.`, `T` and `Z`: nothing to escape.
+            buf.push(b'"');
+            buf.extend_from_slice(&timestamp_bytes(*t));
+            buf.push(b'"');
+        }
         Out::Raw(v) => write_value(buf, v),
         Out::Value(v) => write_value(buf, v),
         Out::Array(items) => {
@@ -181,11 +188,42 @@ fn next_escape_narrow(bytes: &[u8]) -> Option<usize> {
         .map(|i| at + i)
 }
 
+/// Strings up to this long are checked whole with at most two word compares (see
+/// [`short_is_plain`]).
+const SHORT: usize = 16;
+
+/// True when no byte of `bytes` (at most [`SHORT`] long) needs an escape: two overlapping
+/// eight-byte words cover 8 to 16 bytes, two overlapping four-byte ones (padded with spaces)
+/// cover 4 to 7, and shorter strings are looked at byte by byte. A word is flagged only when
+/// one of its bytes needs an escape ([`needs_escape`]'s spurious flags follow a true one).
+#[inline]
+fn short_is_plain(bytes: &[u8]) -> bool {
+    const SPACES: u64 = 0x2020_2020_0000_0000;
+    if let (Some(head), Some(tail)) = (bytes.first_chunk::<8>(), bytes.last_chunk::<8>()) {
+        let (head, tail) = (u64::from_le_bytes(*head), u64::from_le_bytes(*tail));
+        return (needs_escape(head) | needs_escape(tail)) == 0;
+    }
+    if let (Some(head), Some(tail)) = (bytes.first_chunk::<4>(), bytes.last_chunk::<4>()) {
+        let head = u64::from(u32::from_le_bytes(*head)) | SPACES;
+        let tail = u64::from(u32::from_le_bytes(*tail)) | SPACES;
+        return (needs_escape(head) | needs_escape(tail)) == 0;
+    }
+    bytes.iter().all(|&b| ESCAPE[usize::from(b)] == 0)
+}
+
 /// Writes `s` as a JSON string (quoted and escaped) to the end of `buf`.
 pub(super) fn write_str(buf: &mut Vec<u8>, s: &str) {
     static HEX: [u8; 16] = *b"0123456789abcdef";
     let bytes = s.as_bytes();
     buf.reserve(bytes.len() + 2);
+    // Most strings of an answer are short and plain (the formats' keys and kinds, ids): looked
+    // at byte by byte and copied in one go, without setting up the chunked search.
+    if bytes.len() <= SHORT && short_is_plain(bytes) {
+        buf.push(b'"');
+        buf.extend_from_slice(bytes);
+        buf.push(b'"');
+        return;
+    }
     buf.push(b'"');
     let mut start = 0;
     while let Some(offset) = next_escape(&bytes[start..]) {

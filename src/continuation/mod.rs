@@ -148,6 +148,7 @@ mod tests {
             snapshot,
             hashes: messages.iter().map(MessageHash::of).collect(),
             messages: messages.into_iter().map(Arc::new).collect(),
+            may_name_media: true,
             system_instructions: instructions.map(|t| json!([{"type": "text", "content": t}])),
             effects: Default::default(),
             unresolved: Arc::from(Vec::new()),

@@ -9,7 +9,7 @@
 
 use serde_json::Value;
 
-use super::parts::{self, Pairing};
+use super::parts::{self, Pairing, PartFields};
 use super::{Fields, History, Out};
 use crate::obj;
 
@@ -43,14 +43,15 @@ pub fn render(history: &History) -> (Fields<'_>, Vec<String>) {
         }
         let mut content: Vec<Out> = Vec::new();
         for (pi, part) in parts::parts(message).iter().enumerate() {
-            match parts::kind(part) {
+            let f = PartFields::of(part);
+            match f.kind {
                 "tool_call_response" => {
                     let outcome = outcomes.of(mi, pi);
                     if pairing.skip(mi, pi) {
                         continue;
                     }
                     let text = parts::tool_result_text(
-                        part,
+                        &f,
                         outcome,
                         mi,
                         FORMAT,
@@ -59,12 +60,12 @@ pub fn render(history: &History) -> (Fields<'_>, Vec<String>) {
                     );
                     out.push(obj! {
                         "role" => "tool",
-                        "tool_call_id" => parts::field(part, "id"),
+                        "tool_call_id" => f.id_str(),
                         "content" => text,
                     });
                     open = open.saturating_sub(1);
                 }
-                "text" => content.push(obj! {"type" => "text", "text" => parts::text_out(part)}),
+                "text" => content.push(obj! {"type" => "text", "text" => parts::cow_out(f.text())}),
                 "blob" | "uri" => {
                     if let Some(c) = media(part, mi, &mut warnings) {
                         content.push(c);
@@ -112,13 +113,14 @@ fn assistant<'a>(
     let mut texts: Vec<std::borrow::Cow<'a, str>> = Vec::new();
     let mut calls: Vec<Out> = Vec::new();
     for (pi, part) in parts::parts(message).iter().enumerate() {
-        match parts::kind(part) {
-            "text" => texts.push(parts::text(part)),
+        let f = PartFields::of(part);
+        match f.kind {
+            "text" => texts.push(f.text()),
             "tool_call" if !pairing.skip(mi, pi) => calls.push(obj! {
-                "id" => parts::field(part, "id"),
+                "id" => f.id_str(),
                 "type" => "function",
                 "function" => obj! {
-                    "name" => parts::field(part, "name"),
+                    "name" => f.name_str().unwrap_or(""),
                     "arguments" => parts::arguments_text(part),
                 },
             }),

@@ -8,7 +8,7 @@
 
 use serde_json::Value;
 
-use super::parts;
+use super::parts::{self, PartFields};
 use super::{Fields, History, Out};
 use crate::obj;
 
@@ -54,12 +54,13 @@ pub fn render<'h>(history: &'h History) -> (Fields<'h>, Vec<String>) {
             }
         };
         for (pi, part) in parts::parts(message).iter().enumerate() {
-            match parts::kind(part) {
+            let f = PartFields::of(part);
+            match f.kind {
                 "text" if role == "assistant" => {
-                    content.push(obj! {"type" => "output_text", "text" => parts::text_out(part)})
+                    content.push(obj! {"type" => "output_text", "text" => parts::cow_out(f.text())})
                 }
                 "text" => {
-                    content.push(obj! {"type" => "input_text", "text" => parts::text_out(part)})
+                    content.push(obj! {"type" => "input_text", "text" => parts::cow_out(f.text())})
                 }
                 "tool_call" => {
                     if pairing.skip(mi, pi) {
@@ -68,8 +69,8 @@ pub fn render<'h>(history: &'h History) -> (Fields<'h>, Vec<String>) {
                     flush(&mut content, &mut input);
                     input.push(obj! {
                         "type" => "function_call",
-                        "call_id" => parts::field(part, "id"),
-                        "name" => parts::field(part, "name"),
+                        "call_id" => f.id_str(),
+                        "name" => f.name_str().unwrap_or(""),
                         "arguments" => parts::arguments_text(part),
                     });
                 }
@@ -80,7 +81,7 @@ pub fn render<'h>(history: &'h History) -> (Fields<'h>, Vec<String>) {
                     }
                     flush(&mut content, &mut input);
                     let text = parts::tool_result_text(
-                        part,
+                        &f,
                         outcome,
                         mi,
                         FORMAT,
@@ -89,7 +90,7 @@ pub fn render<'h>(history: &'h History) -> (Fields<'h>, Vec<String>) {
                     );
                     input.push(obj! {
                         "type" => "function_call_output",
-                        "call_id" => parts::field(part, "id"),
+                        "call_id" => f.id_str(),
                         "output" => text,
                     });
                 }

@@ -4,6 +4,7 @@
 //! `serde_json::Value`s spent most of a continuation's time allocating, copying and freeing.
 
 use super::json_writer;
+use crate::domain::{format_timestamp, Nanos};
 use serde::ser::{Serialize, SerializeMap, SerializeSeq, Serializer};
 use serde_json::{Map, Value};
 
@@ -20,6 +21,8 @@ pub enum Out<'a> {
     Str(&'a str),
     /// A string made while rendering.
     String(String),
+    /// A time as RFC 3339 text ([`format_timestamp`]), written without making a `String`.
+    Timestamp(Nanos),
     /// A value of the history, serialised as it is.
     Raw(&'a Value),
     /// A value made while rendering.
@@ -104,6 +107,7 @@ impl<'a> Out<'a> {
             Out::U64(n) => Value::from(*n),
             Out::Str(s) => Value::String((*s).to_string()),
             Out::String(s) => Value::String(s.clone()),
+            Out::Timestamp(t) => Value::String(format_timestamp(*t)),
             Out::Raw(v) => (*v).clone(),
             Out::Value(v) => v.clone(),
             Out::Array(items) => Value::Array(items.iter().map(Out::to_value).collect()),
@@ -126,6 +130,7 @@ impl Serialize for Out<'_> {
             Out::U64(n) => serializer.serialize_u64(*n),
             Out::Str(s) => serializer.serialize_str(s),
             Out::String(s) => serializer.serialize_str(s),
+            Out::Timestamp(t) => serializer.serialize_str(&format_timestamp(*t)),
             Out::Raw(v) => v.serialize(serializer),
             Out::Value(v) => v.serialize(serializer),
             Out::Array(items) => {
@@ -221,6 +226,7 @@ mod tests {
             "made" => json!({"x": true}),
             "list" => vec![Out::Null, Out::from(false), Out::from("q\"uote".to_string())],
             "none" => None::<&str>,
+            "at" => Out::Timestamp(1_795_860_000_123_456_789),
         };
         out.set("text", "bye");
         out.set("added", 1u32);
@@ -231,7 +237,8 @@ mod tests {
         assert_eq!(
             parsed,
             json!({"text": "bye", "n": 3, "raw": {"a": [1, "two", null]}, "made": {"x": true},
-                   "list": [null, false, "q\"uote"], "none": null, "added": 1})
+                   "list": [null, false, "q\"uote"], "none": null,
+                   "at": "2026-11-28T10:00:00.123456789Z", "added": 1})
         );
         assert_eq!(out.get("n"), Some(&Out::U64(3)));
         assert_eq!(out.get("text").and_then(Out::as_str), Some("bye"));

@@ -48,6 +48,77 @@ pub fn parts(message: &Value) -> &[Value] {
         .unwrap_or(&[])
 }
 
+/// The fields of a part that renderers read most, found in one pass over its keys (a long
+/// history has thousands of parts; a lookup per field searches the part's keys each time).
+#[derive(Debug, Default, Clone, Copy)]
+pub struct PartFields<'a> {
+    /// `type` as a string (empty when absent or not a string).
+    pub kind: &'a str,
+    /// `content`.
+    pub content: Option<&'a Value>,
+    /// `id`.
+    pub id: Option<&'a Value>,
+    /// `name`.
+    pub name: Option<&'a Value>,
+    /// `arguments`.
+    pub arguments: Option<&'a Value>,
+    /// `response`, else `result`: the result a `tool_call_response` carries.
+    pub result: Option<&'a Value>,
+    /// `outcome` as a string.
+    pub outcome: Option<&'a str>,
+}
+
+impl<'a> PartFields<'a> {
+    /// The fields of `part` (all absent for a part that is not an object).
+    pub fn of(part: &'a Value) -> Self {
+        let mut fields = Self::default();
+        let Some(map) = part.as_object() else {
+            return fields;
+        };
+        let mut response = None;
+        for (key, value) in map {
+            match key.as_str() {
+                "type" => fields.kind = value.as_str().unwrap_or(""),
+                "content" => fields.content = Some(value),
+                "id" => fields.id = Some(value),
+                "name" => fields.name = Some(value),
+                "arguments" => fields.arguments = Some(value),
+                "response" => response = Some(value),
+                "result" => fields.result = Some(value),
+                "outcome" => fields.outcome = value.as_str(),
+                _ => {}
+            }
+        }
+        fields.result = response.or(fields.result);
+        fields
+    }
+
+    /// `id` as a string (empty when absent or not a string).
+    pub fn id_str(&self) -> &'a str {
+        self.id.and_then(Value::as_str).unwrap_or("")
+    }
+
+    /// `name` as a string.
+    pub fn name_str(&self) -> Option<&'a str> {
+        self.name.and_then(Value::as_str)
+    }
+
+    /// The text of a text-like part ([`text`]).
+    pub fn text(&self) -> Cow<'a, str> {
+        match self.content {
+            Some(Value::String(s)) => Cow::Borrowed(s),
+            None | Some(Value::Null) => Cow::Borrowed(""),
+            Some(other) => Cow::Owned(other.to_string()),
+        }
+    }
+
+    /// The tool result: `response`, else `result`, else null.
+    pub fn result(&self) -> &'a Value {
+        static NULL: Value = Value::Null;
+        self.result.unwrap_or(&NULL)
+    }
+}
+
 /// The type of a part.
 pub fn kind(part: &Value) -> &str {
     part.get("type").and_then(Value::as_str).unwrap_or("")
@@ -105,14 +176,6 @@ pub fn arguments_text(part: &Value) -> Out<'_> {
     }
 }
 
-/// The result carried by a `tool_call_response` part (`response` or `result`; null when neither).
-pub fn tool_result(part: &Value) -> &Value {
-    static NULL: Value = Value::Null;
-    part.get("response")
-        .or_else(|| part.get("result"))
-        .unwrap_or(&NULL)
-}
-
 /// A tool result as text: strings as is, null as empty, anything else as its JSON text. The flag
 /// says whether a structured value had to be stringified.
 pub fn result_text(value: &Value) -> (Cow<'_, str>, bool) {
@@ -127,18 +190,18 @@ pub fn result_text(value: &Value) -> (Cow<'_, str>, bool) {
 /// is wrapped as `{"error": ...}` (the model must see that the call failed); a structured success
 /// is JSON text, and a warning says so (`carrier` names what carries it, e.g. "tool messages").
 pub fn tool_result_text<'a>(
-    part: &'a Value,
+    part: &PartFields<'a>,
     outcome: Outcome,
     mi: usize,
     format: &str,
     carrier: &str,
     warnings: &mut Vec<String>,
 ) -> Out<'a> {
-    let (text, stringified) = result_text(tool_result(part));
+    let (text, stringified) = result_text(part.result());
     if stringified {
         warnings.push(format!(
             "message {mi}: tool result {:?} is not text; {format} {carrier} carry text, so it was sent as JSON text",
-            field(part, "id")
+            part.id_str()
         ));
     }
     if outcome.is_error() {
@@ -189,8 +252,8 @@ pub fn tool_calls(history: &History) -> (Pairing, Outcomes) {
 }
 
 /// The outcome of a response part whose id has had `n` responses before it.
-fn outcome_of(part: &Value, id: &str, n: usize, effects: &Effects) -> Outcome {
-    match part.get("outcome").and_then(Value::as_str) {
+fn outcome_of(said: Option<&str>, id: &str, n: usize, effects: &Effects) -> Outcome {
+    match said {
         Some("interrupted") => return Outcome::Interrupted,
         Some("failed") => return Outcome::Failed,
         Some("retried") => return Outcome::Retried,
@@ -230,13 +293,14 @@ impl Pairing {
         let mut seen: FxHashMap<&str, usize> = FxHashMap::default();
         for (mi, message) in messages.iter().enumerate() {
             for (pi, part) in parts(message).iter().enumerate() {
-                match kind(part) {
-                    "tool_call" => open.push((field(part, "id"), mi, pi)),
+                let part = PartFields::of(part);
+                match part.kind {
+                    "tool_call" => open.push((part.id_str(), mi, pi)),
                     "tool_call_response" => {
-                        let id = field(part, "id");
+                        let id = part.id_str();
                         if let Some(effects) = effects {
                             let n = seen.entry(id).or_insert(0);
-                            outcomes.push(((mi, pi), outcome_of(part, id, *n, effects)));
+                            outcomes.push(((mi, pi), outcome_of(part.outcome, id, *n, effects)));
                             *n += 1;
                         }
                         match open.iter().position(|(o, _, _)| *o == id) {
@@ -335,6 +399,35 @@ pub fn start_with_user<'a>(
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn part_fields_read_in_one_pass_are_those_looked_up_one_by_one() {
+        let parts = [
+            json!({"type": "tool_call_response", "id": "c1", "name": "f", "result": 1,
+                   "response": {"a": 2}, "outcome": "failed", "extra": true}),
+            json!({"type": "tool_call_response", "id": 7, "result": "r"}),
+            json!({"type": "text", "content": {"structured": true}}),
+            json!({"type": 3, "arguments": "{}", "outcome": 4}),
+            json!({}),
+            json!("not an object"),
+        ];
+        for part in &parts {
+            let f = PartFields::of(part);
+            assert_eq!(f.kind, kind(part), "{part}");
+            assert_eq!(f.id_str(), field(part, "id"), "{part}");
+            assert_eq!(f.name_str(), part.get("name").and_then(Value::as_str));
+            assert_eq!(f.content, part.get("content"));
+            assert_eq!(f.arguments, part.get("arguments"));
+            assert_eq!(f.outcome, part.get("outcome").and_then(Value::as_str));
+            assert_eq!(f.text(), text(part));
+            let result = part
+                .get("response")
+                .or_else(|| part.get("result"))
+                .unwrap_or(&Value::Null);
+            assert_eq!(f.result(), result, "response first, then result");
+        }
+        assert_eq!(PartFields::of(&parts[0]).result(), &json!({"a": 2}));
+    }
 
     #[test]
     fn pairing_finds_unanswered_calls_and_orphans() {

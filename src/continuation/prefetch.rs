@@ -20,7 +20,6 @@ use super::history::{load, ContinuationError, History, Selector};
 use super::rendered::MediaMode;
 use super::respond::Continuations;
 use crate::domain::SnapshotState;
-use crate::media;
 use crate::store::Store;
 
 /// How long a run must go without a write before its continuation is loaded ahead.
@@ -91,7 +90,7 @@ pub async fn load_ahead(
     let id = run_id.to_string();
     let loaded = tokio::task::spawn_blocking(move || {
         warm_history(this.store(), this.contexts(), &id, min_messages)
-            .map(|h| h.map(|h| media::holds_references(h.messages.iter().map(|m| &**m))))
+            .map(|h| h.map(|h| h.holds_media()))
     })
     .await
     .map_err(|e| ContinuationError::Task(e.to_string()))??;

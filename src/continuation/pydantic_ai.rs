@@ -8,9 +8,9 @@
 use rustc_hash::FxHashMap;
 use serde_json::Value;
 
-use super::parts;
+use super::parts::{self, PartFields};
 use super::{Fields, History, Out};
-use crate::domain::{format_timestamp, MessageHash};
+use crate::domain::MessageHash;
 use crate::obj;
 
 /// What every message of the run carries besides its parts.
@@ -23,6 +23,9 @@ impl<'h> Common<'h> {
     /// Adds `instructions` (requests only: those in force when the request was sent), `run_id`
     /// (of the run the message at `index` was made in) and `conversation_id` to a message.
     fn stamp(&self, message: &mut Out<'h>, index: usize, request: bool) {
+        if let Out::Object(fields) = message {
+            fields.reserve(3);
+        }
         if request {
             let instructions = instructions_text(self.history.instructions_at(index));
             message.set("instructions", instructions);
@@ -55,7 +58,7 @@ pub fn render<'h>(history: &'h History) -> (Fields<'h>, Vec<String>) {
             let mut m = obj! {
                 "kind" => "request",
                 "parts" => parts,
-                "timestamp" => format_timestamp(at),
+                "timestamp" => Out::Timestamp(at),
             };
             common.stamp(&mut m, first, true);
             out.push(m);
@@ -81,66 +84,60 @@ pub fn render<'h>(history: &'h History) -> (Fields<'h>, Vec<String>) {
             continue;
         }
         let at = history.first_sent(hash).unwrap_or(fallback_ns);
-        let stamp = format_timestamp(at);
+        let stamp = Out::Timestamp(at);
         let (parts_out, _, _) = request.get_or_insert_with(|| (Vec::new(), at, index));
+        let fields: Vec<(PartFields, &Value)> =
+            parts.iter().map(|p| (PartFields::of(p), p)).collect();
         // A user message with media was one multimodal user prompt (a list of text and media).
-        let multimodal = role == "user"
-            && parts
-                .iter()
-                .any(|p| matches!(p.get("type").and_then(Value::as_str), Some("blob" | "uri")));
+        let multimodal =
+            role == "user" && fields.iter().any(|(f, _)| matches!(f.kind, "blob" | "uri"));
         let mut prompt_items: Vec<Out> = Vec::new();
-        for part in parts {
-            let kind = part.get("type").and_then(Value::as_str).unwrap_or("");
-            match kind {
-                "text" if multimodal => prompt_items.push(text_of(part)),
+        for (f, part) in fields {
+            match f.kind {
+                "text" if multimodal => prompt_items.push(text_of(&f)),
                 "blob" | "uri" if multimodal => match media_content(part) {
                     Some(content) => prompt_items.push(content),
                     None => warnings.push(format!(
-                        "message {index}: {kind} part without data or uri was dropped"
+                        "message {index}: {} part without data or uri was dropped",
+                        f.kind
                     )),
                 },
                 "text" if role == "system" => parts_out.push(obj! {
                     "part_kind" => "system-prompt",
-                    "content" => text_of(part),
+                    "content" => text_of(&f),
                     "timestamp" => stamp.clone(),
                 }),
                 "text" => parts_out.push(obj! {
                     "part_kind" => "user-prompt",
-                    "content" => text_of(part),
+                    "content" => text_of(&f),
                     "timestamp" => stamp.clone(),
                 }),
                 "tool_call_response" => {
-                    let id = part.get("id").and_then(Value::as_str).unwrap_or("");
+                    let id = f.id_str();
                     let n = seen_returns.entry(id).or_insert(0);
                     let effect = effects.of_call(id, *n);
                     *n += 1;
-                    let tool_name = part
-                        .get("name")
-                        .and_then(Value::as_str)
+                    let tool_name = f
+                        .name_str()
                         .or(effect.map(|e| e.tool_name.as_str()))
                         .unwrap_or("");
+                    // A synthesized result (repair=true) says its own outcome.
+                    let (outcome, retry) = match (f.outcome, effect) {
+                        (Some(outcome), _) => (outcome, None),
+                        (None, Some(e)) if e.retry.is_some() => ("retried", e.retry.as_ref()),
+                        (None, e) if e.is_some_and(|e| e.error.is_some()) => ("failed", None),
+                        (None, _) => ("success", None),
+                    };
                     let mut p = obj! {
                         "part_kind" => "tool-return",
                         "tool_name" => tool_name,
-                        "content" => parts::tool_result(part),
+                        "content" => f.result(),
                         "tool_call_id" => id,
                         "timestamp" => stamp.clone(),
+                        "outcome" => outcome,
                     };
-                    // A synthesized result (repair=true) says its own outcome.
-                    if let Some(outcome) = part.get("outcome").and_then(Value::as_str) {
-                        p.set("outcome", outcome);
-                        parts_out.push(p);
-                        continue;
-                    }
-                    match effect.and_then(|e| e.retry.as_ref()) {
-                        Some(retry) => {
-                            p.set("outcome", "retried");
-                            p.set("retry", retry);
-                        }
-                        None => {
-                            let failed = effect.is_some_and(|e| e.error.is_some());
-                            p.set("outcome", if failed { "failed" } else { "success" });
-                        }
+                    if let Some(retry) = retry {
+                        p.set("retry", retry);
                     }
                     parts_out.push(p);
                 }
@@ -151,7 +148,8 @@ pub fn render<'h>(history: &'h History) -> (Fields<'h>, Vec<String>) {
                         "timestamp" => stamp.clone(),
                     }),
                     None => warnings.push(format!(
-                        "message {index}: {kind} part without data or uri was dropped"
+                        "message {index}: {} part without data or uri was dropped",
+                        f.kind
                     )),
                 },
                 other => warnings.push(format!(
@@ -183,18 +181,19 @@ fn response<'h>(
     fallback_ns: u64,
 ) -> Out<'h> {
     let producer = history.producer_of(hash);
-    let mut parts_out = Vec::new();
+    let mut parts_out = Vec::with_capacity(parts.len());
     for part in parts {
-        match part.get("type").and_then(Value::as_str).unwrap_or("") {
-            "text" => parts_out.push(obj! {"part_kind" => "text", "content" => text_of(part)}),
+        let f = PartFields::of(part);
+        match f.kind {
+            "text" => parts_out.push(obj! {"part_kind" => "text", "content" => text_of(&f)}),
             "tool_call" => parts_out.push(obj! {
                 "part_kind" => "tool-call",
-                "tool_name" => part.get("name").map_or(Out::Str(""), Out::Raw),
-                "args" => part.get("arguments"),
-                "tool_call_id" => part.get("id").map_or(Out::Str(""), Out::Raw),
+                "tool_name" => f.name.map_or(Out::Str(""), Out::Raw),
+                "args" => f.arguments,
+                "tool_call_id" => f.id.map_or(Out::Str(""), Out::Raw),
             }),
             "reasoning" | "thinking" => {
-                parts_out.push(obj! {"part_kind" => "thinking", "content" => text_of(part)})
+                parts_out.push(obj! {"part_kind" => "thinking", "content" => text_of(&f)})
             }
             other => warnings.push(format!(
                 "message {index}: part type {other:?} has no Pydantic AI response equivalent and was dropped"
@@ -204,7 +203,7 @@ fn response<'h>(
     let mut m = obj! {
         "kind" => "response",
         "parts" => parts_out,
-        "timestamp" => format_timestamp(producer.map(|p| p.end_ns).unwrap_or(fallback_ns)),
+        "timestamp" => Out::Timestamp(producer.map(|p| p.end_ns).unwrap_or(fallback_ns)),
     };
     if let Some(p) = producer {
         if let Some(model) = &p.model {
@@ -221,8 +220,8 @@ fn response<'h>(
     m
 }
 
-fn text_of(part: &Value) -> Out<'_> {
-    part.get("content").map_or(Out::Str(""), Out::Raw)
+fn text_of<'h>(part: &PartFields<'h>) -> Out<'h> {
+    part.content.map_or(Out::Str(""), Out::Raw)
 }
 
 /// A `blob` or `uri` part as Pydantic AI user content (`BinaryContent` / `ImageUrl`...).
@@ -246,12 +245,26 @@ fn media_content(part: &Value) -> Option<Out<'_>> {
     Some(obj! {"kind" => kind, "url" => uri})
 }
 
-/// Pydantic AI keeps instructions as one string on each request.
-fn instructions_text(parts: Option<&Value>) -> Option<String> {
-    let texts: Vec<&str> = parts?
-        .as_array()?
-        .iter()
-        .filter_map(|p| p.get("content").and_then(Value::as_str))
-        .collect();
-    (!texts.is_empty()).then(|| texts.join("\n\n"))
+/// Pydantic AI keeps instructions as one string on each request: the texts of the parts joined
+/// (borrowed when there is one, as there mostly is; null when there are none).
+fn instructions_text(parts: Option<&Value>) -> Out<'_> {
+    let mut texts = parts
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter_map(|p| p.get("content").and_then(Value::as_str));
+    let Some(first) = texts.next() else {
+        return Out::Null;
+    };
+    match texts.next() {
+        None => Out::Str(first),
+        Some(second) => {
+            let mut joined = [first, second].join("\n\n");
+            for text in texts {
+                joined.push_str("\n\n");
+                joined.push_str(text);
+            }
+            Out::String(joined)
+        }
+    }
 }

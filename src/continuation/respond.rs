@@ -123,7 +123,7 @@ impl Continuations {
         };
         // The loaded history may be shared with the store's history cache: media goes into a
         // copy, made only when some message names a blob.
-        let holds_media = media::holds_references(history.messages.iter().map(|m| &**m));
+        let holds_media = history.holds_media();
         // An answer with blobs read from the media store is not kept: it depends on the media
         // store too (a blob gone missing must give its error on the next request as well).
         let keep = revision.filter(|_| !(holds_media && request.media == MediaMode::Inline));

@@ -12,7 +12,7 @@
 use rustc_hash::FxHashMap;
 use serde_json::Value;
 
-use super::parts::{self, Outcome};
+use super::parts::{self, Outcome, PartFields};
 use super::{Fields, History, Out};
 use crate::obj;
 
@@ -28,8 +28,9 @@ pub fn render(history: &History) -> (Fields<'_>, Vec<String>) {
     let mut names: FxHashMap<&str, &str> = FxHashMap::default();
     for message in messages.iter() {
         for part in parts::parts(message) {
-            if parts::kind(part) == "tool_call" {
-                names.insert(parts::field(part, "id"), parts::field(part, "name"));
+            let f = PartFields::of(part);
+            if f.kind == "tool_call" {
+                names.insert(f.id_str(), f.name_str().unwrap_or(""));
             }
         }
     }
@@ -41,16 +42,17 @@ pub fn render(history: &History) -> (Fields<'_>, Vec<String>) {
         let mut content: Vec<Out> = Vec::new();
         let mut results: Vec<Out> = Vec::new();
         for (pi, part) in parts::parts(message).iter().enumerate() {
-            let kind = parts::kind(part);
+            let f = PartFields::of(part);
+            let kind = f.kind;
             match kind {
                 "tool_call" | "tool_call_response" if pairing.skip(mi, pi) => {}
-                "tool_call" if assistant => content.push(tool_call(part)),
+                "tool_call" if assistant => content.push(tool_call(&f)),
                 "tool_call_response" if !assistant => {
-                    results.push(tool_result(part, outcomes.of(mi, pi), &names));
+                    results.push(tool_result(&f, outcomes.of(mi, pi), &names));
                 }
-                "text" => content.push(obj! {"type" => "text", "text" => parts::text_out(part)}),
+                "text" => content.push(obj! {"type" => "text", "text" => parts::cow_out(f.text())}),
                 "reasoning" if assistant => {
-                    content.push(obj! {"type" => "reasoning", "text" => parts::text_out(part)});
+                    content.push(obj! {"type" => "reasoning", "text" => parts::cow_out(f.text())});
                 }
                 "blob" | "uri" => {
                     let (mime, data) = parts::media(part);
@@ -88,8 +90,8 @@ pub fn render(history: &History) -> (Fields<'_>, Vec<String>) {
 
 /// A `tool-call` part: `input` is the arguments as JSON (JSON text parsed; text that is not JSON
 /// stays text).
-fn tool_call(part: &Value) -> Out<'_> {
-    let input = match part.get("arguments") {
+fn tool_call<'h>(part: &PartFields<'h>) -> Out<'h> {
+    let input = match part.arguments {
         None | Some(Value::Null) => Out::Object(Vec::new()),
         Some(Value::String(s)) => match serde_json::from_str::<Value>(s) {
             Ok(v) => Out::Value(v),
@@ -99,20 +101,24 @@ fn tool_call(part: &Value) -> Out<'_> {
     };
     obj! {
         "type" => "tool-call",
-        "toolCallId" => parts::field(part, "id"),
-        "toolName" => parts::field(part, "name"),
+        "toolCallId" => part.id_str(),
+        "toolName" => part.name_str().unwrap_or(""),
         "input" => input,
     }
 }
 
 /// A `tool-result` part with the SDK's typed `output`.
-fn tool_result<'h>(part: &'h Value, outcome: Outcome, names: &FxHashMap<&str, &'h str>) -> Out<'h> {
-    let id = parts::field(part, "id");
-    let name = match parts::field(part, "name") {
+fn tool_result<'h>(
+    part: &PartFields<'h>,
+    outcome: Outcome,
+    names: &FxHashMap<&str, &'h str>,
+) -> Out<'h> {
+    let id = part.id_str();
+    let name = match part.name_str().unwrap_or("") {
         "" => names.get(id).copied().unwrap_or(""),
         name => name,
     };
-    let value = parts::tool_result(part);
+    let value = part.result();
     let kind = match (outcome.is_error(), value) {
         (true, Value::String(_)) => "error-text",
         (true, _) => "error-json",

@@ -21,5 +21,5 @@ pub use message::{MessageHash, MessageRef, MessageShape, MESSAGE_HASH_BYTES};
 pub use rollup::{duration_ms, ToolCallCounts};
 pub use run::{ContinuedFrom, LineageKind, LineageScope, Run, RunStatus};
 pub use snapshot::{SnapshotMeta, SnapshotRecord, SnapshotSource, SnapshotState};
-pub use time::{format_timestamp, Nanos};
+pub use time::{format_timestamp, timestamp_bytes, Nanos, TIMESTAMP_BYTES};
 pub use trigger::{RunInfo, RunInfoKeys, Trigger};

@@ -1,24 +1,95 @@
 //! Timestamps: nanoseconds since the Unix epoch inside, RFC 3339 UTC with nanoseconds outside.
 
-use chrono::{DateTime, SecondsFormat, Utc};
-
 /// Nanoseconds since the Unix epoch, as OTLP carries them.
 pub type Nanos = u64;
+
+/// Bytes of a formatted timestamp (`2026-11-22T10:00:00.123456789Z`).
+pub const TIMESTAMP_BYTES: usize = 30;
 
 /// Formats nanoseconds as fixed-width RFC 3339 UTC (`2026-11-22T10:00:00.123456789Z`), so the
 /// strings sort as text in time order.
 pub fn format_timestamp(nanos: Nanos) -> String {
-    let secs = (nanos / 1_000_000_000) as i64;
-    let sub = (nanos % 1_000_000_000) as u32;
-    match DateTime::<Utc>::from_timestamp(secs, sub) {
-        Some(t) => t.to_rfc3339_opts(SecondsFormat::Nanos, true),
-        None => "1970-01-01T00:00:00.000000000Z".to_string(),
+    let bytes = timestamp_bytes(nanos);
+    // Every byte written is ASCII.
+    bytes.iter().map(|&b| char::from(b)).collect()
+}
+
+/// [`format_timestamp`]'s text as bytes, made without allocating (continuations write one per
+/// message). Every `u64` of nanoseconds falls in years 1970–2554, so the year has four digits.
+pub fn timestamp_bytes(nanos: Nanos) -> [u8; TIMESTAMP_BYTES] {
+    let secs = nanos / 1_000_000_000;
+    let sub = nanos % 1_000_000_000;
+    let days = secs / 86_400;
+    let of_day = secs % 86_400;
+    let (year, month, day) = civil_from_days(days);
+    let mut out = *b"0000-00-00T00:00:00.000000000Z";
+    put_digits(&mut out[0..4], year);
+    put_digits(&mut out[5..7], month);
+    put_digits(&mut out[8..10], day);
+    put_digits(&mut out[11..13], of_day / 3600);
+    put_digits(&mut out[14..16], of_day % 3600 / 60);
+    put_digits(&mut out[17..19], of_day % 60);
+    put_digits(&mut out[20..29], sub);
+    out
+}
+
+/// The two-digit decimal texts of 0 to 99, in order.
+static PAIRS: [u8; 200] = {
+    let mut table = [0u8; 200];
+    let mut n = 0;
+    while n < 100 {
+        table[2 * n] = b'0' + (n / 10) as u8;
+        table[2 * n + 1] = b'0' + (n % 10) as u8;
+        n += 1;
     }
+    table
+};
+
+/// Writes `value` in decimal into `slot`, zero-padded on the left to its width (two digits at a
+/// time; higher digits than the slot holds are dropped).
+fn put_digits(slot: &mut [u8], mut value: u64) {
+    let mut end = slot.len();
+    while end >= 2 {
+        let pair = 2 * (value % 100) as usize;
+        value /= 100;
+        slot[end - 2..end].copy_from_slice(&PAIRS[pair..pair + 2]);
+        end -= 2;
+    }
+    if end == 1 {
+        slot[0] = b'0' + (value % 10) as u8;
+    }
+}
+
+/// The proleptic Gregorian date of a day counted from 1970-01-01 (the days-to-civil algorithm
+/// of H. Hinnant's date library, for days on or after the epoch).
+fn civil_from_days(days: u64) -> (u64, u64, u64) {
+    // Shifted so eras start on 0000-03-01: 719,468 days before the epoch.
+    let z = days + 719_468;
+    let era = z / 146_097;
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + u64::from(month <= 2);
+    (year, month, day)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use chrono::{DateTime, SecondsFormat, Utc};
+    use proptest::prelude::*;
+
+    /// The same text as chrono's RFC 3339 with nanoseconds.
+    fn by_chrono(nanos: Nanos) -> String {
+        let secs = (nanos / 1_000_000_000) as i64;
+        let sub = (nanos % 1_000_000_000) as u32;
+        DateTime::<Utc>::from_timestamp(secs, sub)
+            .map(|t| t.to_rfc3339_opts(SecondsFormat::Nanos, true))
+            .unwrap_or_default()
+    }
 
     #[test]
     fn fixed_width_nanoseconds() {
@@ -27,5 +98,28 @@ mod tests {
             format_timestamp(1_795_860_000_123_456_789),
             "2026-11-28T10:00:00.123456789Z"
         );
+        // Leap days, the turn of a century that is not a leap year, and the last nanosecond.
+        for nanos in [
+            951_782_400_000_000_000,   // 2000-02-29
+            4_107_542_400_000_000_000, // 2100-03-01
+            4_107_542_399_999_999_999,
+            u64::MAX,
+        ] {
+            assert_eq!(format_timestamp(nanos), by_chrono(nanos));
+        }
+        assert_eq!(format_timestamp(u64::MAX), "2554-07-21T23:34:33.709551615Z");
+    }
+
+    proptest! {
+        #[test]
+        fn formats_as_chrono_does(nanos in any::<u64>()) {
+            prop_assert_eq!(format_timestamp(nanos), by_chrono(nanos));
+        }
+
+        #[test]
+        fn every_day_of_four_centuries_formats_as_chrono_does(day in 0u64..146_097 * 2, second in 0u64..86_400) {
+            let nanos = (day * 86_400 + second) * 1_000_000_000 + 7;
+            prop_assert_eq!(format_timestamp(nanos), by_chrono(nanos));
+        }
     }
 }

@@ -32,6 +32,11 @@ pub struct ResolvedHistory {
     /// Message bodies (OTel GenAI shape), in order; each shared with the other cached histories
     /// of the run that hold it.
     pub messages: Arc<[Arc<Value>]>,
+    /// False when no body's stored JSON holds the media store's scheme
+    /// ([`MEDIA_SCHEME`](super::media_refs::MEDIA_SCHEME)), found while the bodies were decoded:
+    /// then none names a blob, and readers skip looking for media parts. True says only that
+    /// one may.
+    pub may_name_media: bool,
 }
 
 impl ResolvedHistory {
@@ -39,6 +44,7 @@ impl ResolvedHistory {
         Self {
             hashes: Arc::from(Vec::new()),
             messages: Arc::from(Vec::new()),
+            may_name_media: false,
         }
     }
 }
@@ -218,6 +224,7 @@ mod tests {
         ResolvedHistory {
             hashes: vec![MessageHash([7; MESSAGE_HASH_BYTES]); n].into(),
             messages: (0..n).map(|_| Arc::new(Value::Null)).collect(),
+            may_name_media: false,
         }
     }
 
@@ -271,6 +278,7 @@ mod tests {
             let resolved = ResolvedHistory {
                 hashes: vec![MessageHash([1; MESSAGE_HASH_BYTES]); messages.len()].into(),
                 messages: messages.into(),
+                may_name_media: false,
             };
             let mut tip = [0; NODE_ID_BYTES];
             tip[..4].copy_from_slice(&n.to_le_bytes());

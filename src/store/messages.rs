@@ -7,6 +7,7 @@ use super::core::{decode, Store, WriteBatch};
 use super::error::StoreError;
 use super::history_cache::message_bytes;
 use super::keys::{self, cf, RunKey};
+use super::media_refs::MEDIA_SCHEME;
 use crate::domain::{IdMap, MessageHash};
 
 /// From this many messages a history's bodies are read with one scan of the run's messages
@@ -45,17 +46,17 @@ impl Store {
     /// Message bodies of a run, in the order of `hashes`. A missing one is an error, never a
     /// silently different history.
     pub fn messages(&self, run_id: &str, hashes: &[MessageHash]) -> Result<Vec<Value>, StoreError> {
-        Ok(self.read_messages(run_id, hashes, false)?.0)
+        Ok(self.read_messages(run_id, hashes, false)?.bodies)
     }
 
-    /// [`Store::messages`], with the estimated bytes the decoded bodies hold (the sum of
-    /// [`message_bytes`] over them, as the history cache counts them), estimated on the threads
-    /// that decode them.
+    /// [`Store::messages`], with what the history cache keeps of them besides: their estimated
+    /// bytes (the sum of [`message_bytes`] over them) and whether one may name a blob, both
+    /// found on the threads that decode them.
     pub fn messages_sized(
         &self,
         run_id: &str,
         hashes: &[MessageHash],
-    ) -> Result<(Vec<Value>, usize), StoreError> {
+    ) -> Result<Bodies, StoreError> {
         self.read_messages(run_id, hashes, true)
     }
 
@@ -65,7 +66,7 @@ impl Store {
         run_id: &str,
         hashes: &[MessageHash],
         sized: bool,
-    ) -> Result<(Vec<Value>, usize), StoreError> {
+    ) -> Result<Bodies, StoreError> {
         let missing = |hash: &MessageHash| StoreError::MissingMessage {
             run_id: run_id.to_string(),
             hash: hash.to_string(),
@@ -73,25 +74,24 @@ impl Store {
         let Some(run) = self.run_key(run_id)? else {
             return match hashes.first() {
                 Some(hash) => Err(missing(hash)),
-                None => Ok((Vec::new(), 0)),
+                None => Ok(Bodies::default()),
             };
         };
-        let (bodies, bytes) = if hashes.len() >= SCAN_FROM {
+        let found = if hashes.len() >= SCAN_FROM {
             self.scan_messages(run, hashes, sized)?
         } else {
-            (self.get_messages(run, hashes)?, 0)
+            self.get_messages(run, hashes, sized)?
         };
         let bodies = hashes
             .iter()
-            .zip(bodies)
+            .zip(found.bodies)
             .map(|(hash, body)| body.ok_or_else(|| missing(hash)))
             .collect::<Result<Vec<Value>, StoreError>>()?;
-        // Short histories are sized here (the long ones were, while decoded).
-        let bytes = match sized && hashes.len() < SCAN_FROM {
-            true => bodies.iter().map(message_bytes).sum(),
-            false => bytes,
-        };
-        Ok((bodies, bytes))
+        Ok(Bodies {
+            bodies,
+            bytes: found.bytes,
+            may_name_media: found.may_name_media,
+        })
     }
 
     /// One lookup per message.
@@ -99,16 +99,12 @@ impl Store {
         &self,
         run: RunKey,
         hashes: &[MessageHash],
-    ) -> Result<Vec<Option<Value>>, StoreError> {
+        sized: bool,
+    ) -> Result<Decoded, StoreError> {
         let keys: Vec<Vec<u8>> = hashes.iter().map(|h| keys::message_key(run, h)).collect();
-        self.kv
-            .multi_get(cf::MESSAGES, &keys)?
-            .into_iter()
-            .map(|result| match result {
-                Some(bytes) => decode(cf::MESSAGES, &bytes).map(Some),
-                None => Ok(None),
-            })
-            .collect()
+        let stored = self.kv.multi_get(cf::MESSAGES, &keys)?;
+        let stored: Vec<Option<&[u8]>> = stored.iter().map(|b| b.as_deref()).collect();
+        decode_some(&stored, sized)
     }
 
     /// One scan of the run's messages, decoding those the history holds.
@@ -117,7 +113,7 @@ impl Store {
         run: RunKey,
         hashes: &[MessageHash],
         sized: bool,
-    ) -> Result<(Vec<Option<Value>>, usize), StoreError> {
+    ) -> Result<Decoded, StoreError> {
         // Where each wanted hash goes (a message may appear more than once in a history).
         let mut wanted: IdMap<MessageHash, Vec<usize>> = IdMap::default();
         for (at, hash) in hashes.iter().enumerate() {
@@ -148,22 +144,43 @@ impl Store {
     }
 }
 
+/// Message bodies read for a history, in its order.
+#[derive(Debug, Default)]
+pub struct Bodies {
+    /// The decoded bodies.
+    pub bodies: Vec<Value>,
+    /// Their estimated bytes, as the history cache counts them (0 unless asked for).
+    pub bytes: usize,
+    /// False when no body's stored JSON holds [`MEDIA_SCHEME`]: none names a blob of the media
+    /// store (true says only that one may: a look-alike in a text counts too).
+    pub may_name_media: bool,
+}
+
+/// What [`decode_all`] gives: the bodies found (none stays none), their estimated bytes and
+/// whether one may name a blob.
+struct Decoded {
+    bodies: Vec<Option<Value>>,
+    bytes: usize,
+    may_name_media: bool,
+}
+
 /// From this many bodies, half are decoded on a second thread (decoding is most of a long
 /// history's cold read).
 const PARALLEL_FROM: usize = 512;
 
-/// Decodes the bodies in order (none stays none), with their estimated bytes when `sized`.
-fn decode_some(
-    bodies: &[Option<&[u8]>],
-    sized: bool,
-) -> Result<(Vec<Option<Value>>, usize), StoreError> {
+/// Decodes the bodies in order (none stays none), with their estimated bytes when `sized`, and
+/// looks for the media scheme in their stored bytes.
+fn decode_some(bodies: &[Option<&[u8]>], sized: bool) -> Result<Decoded, StoreError> {
     let mut bytes = 0;
+    let mut may_name_media = false;
+    let scheme = memchr::memmem::Finder::new(MEDIA_SCHEME);
     let decoded = bodies
         .iter()
         .map(|body| {
             let Some(body) = body else {
                 return Ok(None);
             };
+            may_name_media = may_name_media || scheme.find(body).is_some();
             let value: Value = decode(cf::MESSAGES, body)?;
             if sized {
                 bytes += message_bytes(&value);
@@ -171,14 +188,15 @@ fn decode_some(
             Ok(Some(value))
         })
         .collect::<Result<Vec<_>, StoreError>>()?;
-    Ok((decoded, bytes))
+    Ok(Decoded {
+        bodies: decoded,
+        bytes,
+        may_name_media,
+    })
 }
 
 /// Decodes the bodies in order (none stays none), with their estimated bytes when `sized`.
-fn decode_all(
-    bodies: &[Option<&[u8]>],
-    sized: bool,
-) -> Result<(Vec<Option<Value>>, usize), StoreError> {
+fn decode_all(bodies: &[Option<&[u8]>], sized: bool) -> Result<Decoded, StoreError> {
     if bodies.len() < PARALLEL_FROM {
         return decode_some(bodies, sized);
     }
@@ -187,8 +205,8 @@ fn decode_all(
         let other = std::thread::Builder::new()
             .name("stepline-decode".into())
             .spawn_scoped(scope, || decode_some(second, sized));
-        let (mut out, mut bytes) = decode_some(first, sized)?;
-        let (rest, more) = match other {
+        let mut out = decode_some(first, sized)?;
+        let rest = match other {
             Ok(handle) => handle.join().map_err(|_| StoreError::Corrupt {
                 cf: cf::MESSAGES,
                 reason: "the decoding thread failed".into(),
@@ -196,9 +214,10 @@ fn decode_all(
             // No second thread to be had: decode here.
             Err(_) => decode_some(second, sized)?,
         };
-        out.extend(rest);
-        bytes += more;
-        Ok((out, bytes))
+        out.bodies.extend(rest.bodies);
+        out.bytes += rest.bytes;
+        out.may_name_media |= rest.may_name_media;
+        Ok(out)
     })
 }
 
@@ -248,14 +267,49 @@ mod tests {
         // Sized, the same bodies and the bytes the history cache counts for them, on every path.
         for len in [3, SCAN_FROM, PARALLEL_FROM + 100] {
             let hashes: Vec<MessageHash> = bodies[..len].iter().map(MessageHash::of).collect();
-            let (read, bytes) = store.messages_sized("run", &hashes).unwrap();
+            let Bodies {
+                bodies: read,
+                bytes,
+                may_name_media,
+            } = store.messages_sized("run", &hashes).unwrap();
             assert_eq!(read, bodies[..len], "{len} messages");
+            assert!(!may_name_media, "no body holds the media scheme");
             assert_eq!(
                 bytes,
                 read.iter().map(message_bytes).sum::<usize>(),
                 "{len}"
             );
             assert!(bytes > 0);
+        }
+    }
+
+    #[test]
+    fn a_history_with_the_media_scheme_in_a_body_may_name_media_on_every_path() {
+        let store = Store::in_memory();
+        let reference = format!("media+sha256://{}", "ab".repeat(32));
+        let named = json!({"role": "user", "parts": [
+            {"type": "blob", "content": reference, "size": 3}]});
+        let mut bodies: Vec<Value> = (0..PARALLEL_FROM + 10).map(message).collect();
+        bodies.push(named);
+        let mut batch = store.batch();
+        for body in &bodies {
+            batch
+                .put_message("run", &MessageHash::of(body), body)
+                .unwrap();
+        }
+        store.commit(batch).unwrap();
+        let named = bodies.len() - 1;
+        // Short (looked up), scanned, and decoded on two threads (the body in the second half).
+        for len in [3, SCAN_FROM, PARALLEL_FROM + 10] {
+            let mut hashes: Vec<MessageHash> = bodies[..len].iter().map(MessageHash::of).collect();
+            assert!(!store.messages_sized("run", &hashes).unwrap().may_name_media);
+            hashes.push(MessageHash::of(&bodies[named]));
+            let read = store.messages_sized("run", &hashes).unwrap();
+            assert!(
+                read.may_name_media,
+                "{len} messages and the one naming a blob"
+            );
+            assert_eq!(read.bodies.last(), Some(&bodies[named]));
         }
     }
 }

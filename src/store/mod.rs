@@ -56,6 +56,7 @@ pub use keys::{RunFilter, RunKey};
 pub use kv::{KvBatch, KvStore};
 pub use lineage_index::{LinkRecord, LinkSource, ScopeKey, Wanted};
 pub use memory::MemoryKv;
+pub use messages::Bodies;
 pub use outbox::OutboxCursor;
 pub use readback::Unreadable;
 pub use rocks::RocksKv;

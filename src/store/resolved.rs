@@ -31,12 +31,13 @@ impl Store {
         }
         let hashes = self.run_nodes(run_id)?.resolve(chain)?;
         // Sized while decoded (on the decoding threads): `history_bytes` of the messages.
-        let (messages, body_bytes) = self.messages_sized(run_id, &hashes)?;
+        let read = self.messages_sized(run_id, &hashes)?;
         let resolved = ResolvedHistory {
             hashes: hashes.into(),
-            messages: messages.into_iter().map(Arc::new).collect(),
+            messages: read.bodies.into_iter().map(Arc::new).collect(),
+            may_name_media: read.may_name_media,
         };
-        let bytes = ENTRY_OVERHEAD + body_bytes;
+        let bytes = ENTRY_OVERHEAD + read.bytes;
         if let Ok(mut cache) = self.resolved.lock() {
             cache.put(run_id, tip, resolved.clone(), bytes);
         }
@@ -88,16 +89,17 @@ impl Store {
             return Ok(None);
         }
         walked.reverse();
-        let bodies = self.messages(run_id, &walked)?;
-        let bytes = base_bytes + bodies.iter().map(message_bytes).sum::<usize>();
+        let added = self.messages_sized(run_id, &walked)?;
+        let bytes = base_bytes + added.bytes;
         let resolved = ResolvedHistory {
             hashes: base.hashes.iter().cloned().chain(walked).collect(),
             messages: base
                 .messages
                 .iter()
                 .cloned()
-                .chain(bodies.into_iter().map(Arc::new))
+                .chain(added.bodies.into_iter().map(Arc::new))
                 .collect(),
+            may_name_media: base.may_name_media || added.may_name_media,
         };
         if let Ok(mut cache) = self.resolved.lock() {
             cache.remove(run_id, &base_tip);
@@ -202,6 +204,7 @@ mod tests {
         };
         let first = store.history("run", &short).unwrap();
         assert_eq!(store.history_cache_messages(), 90);
+        assert!(!first.may_name_media);
 
         // Ten messages on: built on the cached ninety, which it replaces.
         let extended = store.history("run", &long).unwrap();
@@ -243,5 +246,26 @@ mod tests {
         let read = store.history("run", &branched).unwrap();
         assert_eq!(read.messages.len(), 51);
         assert_eq!(*read.messages[50], message(10_000));
+    }
+
+    #[test]
+    fn a_history_extended_by_a_message_naming_a_blob_may_name_media() {
+        let store = Store::in_memory();
+        let mut bodies: Vec<Value> = (0..90).map(message).collect();
+        let (short, _) = store_history(&store, &bodies);
+        assert!(!store.history("run", &short).unwrap().may_name_media);
+        bodies.push(
+            serde_json::json!({"role": "user", "parts": [{"type": "blob", "size": 3,
+            "content": format!("media+sha256://{}", "cd".repeat(32))}]}),
+        );
+        let (long, _) = store_history(&store, &bodies);
+        let extended = store.history("run", &long).unwrap();
+        assert_eq!(extended.messages.len(), 91);
+        assert!(extended.may_name_media);
+        // Cached, and read from nothing: the same.
+        assert!(store.history("run", &long).unwrap().may_name_media);
+        store.clear_history_cache();
+        assert!(store.history("run", &long).unwrap().may_name_media);
+        assert!(!store.history("run", &short).unwrap().may_name_media);
     }
 }
