@@ -60,7 +60,8 @@ impl Store {
         self.read_messages(run_id, hashes, true)
     }
 
-    /// The bodies, and their estimated bytes when `sized` (else 0).
+    /// The bodies; when `sized`, also their estimated bytes and whether one may name a blob
+    /// (else 0 and false: [`Store::messages`] gives the bodies alone).
     fn read_messages(
         &self,
         run_id: &str,
@@ -149,7 +150,7 @@ impl Store {
 pub struct Bodies {
     /// The decoded bodies.
     pub bodies: Vec<Value>,
-    /// Their estimated bytes, as the history cache counts them (0 unless asked for).
+    /// Their estimated bytes, as the history cache counts them.
     pub bytes: usize,
     /// False when no body's stored JSON holds [`MEDIA_SCHEME`]: none names a blob of the media
     /// store (true says only that one may: a look-alike in a text counts too).
@@ -168,8 +169,8 @@ struct Decoded {
 /// history's cold read).
 const PARALLEL_FROM: usize = 512;
 
-/// Decodes the bodies in order (none stays none), with their estimated bytes when `sized`, and
-/// looks for the media scheme in their stored bytes.
+/// Decodes the bodies in order (none stays none); when `sized`, also estimates their bytes and
+/// looks for the media scheme in their stored bytes (what the history cache keeps of them).
 fn decode_some(bodies: &[Option<&[u8]>], sized: bool) -> Result<Decoded, StoreError> {
     let mut bytes = 0;
     let mut may_name_media = false;
@@ -180,9 +181,9 @@ fn decode_some(bodies: &[Option<&[u8]>], sized: bool) -> Result<Decoded, StoreEr
             let Some(body) = body else {
                 return Ok(None);
             };
-            may_name_media = may_name_media || scheme.find(body).is_some();
             let value: Value = decode(cf::MESSAGES, body)?;
             if sized {
+                may_name_media = may_name_media || scheme.find(body).is_some();
                 bytes += message_bytes(&value);
             }
             Ok(Some(value))
