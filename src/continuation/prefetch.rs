@@ -20,7 +20,7 @@ use super::history::{load, ContinuationError, History, Selector};
 use super::rendered::MediaMode;
 use super::respond::Continuations;
 use crate::domain::SnapshotState;
-use crate::store::Store;
+use crate::store::{Store, WrittenRun};
 
 /// How long a run must go without a write before its continuation is loaded ahead.
 pub const QUIET: Duration = Duration::from_millis(250);
@@ -169,7 +169,11 @@ pub async fn run(continuations: Arc<Continuations>, stop: impl std::future::Futu
         }
         let due = continuations.store().take_quiet_runs(QUIET);
         let mut loaded = 0;
-        for run_id in due {
+        // A run whose last write knew all its snapshots too short is not read at all.
+        let long = due
+            .into_iter()
+            .filter(|r| r.longest_history.is_none_or(|n| n >= MIN_MESSAGES));
+        for WrittenRun { run_id, .. } in long {
             match load_ahead(&continuations, &run_id, MIN_MESSAGES).await {
                 Ok(true) => loaded += 1,
                 Ok(false) => {}

@@ -47,9 +47,17 @@ struct Job {
     bytes: u64,
 }
 
+/// The answer to a received request, with its work handed back: the task that submitted it
+/// frees it, on the thread whose heap the interpreted request was allocated from (freed by the
+/// writer, every block went back to that heap through its cross-thread free list).
+struct StoredAnswer {
+    answer: Result<Stored, IngestError>,
+    work: Option<Work>,
+}
+
 /// Where the answer to a job goes: one channel per kind of request, typed by its reply.
 enum Reply {
-    Stored(oneshot::Sender<Result<Stored, IngestError>>),
+    Stored(oneshot::Sender<StoredAnswer>),
     PrunedLogs(oneshot::Sender<Result<PrunedLogs, IngestError>>),
     Abandon(oneshot::Sender<Result<AbandonOutcome, IngestError>>),
     AbandonIfSilent(oneshot::Sender<Result<SweepOutcome, IngestError>>),
@@ -61,6 +69,12 @@ impl Reply {
     /// `apply_group` answers each work with the reply of its kind; should that ever not hold,
     /// the submitter gets an internal error rather than a wrong answer.
     fn send(self, answer: Result<Applied, IngestError>) {
+        self.send_with(answer, None);
+    }
+
+    /// [`Reply::send`], handing `work` back to a received request's submitter (other kinds
+    /// drop it here).
+    fn send_with(self, answer: Result<Applied, IngestError>, work: Option<Work>) {
         fn mismatch<T>(applied: Applied) -> Result<T, IngestError> {
             tracing::error!(
                 ?applied,
@@ -72,7 +86,10 @@ impl Reply {
         }
         // A submitter that stopped waiting (its client went away) needs no answer.
         match (self, answer) {
-            (Reply::Stored(tx), Ok(Applied::Stored(stored))) => drop(tx.send(Ok(stored))),
+            (Reply::Stored(tx), Ok(Applied::Stored(stored))) => drop(tx.send(StoredAnswer {
+                answer: Ok(stored),
+                work,
+            })),
             (Reply::PrunedLogs(tx), Ok(Applied::PrunedLogs(n))) => drop(tx.send(Ok(n))),
             (Reply::Abandon(tx), Ok(Applied::Abandon(SweepOutcome::Decided(outcome)))) => {
                 drop(tx.send(Ok(outcome)))
@@ -81,7 +98,10 @@ impl Reply {
                 drop(tx.send(Ok(outcome)))
             }
             (Reply::Deletion(tx), Ok(Applied::Deletion(reply))) => drop(tx.send(Ok(reply))),
-            (Reply::Stored(tx), answer) => drop(tx.send(answer.and_then(mismatch))),
+            (Reply::Stored(tx), answer) => drop(tx.send(StoredAnswer {
+                answer: answer.and_then(mismatch),
+                work,
+            })),
             (Reply::PrunedLogs(tx), answer) => drop(tx.send(answer.and_then(mismatch))),
             (Reply::Abandon(tx), answer) => drop(tx.send(answer.and_then(mismatch))),
             (Reply::AbandonIfSilent(tx), answer) => drop(tx.send(answer.and_then(mismatch))),
@@ -164,7 +184,12 @@ impl Writer {
             logs,
             outbox,
         };
-        self.submit_sized(work, Reply::Stored, bytes).await
+        let StoredAnswer { answer, work } = self.submit_sized(work, Reply::Stored, bytes).await?;
+        // Freed before the request is answered: the next request of a run then finds the input
+        // history it shares with this one (the interpreter's memo) held by nobody else, and
+        // extends it in place.
+        drop(work);
+        answer
     }
 
     /// Deletes the orphan log records `records` whose span still has not arrived.
@@ -222,14 +247,15 @@ impl Writer {
         work: Work,
         reply: fn(oneshot::Sender<Result<T, IngestError>>) -> Reply,
     ) -> Result<T, IngestError> {
-        self.submit_sized(work, reply, 0).await
+        self.submit_sized(work, reply, 0).await?
     }
 
-    /// [`Writer::submit`] for work from a request of `bytes` encoded bytes.
+    /// Queues `work`, from a request of `bytes` encoded bytes, and waits for what its reply
+    /// channel carries (see [`Writer::submit`]).
     async fn submit_sized<T>(
         &self,
         work: Work,
-        reply: fn(oneshot::Sender<Result<T, IngestError>>) -> Reply,
+        reply: fn(oneshot::Sender<T>) -> Reply,
         bytes: u64,
     ) -> Result<T, IngestError> {
         let (tx, answer) = oneshot::channel();
@@ -243,7 +269,7 @@ impl Writer {
             mpsc::error::TrySendError::Full(_) => IngestError::Overloaded(self.capacity),
             mpsc::error::TrySendError::Closed(_) => IngestError::ShuttingDown,
         })?;
-        answer.await.map_err(|_| IngestError::ShuttingDown)?
+        answer.await.map_err(|_| IngestError::ShuttingDown)
     }
 }
 
@@ -431,11 +457,9 @@ fn run(store: &Store, outbox: &Outbox, counters: &IngestCounters, mut rx: mpsc::
                 }
             }
         }
-        // Freed before answering: the next request of a run then finds the input history it
-        // shares with these (the interpreter's memo) held by nobody else, and extends it in place.
-        drop(works);
         let mut committed = false;
-        for (Pending { reply, reserved }, answer) in pending.into_iter().zip(answers) {
+        let answered = pending.into_iter().zip(answers).zip(works);
+        for ((Pending { reply, reserved }, answer), work) in answered {
             if let Some((signal, size)) = reserved {
                 match &answer {
                     Ok(applied) => {
@@ -450,7 +474,7 @@ fn run(store: &Store, outbox: &Outbox, counters: &IngestCounters, mut rx: mpsc::
                     Err(_) => outbox.release(signal, size),
                 }
             }
-            reply.send(answer);
+            reply.send_with(answer, Some(work));
         }
         if committed {
             outbox.committed();

@@ -162,12 +162,55 @@ impl StoredFact {
         input_chain: Option<ChainRef>,
         all_messages_chain: Option<ChainRef>,
     ) -> StoredFact {
-        let mut stored = SpanFact {
-            input: None,
-            all_messages: None,
-            ..SpanFact::new(fact.kind, String::new(), String::new(), String::new())
+        Self::from_fact(fact.without_histories(), input_chain, all_messages_chain).0
+    }
+
+    /// [`Self::with_chains`] of a fact given by value: its fields move into the stored form,
+    /// and what the stored form holds by reference (its histories and system instructions)
+    /// comes back beside it, so [`Self::into_fact`] gives the fact back without a copy.
+    pub fn from_fact(
+        mut fact: SpanFact,
+        input_chain: Option<ChainRef>,
+        all_messages_chain: Option<ChainRef>,
+    ) -> (StoredFact, Histories) {
+        let histories = Histories {
+            input: fact.input.take(),
+            all_messages: fact.all_messages.take(),
+            system_instructions: fact.system_instructions.take(),
         };
-        // Everything but the two histories (cloned field by field, not the long lists).
+        let stored = StoredFact {
+            fact,
+            instructions: histories.system_instructions.as_ref().map(MessageHash::of),
+            input_chain,
+            all_messages_chain,
+        };
+        (stored, histories)
+    }
+
+    /// The fact [`Self::from_fact`] made this stored form of, with `histories` it took out.
+    pub fn into_fact(self, histories: Histories) -> SpanFact {
+        let mut fact = self.fact;
+        fact.input = histories.input;
+        fact.all_messages = histories.all_messages;
+        fact.system_instructions = histories.system_instructions;
+        fact
+    }
+}
+
+/// What a fact's stored form holds by reference, taken out of the fact by
+/// [`StoredFact::from_fact`].
+#[derive(Debug, Default)]
+pub struct Histories {
+    input: Option<Arc<Vec<MessageRef>>>,
+    all_messages: Option<Vec<MessageRef>>,
+    system_instructions: Option<Value>,
+}
+
+impl SpanFact {
+    /// A copy of the fact without its histories (`input`, `all_messages`): field by field, so
+    /// the long lists are not copied only to be dropped.
+    fn without_histories(&self) -> SpanFact {
+        let mut stored = SpanFact::new(self.kind, String::new(), String::new(), String::new());
         let SpanFact {
             kind: _,
             trace_id,
@@ -203,7 +246,7 @@ impl StoredFact {
             content_from_logs,
             warnings,
             run_info,
-        } = fact;
+        } = self;
         stored.trace_id = trace_id.clone();
         stored.span_id = span_id.clone();
         stored.parent_span_id = parent_span_id.clone();
@@ -218,7 +261,7 @@ impl StoredFact {
         stored.output = output.clone();
         stored.tool_return_form = *tool_return_form;
         stored.deferral = *deferral;
-        let instructions = system_instructions.as_ref().map(MessageHash::of);
+        stored.system_instructions = system_instructions.clone();
         stored.model = model.clone();
         stored.provider = provider.clone();
         stored.input_tokens = *input_tokens;
@@ -235,12 +278,7 @@ impl StoredFact {
         stored.content_from_logs = *content_from_logs;
         stored.warnings = warnings.clone();
         stored.run_info = run_info.clone();
-        StoredFact {
-            fact: stored,
-            instructions,
-            input_chain,
-            all_messages_chain,
-        }
+        stored
     }
 }
 
@@ -325,6 +363,74 @@ impl SpanFact {
             content_from_logs: false,
             warnings: Vec::new(),
             run_info: RunInfo::default(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::test_fixtures::{delegate_scenario, kv, span};
+
+    /// Facts with every kind of content: model requests with input, output and system
+    /// instructions, a tool call with arguments and result, and agent runs with a final history.
+    fn facts() -> Vec<SpanFact> {
+        let mut spans = delegate_scenario();
+        spans.push(span(
+            9,
+            1,
+            "chat m",
+            140,
+            vec![
+                kv("gen_ai.operation.name", "chat"),
+                kv(
+                    "gen_ai.system_instructions",
+                    r#"[{"type":"text","content":"be brief"}]"#,
+                ),
+                kv(
+                    "gen_ai.input.messages",
+                    r#"[{"role":"user","parts":[{"type":"text","content":"go"}]}]"#,
+                ),
+                kv(
+                    "gen_ai.output.messages",
+                    r#"[{"role":"assistant","parts":[{"type":"text","content":"done"}]}]"#,
+                ),
+            ],
+        ));
+        let mut facts: Vec<SpanFact> = spans
+            .iter()
+            .filter_map(crate::interpreter::interpret_span)
+            .map(|i| i.fact)
+            .collect();
+        let history = facts.iter().find_map(|f| f.input.as_deref().cloned());
+        for f in facts.iter_mut().filter(|f| f.kind == FactKind::AgentRun) {
+            f.all_messages = history.clone();
+        }
+        facts
+    }
+
+    #[test]
+    fn a_fact_stored_by_value_is_stored_as_by_reference_and_comes_back_whole() {
+        let facts = facts();
+        assert!(facts.iter().any(|f| f.system_instructions.is_some()));
+        assert!(facts.iter().any(|f| f.input.is_some()));
+        assert!(facts.iter().any(|f| f.all_messages.is_some()));
+        assert!(facts.iter().any(|f| f.result.is_some()));
+        for fact in facts {
+            let by_reference = StoredFact::of(&fact);
+            let chains = (
+                by_reference.input_chain.clone(),
+                by_reference.all_messages_chain.clone(),
+            );
+            let (by_value, histories) = StoredFact::from_fact(fact.clone(), chains.0, chains.1);
+            assert_eq!(by_value, by_reference, "span {}", fact.span_id);
+            assert!(by_value.fact.input.is_none() && by_value.fact.all_messages.is_none());
+            assert!(by_value.fact.system_instructions.is_none());
+            assert_eq!(
+                by_value.instructions.is_some(),
+                fact.system_instructions.is_some()
+            );
+            assert_eq!(by_value.into_fact(histories), fact);
         }
     }
 }

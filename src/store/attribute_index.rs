@@ -37,7 +37,7 @@ mod tests {
     use crate::domain::RunStatus;
     use crate::store::keys::{cf, index_keys};
     use crate::store::runs::SCANNED_PER_PAGE;
-    use crate::store::{RunFilter, Store};
+    use crate::store::{RunFilter, Store, WrittenRun};
 
     fn run(id: &str, started_ns: u64, tenant: Option<&str>, tool_calls: u32) -> Run {
         Run {
@@ -81,7 +81,7 @@ mod tests {
                 batch.put_raw(cf::RUN_INDEX, &key, b"").unwrap();
             }
         }
-        let ids: Vec<String> = runs.iter().map(|r| r.run_id.clone()).collect();
+        let ids: Vec<_> = runs.iter().map(|r| WrittenRun::of(&r.run_id)).collect();
         store.commit_runs(batch, &ids).unwrap();
         store
     }

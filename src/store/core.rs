@@ -9,7 +9,7 @@ use std::sync::Mutex;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
-use super::activity::RecentWrites;
+use super::activity::{RecentWrites, WrittenRun};
 use super::chain_cache::ChainCache;
 use super::column::Cf;
 use super::error::StoreError;
@@ -170,9 +170,13 @@ impl Store {
 
     /// Commits a batch that wrote the derived state of `runs` (recorded as recently written
     /// once the commit succeeded).
-    pub fn commit_runs(&self, batch: WriteBatch<'_>, runs: &[String]) -> Result<(), StoreError> {
+    pub fn commit_runs(
+        &self,
+        batch: WriteBatch<'_>,
+        runs: &[WrittenRun],
+    ) -> Result<(), StoreError> {
         self.write_batch(batch, self.sync)?;
-        lock_cache(&self.recent).note(runs.iter().map(String::as_str));
+        lock_cache(&self.recent).note(runs);
         Ok(())
     }
 

@@ -43,6 +43,7 @@ mod snapshots;
 #[cfg(test)]
 mod suite;
 
+pub use activity::WrittenRun;
 pub use aliases::{conflict_warning, AliasClaims};
 pub use column::Cf;
 pub use core::{encode_json, Store, WriteBatch};

@@ -3,6 +3,7 @@
 
 use std::time::Duration;
 
+use super::activity::WrittenRun;
 use super::core::{decode, lock_cache, Store};
 use super::damage;
 use super::error::StoreError;
@@ -178,7 +179,7 @@ impl Store {
 
     /// Takes the runs written since they were last taken whose last commit is at least `quiet`
     /// old; a run written again later is given again (see [`super::activity`]).
-    pub fn take_quiet_runs(&self, quiet: Duration) -> Vec<String> {
+    pub fn take_quiet_runs(&self, quiet: Duration) -> Vec<WrittenRun> {
         lock_cache(&self.recent).take_quiet(quiet)
     }
 }

@@ -4,6 +4,7 @@
 
 use serde_json::{json, Value};
 
+use super::activity::WrittenRun;
 use super::column::Cf;
 use super::core::Store;
 use super::error::StoreError;
@@ -292,7 +293,7 @@ pub fn domain_round_trips(store: &Store) {
     let body = json!({"role": "user", "parts": [{"type": "text", "content": "hi"}]});
     let hash = MessageHash::of(&body);
     batch.put_message("r-1", &hash, &body).unwrap();
-    store.commit_runs(batch, &["r-1".to_string()]).unwrap();
+    store.commit_runs(batch, &[WrittenRun::of("r-1")]).unwrap();
     assert_eq!(store.run("r-1").unwrap().unwrap(), run("r-1", 10));
     assert_eq!(store.resolve_run("call-1").unwrap().as_deref(), Some("r-1"));
     assert_eq!(store.resolve_run("r-2").unwrap().as_deref(), Some("r-2"));

@@ -11,7 +11,7 @@
 //! (they are not added again), and a run's earliest request wins over a later one whatever the
 //! order they arrive in.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 
 use opentelemetry_proto::tonic::common::v1::any_value::Value as AnyValue;
 use opentelemetry_proto::tonic::resource::v1::Resource;
@@ -65,7 +65,7 @@ pub(super) struct Written<'a> {
     /// The run record.
     pub run: &'a Run,
     /// The facts this group added to it.
-    pub added: &'a BTreeMap<String, SpanFact>,
+    pub added: &'a [&'a SpanFact],
     /// The snapshots this group wrote for it.
     pub snapshots: &'a [SnapshotRecord],
 }
@@ -97,14 +97,14 @@ fn service_of(
     batch: &mut WriteBatch<'_>,
     group: &mut Group,
     run_id: &str,
-    added: &BTreeMap<String, SpanFact>,
+    added: &[&SpanFact],
 ) -> Result<Option<String>, StoreError> {
     let known = match group.services.get(run_id) {
         Some(s) => Some(s.clone()),
         None => store.lineage_service(run_id)?,
     };
     let named = added
-        .values()
+        .iter()
         .filter(|f| f.kind == FactKind::ModelRequest)
         .min_by_key(|f| (f.start_ns, &f.span_id))
         .and_then(|f| f.service.clone());
@@ -233,10 +233,10 @@ fn look_up(
     group: &mut Group,
     run: &Run,
     scope: ScopeKey,
-    added: &BTreeMap<String, SpanFact>,
+    added: &[&SpanFact],
 ) -> Result<(), StoreError> {
     let Some(first) = added
-        .values()
+        .iter()
         .filter(|f| f.kind == FactKind::ModelRequest && f.input.is_some() && !f.pending)
         .min_by_key(|f| (f.start_ns, &f.span_id))
     else {

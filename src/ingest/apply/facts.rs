@@ -4,6 +4,7 @@
 
 use crate::domain::{ChainIds, IdSet, MessageHash};
 use crate::interpreter::{Interpreted, SharedMessages, SpanFact, StoredFact};
+use crate::records::fact::Histories;
 use crate::store::keys::{self, cf};
 use crate::store::{request_start, Store, StoreError, WriteBatch};
 
@@ -24,7 +25,8 @@ pub(super) fn add_fact(
     let chains = FactChains::of(store, run_id, &i.fact);
     let known = known_fact(store, work, run_id, &i.fact.span_id)?;
     let previous = known.as_ref().and_then(|k| request_start(&k.fact));
-    let stored = chains.stored(&i.fact);
+    // The fact's one copy: stored from, then kept in the work set.
+    let (stored, histories) = chains.stored_from(i.fact.clone());
     match known {
         Some(known) if known == stored => {
             chains.keep(store, run_id);
@@ -53,10 +55,7 @@ pub(super) fn add_fact(
     )?;
     chains.keep(store, run_id);
     work.note_calls(&i.fact);
-    work.added.insert(i.fact.span_id.clone(), i.fact.clone());
-    if let Some(all) = &mut work.all {
-        all.insert(i.fact.span_id.clone(), i.fact.clone());
-    }
+    work.add(stored.into_fact(histories));
     work.meta.last_seen_ns = now_ns;
     work.dirty = true;
     Ok(true)
@@ -128,6 +127,15 @@ impl FactChains {
 
     fn stored(&self, fact: &SpanFact) -> StoredFact {
         StoredFact::with_chains(
+            fact,
+            self.input.as_ref().map(ChainIds::current),
+            self.all_messages.as_ref().map(ChainIds::current),
+        )
+    }
+
+    /// [`Self::stored`] of a fact given by value (see [`StoredFact::from_fact`]).
+    fn stored_from(&self, fact: SpanFact) -> (StoredFact, Histories) {
+        StoredFact::from_fact(
             fact,
             self.input.as_ref().map(ChainIds::current),
             self.all_messages.as_ref().map(ChainIds::current),

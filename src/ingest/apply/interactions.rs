@@ -121,7 +121,7 @@ pub(super) type GroupAnswer = (String, String, String, u64);
 pub(super) fn group_answers(runs: &Runs) -> Vec<GroupAnswer> {
     let mut out = Vec::new();
     for (run_id, work) in runs {
-        for fact in work.added.values() {
+        for fact in work.added() {
             for call in answered_calls(fact) {
                 if let Some(conv) = &fact.conversation_id {
                     out.push((

@@ -164,10 +164,7 @@ pub(super) fn merge_run(
         let target = load_full(store, runs, into)?;
         write_fact(store, batch, into, target, fact, &bodies)?;
         target.note_calls(fact);
-        target.added.insert(fact.span_id.clone(), fact.clone());
-        if let Some(all) = &mut target.all {
-            all.insert(fact.span_id.clone(), fact.clone());
-        }
+        target.add(fact.clone());
         target.full = true;
     }
     let target = load_full(store, runs, into)?;

@@ -41,7 +41,7 @@ mod work_set;
 
 use crate::interpreter::{FactKind, Interpreted};
 use crate::store::keys::{self, cf};
-use crate::store::{AliasClaims, Store, StoreError, WriteBatch};
+use crate::store::{AliasClaims, Store, StoreError, WriteBatch, WrittenRun};
 
 pub use delete::TOMBSTONE;
 pub use request::{
@@ -228,8 +228,9 @@ pub fn apply_group(store: &Store, works: &[Work], now_ns: u64) -> Result<Vec<App
     }
     // The answers this group's requests carry, for the waiting runs it derives.
     let answers = interactions::group_answers(&runs);
-    for run_id in &dirty {
-        persist::write_run(
+    let mut written = Vec::with_capacity(dirty.len());
+    for run_id in dirty {
+        let longest_history = persist::write_run(
             store,
             &mut batch,
             &mut runs,
@@ -238,12 +239,16 @@ pub fn apply_group(store: &Store, works: &[Work], now_ns: u64) -> Result<Vec<App
                 lineage: &mut lineage,
                 answers: &answers,
             },
-            run_id,
+            &run_id,
             now_ns,
         )
-        .map_err(|e| e.in_run(run_id, None))?;
+        .map_err(|e| e.in_run(&run_id, None))?;
+        written.push(WrittenRun {
+            run_id,
+            longest_history,
+        });
     }
-    store.commit_runs(batch, &dirty)?;
+    store.commit_runs(batch, &written)?;
     store.note_alias_conflicts(claims.conflicts());
     Ok(results)
 }

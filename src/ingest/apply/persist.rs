@@ -24,7 +24,8 @@ pub(super) struct GroupLinks<'a> {
 }
 
 /// Writes what the group changed in a run: incrementally when its new facts extend it (see
-/// [`append`]), else by deriving it in full.
+/// [`append`]), else by deriving it in full. Gives the most messages of any of the run's
+/// snapshots when it derived the run in full (and so wrote every snapshot), else `None`.
 pub(super) fn write_run(
     store: &Store,
     batch: &mut WriteBatch<'_>,
@@ -32,12 +33,12 @@ pub(super) fn write_run(
     group: &mut GroupLinks<'_>,
     run_id: &str,
     now_ns: u64,
-) -> Result<(), StoreError> {
+) -> Result<Option<u32>, StoreError> {
     let (claims, lineage, answers) = (&mut *group.claims, &mut *group.lineage, group.answers);
     let meta = &mut load(store, runs, run_id)?.meta;
     meta.revision = meta.revision.saturating_add(1).max(now_ns);
     if try_append(store, batch, runs, lineage, run_id)? {
-        return Ok(());
+        return Ok(None);
     }
     let work = load_full(store, runs, run_id)?;
     // The run is written once per group, last: its facts move out of the work set (nothing
@@ -150,12 +151,19 @@ pub(super) fn write_run(
             &count.to_be_bytes(),
         )?;
     }
+    // The facts this group added, among the run's (they moved there from the work set).
+    let added: Vec<&SpanFact> = facts
+        .iter()
+        .filter(|f| work.was_added(&f.span_id))
+        .collect();
     let written = Written {
         run,
-        added: &work.added,
+        added: &added,
         snapshots: &derived.snapshots,
     };
-    continued_from::note_run(store, batch, lineage, written)
+    continued_from::note_run(store, batch, lineage, written)?;
+    let longest = derived.snapshots.iter().map(|s| s.meta.message_count).max();
+    Ok(Some(longest.unwrap_or(0)))
 }
 
 /// Appends the group's new facts to the run without deriving it again, when they extend it
@@ -173,7 +181,7 @@ fn try_append(
     };
     if work.full
         || work.all.is_some()
-        || work.added.is_empty()
+        || work.added_none()
         || work.meta.abandoned.is_some()
         || work.meta.parent_run_id != old.parent_run_id
     {
@@ -190,8 +198,7 @@ fn try_append(
     let chain = store.take_chain(run_id);
     let current = chain.current();
     let new: Vec<NewFact<'_>> = work
-        .added
-        .values()
+        .added()
         .map(|fact| {
             let input_chain = work.input_chains.get(&fact.span_id).cloned();
             let input_prefixes = input_chain
@@ -259,9 +266,10 @@ fn try_append(
         )?;
     }
     batch.put_json(cf::RUN_STATE, run_id.as_bytes(), &a.state)?;
+    let added: Vec<&SpanFact> = work.added().collect();
     let written = Written {
         run: &a.run,
-        added: &work.added,
+        added: &added,
         snapshots: &a.snapshots,
     };
     continued_from::note_run(store, batch, lineage, written)?;

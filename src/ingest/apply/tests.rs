@@ -753,7 +753,7 @@ fn quiet_long_runs_have_their_continuation_loaded_ahead() {
         store
             .take_quiet_runs(std::time::Duration::ZERO)
             .iter()
-            .filter(|id| prefetch::warm(&store, &contexts, id, min_messages).unwrap())
+            .filter(|r| prefetch::warm(&store, &contexts, &r.run_id, min_messages).unwrap())
             .count()
     };
     // Too short a history to load ahead: taken, not loaded.
@@ -783,6 +783,38 @@ fn quiet_long_runs_have_their_continuation_loaded_ahead() {
     assert_eq!(store.history_cache_messages(), held);
     assert_eq!(contexts.held(), before);
     assert!(!h.models().is_empty());
+}
+
+/// A run derived in full is noted for the prefetch with the most messages of its snapshots (a
+/// quiet run whose histories are all short is then not read); an appended one with none.
+#[test]
+fn written_runs_are_noted_with_their_longest_history_when_derived_in_full() {
+    let all = linear_run(6, 0, false);
+    let store = Store::in_memory();
+    let (mut full, mut appended) = (0, 0);
+    for (n, span) in all.iter().enumerate() {
+        let appends = APPENDS.with(|n| n.get());
+        let work = spans_work(interpreted(std::slice::from_ref(span)));
+        apply_group(&store, &[work], n as u64).unwrap();
+        let noted = store.take_quiet_runs(std::time::Duration::ZERO);
+        let expected = if APPENDS.with(|n| n.get()) > appends {
+            appended += 1;
+            WrittenRun::of(&run_id(1))
+        } else {
+            full += 1;
+            let snapshots = store.snapshots(&run_id(1)).unwrap();
+            let longest = snapshots.iter().map(|s| s.meta.message_count).max();
+            WrittenRun {
+                run_id: run_id(1),
+                longest_history: Some(longest.unwrap_or(0)),
+            }
+        };
+        assert_eq!(noted, [expected], "span {n}");
+    }
+    assert!(
+        full > 0 && appended > 0,
+        "{full} derived in full, {appended} appended"
+    );
 }
 
 #[test]

@@ -1,7 +1,7 @@
 //! The work set of a write group: the runs the group touches, each loaded once (its meta and
 //! record, its facts only when needed) and changed in memory until the group is written.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 
 use crate::domain::{ChainRef, IdSet, MessageHash, NodeId, Run};
 use crate::interpreter::{FactKind, RunMeta, SpanFact, StoredFact};
@@ -13,10 +13,14 @@ pub(super) type Runs = HashMap<String, RunWork>;
 
 /// One run of the work set.
 pub(super) struct RunWork {
-    /// Every fact of the run by span id, once loaded in full (for a full derivation).
+    /// Every fact of the run by span id, once loaded in full (for a full derivation): the
+    /// facts this group added are among them then.
     pub(super) all: Option<BTreeMap<String, SpanFact>>,
-    /// Facts this group added or replaced, by span id.
-    pub(super) added: BTreeMap<String, SpanFact>,
+    /// Facts this group added or replaced while the run's facts were not loaded, by span id
+    /// (each fact is held once: loading the run's facts moves these into `all`).
+    added: BTreeMap<String, SpanFact>,
+    /// Span ids of the facts this group added or replaced.
+    added_ids: BTreeSet<String>,
     /// Something happened that only a full derivation follows (a fact replaced, runs merged,
     /// the run abandoned).
     pub(super) full: bool,
@@ -41,6 +45,36 @@ pub(super) struct RunWork {
 }
 
 impl RunWork {
+    /// Adds (or replaces) a fact of the run.
+    pub(super) fn add(&mut self, fact: SpanFact) {
+        if !self.added_ids.contains(&fact.span_id) {
+            self.added_ids.insert(fact.span_id.clone());
+        }
+        match &mut self.all {
+            Some(all) => all.insert(fact.span_id.clone(), fact),
+            None => self.added.insert(fact.span_id.clone(), fact),
+        };
+    }
+
+    /// The facts this group added or replaced, in span id order.
+    pub(super) fn added(&self) -> impl Iterator<Item = &SpanFact> {
+        let loaded = self
+            .all
+            .iter()
+            .flat_map(|all| all.values().filter(|f| self.added_ids.contains(&f.span_id)));
+        self.added.values().chain(loaded)
+    }
+
+    /// True when this group added or replaced the fact of `span_id`.
+    pub(super) fn was_added(&self, span_id: &str) -> bool {
+        self.added_ids.contains(span_id)
+    }
+
+    /// True when this group added or replaced no fact of the run.
+    pub(super) fn added_none(&self) -> bool {
+        self.added_ids.is_empty()
+    }
+
     /// Notes the calls fact `fact` of the run asks for (a model request) or runs (a tool call).
     pub(super) fn note_calls(&mut self, fact: &SpanFact) {
         let asked = fact.requested_calls.iter().map(|c| &c.id);
@@ -84,6 +118,7 @@ pub(super) fn load<'a>(
         let work = RunWork {
             all,
             added: BTreeMap::new(),
+            added_ids: BTreeSet::new(),
             full: false,
             known_messages: IdSet::default(),
             known_nodes: IdSet::default(),
@@ -111,9 +146,7 @@ pub(super) fn load_full<'a>(
     let work = load(store, runs, run_id)?;
     if work.all.is_none() {
         let mut all = stored_facts(store, run_id)?;
-        for (span, fact) in &work.added {
-            all.insert(span.clone(), fact.clone());
-        }
+        all.append(&mut work.added);
         work.all = Some(all);
     }
     Ok(work)
