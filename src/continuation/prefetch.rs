@@ -147,6 +147,13 @@ pub async fn load_ahead_at_open(
     Ok(loaded)
 }
 
+/// Whether a quiet run may have a history worth loading ahead: a run whose last write knew all
+/// its snapshots (see [`WrittenRun::longest_history`]) and found them all shorter than
+/// [`MIN_MESSAGES`] is not read at all.
+fn may_be_long(run: &WrittenRun) -> bool {
+    run.longest_history.is_none_or(|n| n >= MIN_MESSAGES)
+}
+
 /// Runs until `stop` completes: first loads ahead the runs active at start
 /// ([`load_ahead_at_open`]), then every [`TICK`] the continuations of the long runs quiet for
 /// [`QUIET`].
@@ -169,11 +176,7 @@ pub async fn run(continuations: Arc<Continuations>, stop: impl std::future::Futu
         }
         let due = continuations.store().take_quiet_runs(QUIET);
         let mut loaded = 0;
-        // A run whose last write knew all its snapshots too short is not read at all.
-        let long = due
-            .into_iter()
-            .filter(|r| r.longest_history.is_none_or(|n| n >= MIN_MESSAGES));
-        for WrittenRun { run_id, .. } in long {
+        for WrittenRun { run_id, .. } in due.into_iter().filter(may_be_long) {
             match load_ahead(&continuations, &run_id, MIN_MESSAGES).await {
                 Ok(true) => loaded += 1,
                 Ok(false) => {}
@@ -183,5 +186,22 @@ pub async fn run(continuations: Arc<Continuations>, stop: impl std::future::Futu
         if loaded > 0 {
             tracing::debug!(runs = loaded, "continuations loaded ahead");
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_runs_known_to_be_short_are_not_read() {
+        let noted = |longest_history| WrittenRun {
+            longest_history,
+            ..WrittenRun::of("r")
+        };
+        assert!(may_be_long(&noted(None)), "not known: read");
+        assert!(may_be_long(&noted(Some(MIN_MESSAGES))));
+        assert!(!may_be_long(&noted(Some(MIN_MESSAGES - 1))));
+        assert!(!may_be_long(&noted(Some(0))));
     }
 }

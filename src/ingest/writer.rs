@@ -746,6 +746,30 @@ mod tests {
         assert_eq!(reopened.queues()[0].pending_bytes(), total);
     }
 
+    /// The writer hands a received request's work back with its answer, and `receive` frees it
+    /// before it returns: what the request shares with the interpreter's memo (a model
+    /// request's input) is held by nobody else when the run's next request is interpreted.
+    #[tokio::test]
+    async fn a_received_request_is_freed_once_it_is_answered() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Arc::new(Store::open(dir.path(), true).unwrap());
+        let writer = Writer::start(
+            store.clone(),
+            Arc::new(Outbox::disabled()),
+            4,
+            Arc::new(IngestCounters::default()),
+        );
+        let Work::Received { spans, .. } = work(&delegate_scenario()) else {
+            unreachable!("work() builds a received request");
+        };
+        let inputs: Vec<_> = spans.iter().filter_map(|i| i.fact.input.clone()).collect();
+        assert!(!inputs.is_empty());
+        assert!(inputs.iter().all(|input| Arc::strong_count(input) == 2));
+        writer.receive(spans, Vec::new(), None, 0).await.unwrap();
+        assert!(inputs.iter().all(|input| Arc::strong_count(input) == 1));
+        assert!(store.run(&run_id(1)).unwrap().is_some(), "committed");
+    }
+
     #[test]
     fn liveness_turns_false_when_the_writer_thread_ends() {
         let dir = tempfile::tempdir().unwrap();

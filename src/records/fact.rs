@@ -162,7 +162,12 @@ impl StoredFact {
         input_chain: Option<ChainRef>,
         all_messages_chain: Option<ChainRef>,
     ) -> StoredFact {
-        Self::from_fact(fact.without_histories(), input_chain, all_messages_chain).0
+        StoredFact {
+            fact: fact.without_histories(),
+            instructions: fact.system_instructions.as_ref().map(MessageHash::of),
+            input_chain,
+            all_messages_chain,
+        }
     }
 
     /// [`Self::with_chains`] of a fact given by value: its fields move into the stored form,
@@ -207,8 +212,9 @@ pub struct Histories {
 }
 
 impl SpanFact {
-    /// A copy of the fact without its histories (`input`, `all_messages`): field by field, so
-    /// the long lists are not copied only to be dropped.
+    /// A copy of the fact without what its stored form holds by reference (`input`,
+    /// `all_messages`, `system_instructions`): field by field, so the long lists are not copied
+    /// only to be dropped.
     fn without_histories(&self) -> SpanFact {
         let mut stored = SpanFact::new(self.kind, String::new(), String::new(), String::new());
         let SpanFact {
@@ -228,7 +234,7 @@ impl SpanFact {
             output,
             tool_return_form,
             all_messages: _,
-            system_instructions,
+            system_instructions: _,
             model,
             provider,
             input_tokens,
@@ -261,7 +267,6 @@ impl SpanFact {
         stored.output = output.clone();
         stored.tool_return_form = *tool_return_form;
         stored.deferral = *deferral;
-        stored.system_instructions = system_instructions.clone();
         stored.model = model.clone();
         stored.provider = provider.clone();
         stored.input_tokens = *input_tokens;
