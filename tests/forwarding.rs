@@ -214,6 +214,11 @@ fn traces(n: u8) -> ExportTraceServiceRequest {
     }
 }
 
+/// Bytes of padding in the log bodies [`send_grpc`] and [`send_http`] send: enough that their
+/// requests are stored packed (see `stepline::outbox`), so a backlog read back from the store
+/// after a restart is unpacked on its way out.
+const LOG_BODY: usize = 2048;
+
 fn logs(n: u8, body_len: usize) -> ExportLogsServiceRequest {
     ExportLogsServiceRequest {
         resource_logs: vec![ResourceLogs {
@@ -277,7 +282,7 @@ async fn send_grpc(stepline: &Stepline, n: u8) {
     LogsServiceClient::connect(url.clone())
         .await
         .unwrap()
-        .export(logs(n, 8))
+        .export(logs(n, LOG_BODY))
         .await
         .unwrap();
     MetricsServiceClient::connect(url)
@@ -303,7 +308,7 @@ async fn post(stepline: &Stepline, path: &str, body: Vec<u8>) -> reqwest::Respon
 async fn send_http(stepline: &Stepline, n: u8) {
     for (path, body) in [
         ("/v1/traces", traces(n).encode_to_vec()),
-        ("/v1/logs", logs(n, 8).encode_to_vec()),
+        ("/v1/logs", logs(n, LOG_BODY).encode_to_vec()),
         ("/v1/metrics", metrics(n).encode_to_vec()),
     ] {
         let response = post(stepline, path, body).await;
@@ -360,7 +365,7 @@ fn every_sent_arrived(sink: &Downstream, sent: &[u8]) -> bool {
     let metrics = sink.metrics.lock().unwrap();
     sent.iter().all(|n| {
         traces.contains(&self::traces(*n))
-            && logs.contains(&self::logs(*n, 8))
+            && logs.contains(&self::logs(*n, LOG_BODY))
             && metrics.contains(&self::metrics(*n))
     })
 }
@@ -433,7 +438,8 @@ async fn forwards_every_signal_unchanged_over_both_exporter_kinds() {
             received.2.sort_by_key(|r| format!("{r:?}"));
         }
         assert_eq!(received.0, [traces(1), traces(2), traces(3)], "{name}");
-        assert_eq!(received.1, [logs(1, 8), logs(2, 8), logs(3, 8)], "{name}");
+        let sent = [logs(1, LOG_BODY), logs(2, LOG_BODY), logs(3, LOG_BODY)];
+        assert_eq!(received.1, sent, "{name}");
         assert_eq!(received.2, [metrics(1), metrics(2), metrics(3)], "{name}");
         assert_eq!(
             settled_metric(&stepline, "otelcol_exporter_sent_spans_total", name, 9).await,
@@ -1307,7 +1313,9 @@ async fn batching_merges_entries_into_fewer_requests_and_delivers_every_item() {
     .await;
     assert_eq!(*sink.traces.lock().unwrap(), [merged_traces(&[1, 2, 3])]);
     let logs = ExportLogsServiceRequest {
-        resource_logs: (1..=3).flat_map(|n| logs(n, 8).resource_logs).collect(),
+        resource_logs: (1..=3)
+            .flat_map(|n| logs(n, LOG_BODY).resource_logs)
+            .collect(),
     };
     assert_eq!(*sink.logs.lock().unwrap(), [logs]);
     let metrics = ExportMetricsServiceRequest {

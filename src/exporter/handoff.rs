@@ -96,6 +96,8 @@ impl Handoff {
         }
         let mut entry = entry.clone();
         entry.runs_in_store = stored_bytes.saturating_sub(entry.size());
+        // The exporters send the payload: its packed form is the store's.
+        entry.packed = None;
         inner.entries.push_back(Committed { entry, cost });
         inner.bytes = inner.bytes.saturating_add(cost);
         inner.trim(read_through, self.max_bytes);

@@ -9,14 +9,21 @@
 //! Layout of a stored value (the key is `seq` as 8 big-endian bytes):
 //!
 //! ```text
-//! [signal: u8 (| 0x80 when a run block follows)] [items: u64 BE]
+//! [signal: u8 (| 0x80 when a run block follows, | 0x40 when the payload is packed)]
+//! [items: u64 BE]
 //! [run block length: u32 BE] [run block]            -- only with the 0x80 flag
-//! [payload: the export request, protobuf-encoded]
+//! [payload: the export request, protobuf-encoded]   -- without the 0x40 flag
+//! [payload length: u32 BE] [LZ4 block of the payload] -- with the 0x40 flag
 //! run block: [run ids: u32 BE] ([len: u16 BE] [utf-8 run id])*
 //!            [spans: u32 BE] ([trace id: 16 bytes] [span id: 8 bytes] [run index: u32 BE])*
 //! ```
 //!
-//! Entries written before the run block existed have no flag and read back with no span runs.
+//! A payload is stored packed (LZ4) when that makes it at least an eighth smaller: an agent's
+//! export repeats the conversation in every model request's input, so its requests pack to a
+//! tenth of their size, and the write-ahead log, the memtables and the flushes carry that much
+//! less. The sizes the queues count ([`OutboxEntry::size`], [`stored_size`]) are the unpacked
+//! ones, so a queue's byte cap means what the Collector's byte sizer does. Entries written
+//! before the run block existed have no flag and read back with no span runs.
 
 use std::collections::HashMap;
 
@@ -29,6 +36,17 @@ pub const HEADER: usize = 9;
 
 /// Flag on the signal byte: a run block follows the header.
 const RUN_BLOCK: u8 = 0x80;
+
+/// Flag on the signal byte: the payload is packed (its length, then an LZ4 block).
+const PACKED: u8 = 0x40;
+
+/// A payload shorter than this is stored as it is: packing it would save next to nothing.
+const MIN_PACKED_PAYLOAD: usize = 1024;
+
+/// The most an LZ4 block can grow by on unpacking (a sequence's 255 bytes of match length per
+/// input byte): a packed payload claiming more is damaged, and is refused before anything of
+/// that size is allocated.
+const MAX_UNPACK_RATIO: usize = 255;
 
 /// A run id longer than this is not put in the run block (its spans are forwarded untagged).
 pub const MAX_RUN_ID_BYTES: usize = u16::MAX as usize;
@@ -62,6 +80,10 @@ pub struct OutboxEntry {
     /// handed to the exporters in memory before the writer resolved the runs (0 otherwise).
     /// Counted in [`OutboxEntry::size`], so the copy weighs what the stored value does.
     pub runs_in_store: u64,
+    /// The payload packed (an LZ4 block), as it is stored, when packing makes it at least an
+    /// eighth smaller: made where the request is received, so the one writer thread only
+    /// copies it. None once the entry is in the store (the exporters send `payload`).
+    pub packed: Option<Bytes>,
 }
 
 /// Why stored bytes are not an outbox entry.
@@ -79,16 +101,22 @@ pub enum EntryError {
     /// The run block does not parse.
     #[error("bad run block: {0}")]
     RunBlock(&'static str),
+    /// The packed payload does not unpack to the length stored with it.
+    #[error("packed payload does not unpack: {0}")]
+    Packed(&'static str),
 }
 
 impl OutboxEntry {
-    /// A new entry of a received request (seq and span runs are filled in by the writer).
+    /// A new entry of a received request (seq and span runs are filled in by the writer), its
+    /// payload packed when that pays (see [`OutboxEntry::packed`]).
     pub fn new(signal: SignalKind, items: u64, payload: impl Into<Bytes>) -> OutboxEntry {
+        let payload = payload.into();
         OutboxEntry {
             seq: 0,
             signal,
             items,
-            payload: payload.into(),
+            packed: pack(&payload),
+            payload,
             span_runs: Vec::new(),
             runs_in_store: 0,
         }
@@ -115,41 +143,63 @@ impl OutboxEntry {
     /// resolves the runs later need not copy the payload into a new entry).
     pub fn encode_with(&self, span_runs: &[SpanRun]) -> Vec<u8> {
         let block = run_block(span_runs);
-        let mut value = Vec::with_capacity(
-            HEADER + self.payload.len() + block.as_ref().map_or(0, |b| 4 + b.len()),
-        );
-        let flag = if block.is_some() { RUN_BLOCK } else { 0 };
-        value.push(signal_byte(self.signal) | flag);
+        // A payload over 4 GiB (never received: requests are capped far below) goes unpacked.
+        let packed = self
+            .packed
+            .as_ref()
+            .zip(u32::try_from(self.payload.len()).ok());
+        let payload = packed.map_or(self.payload.len(), |(p, _)| 4 + p.len());
+        let mut value =
+            Vec::with_capacity(HEADER + payload + block.as_ref().map_or(0, |b| 4 + b.len()));
+        let flags =
+            if block.is_some() { RUN_BLOCK } else { 0 } | if packed.is_some() { PACKED } else { 0 };
+        value.push(signal_byte(self.signal) | flags);
         value.extend_from_slice(&self.items.to_be_bytes());
         if let Some(block) = block {
             value.extend_from_slice(&(block.len() as u32).to_be_bytes());
             value.extend_from_slice(&block);
         }
-        value.extend_from_slice(&self.payload);
+        match packed {
+            Some((packed, len)) => {
+                value.extend_from_slice(&len.to_be_bytes());
+                value.extend_from_slice(packed);
+            }
+            None => value.extend_from_slice(&self.payload),
+        }
         value
     }
 
-    /// Reads an entry back from its stored key and value (the payload is copied out of it).
+    /// Reads an entry back from its stored key and value (the payload is copied out of it, or
+    /// unpacked).
     pub fn decode(key: &[u8], value: &[u8]) -> Result<OutboxEntry, EntryError> {
         let (entry, at) = Self::decode_parts(key, value)?;
+        let payload = match entry.packed_len {
+            Some(len) => Bytes::from(unpack(&value[at..], len)?),
+            None => Bytes::copy_from_slice(&value[at..]),
+        };
         Ok(OutboxEntry {
-            payload: Bytes::copy_from_slice(&value[at..]),
-            ..entry
+            payload,
+            ..entry.entry
         })
     }
 
-    /// [`OutboxEntry::decode`] of a value already in a [`Bytes`]: the payload is a view of it,
-    /// not a copy.
+    /// [`OutboxEntry::decode`] of a value already in a [`Bytes`]: an unpacked payload is a view
+    /// of it, not a copy.
     pub fn decode_shared(key: &[u8], value: &Bytes) -> Result<OutboxEntry, EntryError> {
         let (entry, at) = Self::decode_parts(key, value)?;
+        let payload = match entry.packed_len {
+            Some(len) => Bytes::from(unpack(&value[at..], len)?),
+            None => value.slice(at..),
+        };
         Ok(OutboxEntry {
-            payload: value.slice(at..),
-            ..entry
+            payload,
+            ..entry.entry
         })
     }
 
-    /// The entry of a stored value with an empty payload, and where the payload starts.
-    fn decode_parts(key: &[u8], value: &[u8]) -> Result<(OutboxEntry, usize), EntryError> {
+    /// The entry of a stored value with an empty payload, and where the payload (or, packed,
+    /// its LZ4 block) starts.
+    fn decode_parts(key: &[u8], value: &[u8]) -> Result<(Parts, usize), EntryError> {
         let header = Header::decode(key, value)?;
         let mut at = HEADER;
         let mut span_runs = Vec::new();
@@ -160,6 +210,11 @@ impl OutboxEntry {
             span_runs = decode_run_block(block)?;
             at += len;
         }
+        let mut packed_len = None;
+        if header.packed {
+            packed_len = Some(read_u32(value, at).ok_or(EntryError::Short)? as usize);
+            at += 4;
+        }
         let entry = OutboxEntry {
             seq: header.seq,
             signal: header.signal,
@@ -167,8 +222,52 @@ impl OutboxEntry {
             payload: Bytes::new(),
             span_runs,
             runs_in_store: 0,
+            packed: None,
         };
-        Ok((entry, at.min(value.len())))
+        Ok((Parts { entry, packed_len }, at.min(value.len())))
+    }
+}
+
+/// What [`OutboxEntry::decode_parts`] reads before the payload.
+struct Parts {
+    /// The entry, its payload empty.
+    entry: OutboxEntry,
+    /// The payload's length, when it is stored packed.
+    packed_len: Option<usize>,
+}
+
+/// The size a stored value counts for in the queues: its length with the payload unpacked
+/// (what [`OutboxEntry::size`] gives for the entry), read without unpacking it.
+pub fn stored_size(key: &[u8], value: &[u8]) -> Result<u64, EntryError> {
+    let (parts, at) = OutboxEntry::decode_parts(key, value)?;
+    Ok(match parts.packed_len {
+        // The value holds the header, the run block and the packed payload's length (4 bytes)
+        // before the LZ4 block, which stands for `len` bytes.
+        Some(len) => (at - 4 + len) as u64,
+        None => value.len() as u64,
+    })
+}
+
+/// `payload` packed into an LZ4 block, when it is long enough to pay and packing makes it at
+/// least an eighth smaller.
+fn pack(payload: &[u8]) -> Option<Bytes> {
+    if payload.len() < MIN_PACKED_PAYLOAD || u32::try_from(payload.len()).is_err() {
+        return None;
+    }
+    let packed = lz4_flex::block::compress(payload);
+    (packed.len() + 4 <= payload.len() - payload.len() / 8).then(|| Bytes::from(packed))
+}
+
+/// Unpacks the LZ4 block `packed` of a payload of `len` bytes.
+fn unpack(packed: &[u8], len: usize) -> Result<Vec<u8>, EntryError> {
+    if len > packed.len().saturating_mul(MAX_UNPACK_RATIO) {
+        return Err(EntryError::Packed("longer than its block can unpack to"));
+    }
+    let mut payload = vec![0u8; len];
+    match lz4_flex::block::decompress_into(packed, &mut payload) {
+        Ok(n) if n == len => Ok(payload),
+        Ok(_) => Err(EntryError::Packed("shorter than its stored length")),
+        Err(_) => Err(EntryError::Packed("not an LZ4 block of its stored length")),
     }
 }
 
@@ -219,6 +318,8 @@ pub struct Header {
     pub items: u64,
     /// A run block follows the header.
     pub has_runs: bool,
+    /// The payload is packed.
+    pub packed: bool,
 }
 
 impl Header {
@@ -231,7 +332,7 @@ impl Header {
         if value.len() < HEADER {
             return Err(EntryError::Short);
         }
-        let signal = match value[0] & !RUN_BLOCK {
+        let signal = match value[0] & !(RUN_BLOCK | PACKED) {
             1 => SignalKind::Traces,
             2 => SignalKind::Logs,
             3 => SignalKind::Metrics,
@@ -246,6 +347,7 @@ impl Header {
             signal,
             items,
             has_runs: value[0] & RUN_BLOCK != 0,
+            packed: value[0] & PACKED != 0,
         })
     }
 }
@@ -331,6 +433,7 @@ mod tests {
             payload: Bytes::from_static(&[1, 2, 3, 4]),
             span_runs,
             runs_in_store: 0,
+            packed: None,
         }
     }
 
@@ -362,6 +465,116 @@ mod tests {
             let header = Header::decode(&e.key(), &value[..HEADER]).unwrap();
             assert_eq!((header.seq, header.items), (7, 3));
             assert_eq!(header.has_runs, !e.span_runs.is_empty());
+        }
+    }
+
+    /// A payload like an agent's export: the same conversation repeated, growing.
+    fn conversation_payload() -> Vec<u8> {
+        let mut payload = Vec::new();
+        for step in 0..20u8 {
+            for turn in 0..=step {
+                payload.extend_from_slice(b"{\"role\":\"user\",\"content\":\"order ");
+                payload.push(b'a' + turn);
+                payload.extend_from_slice(b" is late, please check the warehouse\"}");
+            }
+        }
+        payload
+    }
+
+    #[test]
+    fn a_repetitive_payload_is_stored_packed_and_reads_back_whole() {
+        let payload = conversation_payload();
+        let mut e = OutboxEntry {
+            seq: 7,
+            ..OutboxEntry::new(SignalKind::Traces, 20, payload.clone())
+        };
+        let packed = e.packed.clone().expect("a repetitive payload is packed");
+        assert!(
+            packed.len() * 4 < payload.len(),
+            "{} of {}",
+            packed.len(),
+            payload.len()
+        );
+        for span_runs in [vec![], vec![run(1, 1, "a"), run(1, 2, "b")]] {
+            e.span_runs = span_runs;
+            let value = e.encode();
+            let block = run_block(&e.span_runs).map_or(0, |b| 4 + b.len());
+            assert_eq!(value.len(), HEADER + block + 4 + packed.len());
+            // The queues count it unpacked, as the entry does in memory.
+            assert_eq!(stored_size(&e.key(), &value).unwrap(), e.size());
+            let header = Header::decode(&e.key(), &value).unwrap();
+            assert!(header.packed);
+            assert_eq!(header.has_runs, !e.span_runs.is_empty());
+            let read = OutboxEntry::decode(&e.key(), &value).unwrap();
+            assert_eq!(read.payload, payload);
+            assert_eq!(read.span_runs, e.span_runs);
+            // Read back, an entry carries no packed copy: the exporters send the payload.
+            assert_eq!(
+                read,
+                OutboxEntry {
+                    packed: None,
+                    ..e.clone()
+                }
+            );
+            let shared = OutboxEntry::decode_shared(&e.key(), &Bytes::from(value)).unwrap();
+            assert_eq!(shared, read);
+        }
+    }
+
+    #[test]
+    fn short_and_incompressible_payloads_are_stored_as_they_are() {
+        let short = OutboxEntry::new(SignalKind::Logs, 1, vec![7u8; MIN_PACKED_PAYLOAD - 1]);
+        assert_eq!(short.packed, None);
+        // Bytes from a generator: LZ4 cannot make them an eighth smaller.
+        let mut rng = fastrand::Rng::with_seed(3);
+        let noise: Vec<u8> = (0..64 * 1024).map(|_| rng.u8(..)).collect();
+        let noisy = OutboxEntry::new(SignalKind::Traces, 1, noise.clone());
+        assert_eq!(noisy.packed, None);
+        for e in [short, noisy] {
+            let value = e.encode();
+            assert_eq!(value.len() as u64, e.size());
+            assert_eq!(stored_size(&e.key(), &value).unwrap(), e.size());
+            assert!(!Header::decode(&e.key(), &value).unwrap().packed);
+            assert_eq!(OutboxEntry::decode(&e.key(), &value).unwrap(), e);
+        }
+    }
+
+    #[test]
+    fn damaged_packed_values_are_errors_not_panics() {
+        let e = OutboxEntry {
+            seq: 7,
+            ..OutboxEntry::new(SignalKind::Traces, 20, conversation_payload())
+        };
+        let good = e.encode();
+        let key = e.key();
+        for cut in 0..good.len() {
+            assert!(
+                OutboxEntry::decode(&key, &good[..cut]).is_err(),
+                "cut at {cut}"
+            );
+        }
+        // A stored length past what the block can unpack to is refused before allocating it.
+        let mut huge = good.clone();
+        huge[HEADER..HEADER + 4].copy_from_slice(&u32::MAX.to_be_bytes());
+        assert_eq!(
+            OutboxEntry::decode(&key, &huge),
+            Err(EntryError::Packed("longer than its block can unpack to"))
+        );
+        // A stored length shorter or longer than the block's payload.
+        let len = e.payload.len() as u32;
+        for wrong in [len - 1, len + 1, 0] {
+            let mut v = good.clone();
+            v[HEADER..HEADER + 4].copy_from_slice(&wrong.to_be_bytes());
+            assert!(OutboxEntry::decode(&key, &v).is_err(), "length {wrong}");
+        }
+        // Any byte of the block changed: an error, or a payload of the stored length.
+        let mut rng = fastrand::Rng::with_seed(11);
+        for at in HEADER + 4..good.len() {
+            let mut v = good.clone();
+            v[at] ^= rng.u8(1..);
+            if let Ok(read) = OutboxEntry::decode(&key, &v) {
+                assert_eq!(read.payload.len(), e.payload.len());
+            }
         }
     }
 

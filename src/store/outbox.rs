@@ -10,7 +10,7 @@ use super::error::StoreError;
 use super::keys::cf;
 use super::kv::KvBatch;
 use crate::config::SignalKind;
-use crate::outbox::{EntryError, Header, OutboxEntry, SpanRun};
+use crate::outbox::{stored_size, EntryError, Header, OutboxEntry, SpanRun};
 
 /// An exporter's position in the outbox.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -30,6 +30,14 @@ fn decode_header(key: &[u8], value: &[u8]) -> Result<Header, StoreError> {
     Header::decode(key, value).map_err(corrupt)
 }
 
+/// The header of a stored entry and the size it counts for (see [`stored_size`]).
+fn decode_sized(key: &[u8], value: &[u8]) -> Result<(Header, u64), StoreError> {
+    Ok((
+        decode_header(key, value)?,
+        stored_size(key, value).map_err(corrupt)?,
+    ))
+}
+
 fn corrupt(e: EntryError) -> StoreError {
     StoreError::Corrupt {
         cf: cf::OUTBOX,
@@ -43,16 +51,18 @@ impl WriteBatch<'_> {
         self.put_outbox_with(entry, &entry.span_runs)
     }
 
-    /// Appends an outbox entry with `span_runs` in place of its own; returns its stored size.
+    /// Appends an outbox entry with `span_runs` in place of its own; returns the size it counts
+    /// for in the queues (its stored length with the payload unpacked: see [`stored_size`]).
     pub fn put_outbox_with(
         &mut self,
         entry: &OutboxEntry,
         span_runs: &[SpanRun],
     ) -> Result<u64, StoreError> {
+        let key = entry.key();
         let value = entry.encode_with(span_runs);
-        let size = value.len() as u64;
+        let size = stored_size(&key, &value).map_err(corrupt)?;
         // The value moves into the batch (a request can be megabytes: no copy).
-        self.batch.put(cf::OUTBOX, &entry.key(), value);
+        self.batch.put(cf::OUTBOX, &key, value);
         Ok(size)
     }
 }
@@ -63,7 +73,7 @@ impl Store {
         let mut last = None;
         self.kv
             .scan_back(cf::OUTBOX, b"", None, &mut |key, value| {
-                last = Some(decode_entry(key, value)?.seq);
+                last = Some(decode_header(key, value)?.seq);
                 Ok(false)
             })?;
         Ok(last)
@@ -85,7 +95,8 @@ impl Store {
             if entry.seq <= after {
                 return Ok(true);
             }
-            bytes += value.len();
+            // Counted unpacked: what the entries hold in memory.
+            bytes += entry.size() as usize;
             out.push(entry);
             Ok(out.len() < max_entries && bytes < max_bytes)
         })?;
@@ -98,8 +109,8 @@ impl Store {
         mut visit: impl FnMut(u64, SignalKind, u64),
     ) -> Result<(), StoreError> {
         self.scan(cf::OUTBOX, b"", b"", |key, value| {
-            let entry = decode_header(key, value)?;
-            visit(entry.seq, entry.signal, value.len() as u64);
+            let (entry, size) = decode_sized(key, value)?;
+            visit(entry.seq, entry.signal, size);
             Ok(true)
         })
     }
@@ -113,9 +124,8 @@ impl Store {
     ) -> Result<(), StoreError> {
         let start = after.saturating_add(1).to_be_bytes();
         self.scan(cf::OUTBOX, b"", &start, |key, value| {
-            let entry = decode_header(key, value)?;
-            Ok(entry.seq <= after
-                || visit(entry.seq, entry.signal, entry.items, value.len() as u64))
+            let (entry, size) = decode_sized(key, value)?;
+            Ok(entry.seq <= after || visit(entry.seq, entry.signal, entry.items, size))
         })
     }
 
@@ -204,6 +214,7 @@ mod tests {
                 payload: vec![3; 3].into(),
                 span_runs: vec![],
                 runs_in_store: 0,
+                packed: None,
             }
         );
         assert_eq!(store.outbox_after(0, 10, 1).unwrap().len(), 1);
