@@ -237,15 +237,25 @@ struct Parts {
 }
 
 /// The size a stored value counts for in the queues: its length with the payload unpacked
-/// (what [`OutboxEntry::size`] gives for the entry), read without unpacking it.
+/// (what [`OutboxEntry::size`] gives for the entry), read without unpacking it or decoding its
+/// run block.
 pub fn stored_size(key: &[u8], value: &[u8]) -> Result<u64, EntryError> {
-    let (parts, at) = OutboxEntry::decode_parts(key, value)?;
-    Ok(match parts.packed_len {
-        // The value holds the header, the run block and the packed payload's length (4 bytes)
-        // before the LZ4 block, which stands for `len` bytes.
-        Some(len) => (at - 4 + len) as u64,
-        None => value.len() as u64,
-    })
+    let header = Header::decode(key, value)?;
+    if !header.packed {
+        return Ok(value.len() as u64);
+    }
+    // The header and the run block, then the payload's length and its LZ4 block, which stands
+    // for that many bytes.
+    let mut at = HEADER;
+    if header.has_runs {
+        let block = read_u32(value, at).ok_or(EntryError::Short)? as usize;
+        at = (at + 4)
+            .checked_add(block)
+            .filter(|end| *end <= value.len())
+            .ok_or(EntryError::Short)?;
+    }
+    let len = read_u32(value, at).ok_or(EntryError::Short)?;
+    Ok(at as u64 + u64::from(len))
 }
 
 /// `payload` packed into an LZ4 block, when it is long enough to pay and packing makes it at
@@ -552,6 +562,20 @@ mod tests {
                 OutboxEntry::decode(&key, &good[..cut]).is_err(),
                 "cut at {cut}"
             );
+        }
+        // With a run block: a cut before the LZ4 block leaves no size to read; one inside it
+        // does not change the size stored before it.
+        let with_runs = OutboxEntry {
+            span_runs: vec![run(1, 1, "a"), run(1, 2, "b")],
+            ..e.clone()
+        };
+        let value = with_runs.encode();
+        let block_at = value.len() - e.packed.as_ref().map_or(0, |p| p.len());
+        for cut in 0..value.len() {
+            match stored_size(&key, &value[..cut]) {
+                Ok(size) => assert!(cut >= block_at && size == with_runs.size(), "cut at {cut}"),
+                Err(_) => assert!(cut < block_at, "cut at {cut}"),
+            }
         }
         // A stored length past what the block can unpack to is refused before allocating it.
         let mut huge = good.clone();
