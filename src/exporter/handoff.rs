@@ -183,6 +183,18 @@ mod tests {
     }
 
     #[test]
+    fn a_packed_entry_is_handed_off_without_its_packed_copy() {
+        let handoff = Handoff::new(0, HANDOFF_BYTES);
+        let e = entry(1, 4096);
+        assert!(e.packed.is_some(), "4 KiB of one byte packs");
+        handoff.push(&e, e.size(), 0);
+        let taken = handoff.take(0, 10, u64::MAX, false).unwrap();
+        assert_eq!(taken.entries[0].packed, None);
+        assert_eq!(taken.entries[0].payload.as_ptr(), e.payload.as_ptr());
+        assert_eq!(taken.entries[0].size(), e.size());
+    }
+
+    #[test]
     fn a_caught_up_reader_takes_the_same_bytes_without_a_copy() {
         let handoff = Handoff::new(4, HANDOFF_BYTES);
         // Before the first hand-off, a reader behind the store's last entry reads the store.

@@ -171,8 +171,7 @@ impl Writer {
     }
 
     /// Stores what was interpreted from one received export request of `bytes` encoded bytes
-    /// (and its outbox entry, whose packed payload counts besides) and waits until it is
-    /// durably committed.
+    /// (and its outbox entry) and waits until it is durably committed.
     pub async fn receive(
         &self,
         spans: Vec<Interpreted>,
@@ -180,9 +179,6 @@ impl Writer {
         outbox: Option<OutboxEntry>,
         bytes: u64,
     ) -> Result<Stored, IngestError> {
-        // The entry's packed payload waits in the queue beside the request's bytes.
-        let packed = outbox.as_ref().and_then(|e| e.packed.as_ref());
-        let bytes = bytes.saturating_add(packed.map_or(0, |p| p.len() as u64));
         let work = Work::Received {
             spans,
             logs,

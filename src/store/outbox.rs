@@ -91,13 +91,13 @@ impl Store {
         let mut out = Vec::new();
         let mut bytes = 0;
         self.scan(cf::OUTBOX, b"", &start, |key, value| {
-            let entry = decode_entry(key, value)?;
-            if entry.seq <= after {
+            let (header, size) = decode_sized(key, value)?;
+            if header.seq <= after {
                 return Ok(true);
             }
             // Counted unpacked: what the entries hold in memory.
-            bytes += entry.size() as usize;
-            out.push(entry);
+            bytes += size as usize;
+            out.push(decode_entry(key, value)?);
             Ok(out.len() < max_entries && bytes < max_bytes)
         })?;
         Ok(out)
