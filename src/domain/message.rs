@@ -52,6 +52,13 @@ impl MessageHash {
     }
 }
 
+/// Appends the canonical JSON of `value` (the text a message's hash is taken over: serde_json's
+/// compact text of the value, byte for byte) to `out`, and gives how deep its arrays and objects
+/// nest (0 for a scalar).
+pub fn write_canonical(out: &mut Vec<u8>, value: &Value) -> usize {
+    canonical::write(out, value)
+}
+
 /// Capacity of the per-thread canonical JSON buffer kept between messages; a larger one (left
 /// by a very large message) is freed after use.
 const KEPT_BUFFER_BYTES: usize = 256 * 1024;

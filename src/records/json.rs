@@ -4,6 +4,9 @@
 
 use serde::de::DeserializeOwned;
 use serde::Serialize;
+use serde_json::Value;
+
+use crate::domain::write_canonical;
 
 use super::codec::RecordError;
 
@@ -86,11 +89,31 @@ fn encode_into<T: Serialize + ?Sized>(value: &T, out: &mut Vec<u8>) -> Result<()
     }
     if deepest > MAX_RECORD_DEPTH {
         out.truncate(start);
-        return Err(error(format!(
-            "the record nests {deepest} levels deep, more than the {MAX_RECORD_DEPTH} a stored record may (it could not be read back)"
-        )));
+        return Err(too_deep(deepest));
     }
     Ok(())
+}
+
+/// Why a record nested `deepest` levels deep is not stored.
+fn too_deep(deepest: usize) -> RecordError {
+    RecordError {
+        record: RECORD,
+        reason: format!(
+            "the record nests {deepest} levels deep, more than the {MAX_RECORD_DEPTH} a stored record may (it could not be read back)"
+        ),
+    }
+}
+
+/// [`encode`] of a JSON value (a message body): the same bytes, written by the message
+/// hash's canonical writer, which scans strings a word at a time where serde_json's writer goes
+/// byte by byte.
+pub fn encode_value(value: &Value) -> Result<Vec<u8>, RecordError> {
+    let mut out = Vec::new();
+    let deepest = write_canonical(&mut out, value);
+    if deepest > MAX_RECORD_DEPTH {
+        return Err(too_deep(deepest));
+    }
+    Ok(out)
 }
 
 /// Decodes a JSON record.
@@ -186,6 +209,12 @@ mod tests {
             let depth = depth_byte_by_byte(&serde_json::to_vec(&value).unwrap());
             proptest::prop_assert!(depth >= levels);
             proptest::prop_assert_eq!(encode(&value).is_err(), depth > MAX_RECORD_DEPTH);
+            // A value written by the canonical writer: the same bytes, the same refusal.
+            match (encode(&value), encode_value(&value)) {
+                (Ok(a), Ok(b)) => proptest::prop_assert_eq!(a, b),
+                (Err(a), Err(b)) => proptest::prop_assert_eq!(a.reason, b.reason),
+                (a, b) => proptest::prop_assert!(false, "{:?} against {:?}", a, b),
+            }
         }
     }
 
@@ -208,6 +237,8 @@ mod tests {
         assert!(serde_json::from_slice::<Value>(&serde_json::to_vec(&too_deep).unwrap()).is_err());
         let error = encode(&too_deep).unwrap_err();
         assert!(error.reason.contains("128 levels deep"), "{error}");
+        assert_eq!(encode_value(&too_deep).unwrap_err().reason, error.reason);
+        assert_eq!(encode_value(&deepest).unwrap(), bytes);
         // A refused record leaves the buffer it was to be appended to as it was.
         let mut out = b"kept".to_vec();
         assert!(encode_into(&too_deep, &mut out).is_err());

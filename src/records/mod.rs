@@ -3,6 +3,7 @@
 //! continuation: it imports only `domain`.
 
 pub mod codec;
+pub mod effect_outcome;
 pub mod fact;
 pub mod json;
 pub mod log_event;

@@ -9,6 +9,7 @@ use super::history_cache::message_bytes;
 use super::keys::{self, cf, RunKey};
 use super::media_refs::MEDIA_SCHEME;
 use crate::domain::{IdMap, MessageHash};
+use crate::records::json;
 
 /// From this many messages a history's bodies are read with one scan of the run's messages
 /// instead of one lookup each: a long history is most of its run's messages, and they lie
@@ -25,7 +26,10 @@ impl WriteBatch<'_> {
     ) -> Result<(), StoreError> {
         let run = self.run_key(run_id)?;
         let key = keys::message_key(run, hash);
-        let bytes = super::core::encode_json(cf::MESSAGES, body)?;
+        let bytes = json::encode_value(body).map_err(|e| StoreError::Encode {
+            cf: cf::MESSAGES,
+            reason: e.reason,
+        })?;
         // The blobs it names, for the media store's garbage collection.
         super::media_refs::index_message(&mut self.batch, &key, &bytes);
         self.batch.put(cf::MESSAGES, &key, bytes);

@@ -9,6 +9,7 @@ use super::damage;
 use super::error::StoreError;
 use super::keys::{self, cf, RunFilter};
 use crate::domain::{EffectOutcome, Run, StepEvent, ToolEffect};
+use crate::records::effect_outcome;
 
 /// Index entries one page of a filter no index serves reads at most.
 pub const SCANNED_PER_PAGE: usize = 10_000;
@@ -131,7 +132,8 @@ impl Store {
 
     /// [`Store::effect_outcomes`], first asking `known` about each entry's stored bytes (called
     /// once per entry, in request order): an outcome it gives is taken instead of decoding the
-    /// entry, so a caller that read the ledger before decodes only what changed since.
+    /// entry, so a caller that read the ledger before decodes only what changed since. The others
+    /// are read by [`effect_outcome::read`], and by serde when that gives up.
     pub fn effect_outcomes_with(
         &self,
         run_id: &str,
@@ -140,7 +142,7 @@ impl Store {
         let prefix = keys::run_prefix(run_id);
         let (mut outcomes, mut unresolved) = (Vec::new(), Vec::new());
         self.scan(cf::EFFECTS, &prefix, &prefix, |_, v| {
-            let outcome: EffectOutcome = match known(v) {
+            let outcome: EffectOutcome = match known(v).or_else(|| effect_outcome::read(v)) {
                 Some(outcome) => outcome,
                 None => decode(cf::EFFECTS, v)?,
             };

@@ -6,12 +6,13 @@
 
 use serde_json::Value;
 
-/// Appends the canonical JSON of `value` to `out`.
+/// Appends the canonical JSON of `value` to `out` and gives how deep its arrays and objects nest
+/// (0 for a scalar).
 ///
 /// Recursive over arrays and objects, like serde_json's own writer it replaces: the values
 /// hashed come from serde_json's parser (at most 128 levels) or from the interpreter's builders,
 /// which cut them to a bounded depth.
-pub(super) fn write(out: &mut Vec<u8>, value: &Value) {
+pub(super) fn write(out: &mut Vec<u8>, value: &Value) -> usize {
     match value {
         Value::Null => out.extend_from_slice(b"null"),
         Value::Bool(true) => out.extend_from_slice(b"true"),
@@ -22,16 +23,19 @@ pub(super) fn write(out: &mut Vec<u8>, value: &Value) {
         }
         Value::String(s) => write_str(out, s),
         Value::Array(items) => {
+            let mut deepest = 0;
             out.push(b'[');
             for (i, item) in items.iter().enumerate() {
                 if i > 0 {
                     out.push(b',');
                 }
-                write(out, item);
+                deepest = deepest.max(write(out, item));
             }
             out.push(b']');
+            return deepest + 1;
         }
         Value::Object(map) => {
+            let mut deepest = 0;
             out.push(b'{');
             for (i, (key, item)) in map.iter().enumerate() {
                 if i > 0 {
@@ -39,11 +43,13 @@ pub(super) fn write(out: &mut Vec<u8>, value: &Value) {
                 }
                 write_str(out, key);
                 out.push(b':');
-                write(out, item);
+                deepest = deepest.max(write(out, item));
             }
             out.push(b'}');
+            return deepest + 1;
         }
     }
+    0
 }
 
 /// A word with every byte set to `b`.
