@@ -240,9 +240,15 @@ struct Parts {
 /// (what [`OutboxEntry::size`] gives for the entry), read without unpacking it or decoding its
 /// run block.
 pub fn stored_size(key: &[u8], value: &[u8]) -> Result<u64, EntryError> {
+    sized_header(key, value).map(|(_, size)| size)
+}
+
+/// The header of a stored value and the size it counts for (see [`stored_size`]), the header
+/// read once.
+pub fn sized_header(key: &[u8], value: &[u8]) -> Result<(Header, u64), EntryError> {
     let header = Header::decode(key, value)?;
     if !header.packed {
-        return Ok(value.len() as u64);
+        return Ok((header, value.len() as u64));
     }
     // The header and the run block, then the payload's length and its LZ4 block, which stands
     // for that many bytes.
@@ -255,7 +261,7 @@ pub fn stored_size(key: &[u8], value: &[u8]) -> Result<u64, EntryError> {
             .ok_or(EntryError::Short)?;
     }
     let len = read_u32(value, at).ok_or(EntryError::Short)?;
-    Ok(at as u64 + u64::from(len))
+    Ok((header, at as u64 + u64::from(len)))
 }
 
 /// `payload` packed into an LZ4 block, when it is long enough to pay and packing makes it at
@@ -512,7 +518,8 @@ mod tests {
             assert_eq!(value.len(), HEADER + block + 4 + packed.len());
             // The queues count it unpacked, as the entry does in memory.
             assert_eq!(stored_size(&e.key(), &value).unwrap(), e.size());
-            let header = Header::decode(&e.key(), &value).unwrap();
+            let (header, size) = sized_header(&e.key(), &value).unwrap();
+            assert_eq!(size, e.size());
             assert!(header.packed);
             assert_eq!(header.has_runs, !e.span_runs.is_empty());
             let read = OutboxEntry::decode(&e.key(), &value).unwrap();

@@ -10,7 +10,7 @@ use super::error::StoreError;
 use super::keys::cf;
 use super::kv::KvBatch;
 use crate::config::SignalKind;
-use crate::outbox::{stored_size, EntryError, Header, OutboxEntry, SpanRun};
+use crate::outbox::{sized_header, stored_size, EntryError, Header, OutboxEntry, SpanRun};
 
 /// An exporter's position in the outbox.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -32,10 +32,7 @@ fn decode_header(key: &[u8], value: &[u8]) -> Result<Header, StoreError> {
 
 /// The header of a stored entry and the size it counts for (see [`stored_size`]).
 fn decode_sized(key: &[u8], value: &[u8]) -> Result<(Header, u64), StoreError> {
-    Ok((
-        decode_header(key, value)?,
-        stored_size(key, value).map_err(corrupt)?,
-    ))
+    sized_header(key, value).map_err(corrupt)
 }
 
 fn corrupt(e: EntryError) -> StoreError {
