@@ -42,6 +42,28 @@ impl MessageHash {
         })
     }
 
+    /// [`Self::of`] for a value that comes again call after call (a run's system instructions,
+    /// on each of its model requests and their facts): the last value hashed this way on this
+    /// thread is kept with its hash, and an equal one (compared in full) is not hashed again.
+    pub fn of_repeated(value: &Value) -> Self {
+        let known = LAST_REPEATED.with(|cell| {
+            cell.try_borrow()
+                .ok()
+                .and_then(|last| last.as_ref().filter(|(v, _)| v == value).map(|(_, h)| *h))
+        });
+        if let Some(hash) = known {
+            return hash;
+        }
+        let hash = Self::of(value);
+        LAST_REPEATED.with(|cell| {
+            if let Ok(mut last) = cell.try_borrow_mut() {
+                *last = (message_bytes_below(value, KEPT_REPEATED_BYTES))
+                    .then(|| (value.clone(), hash));
+            }
+        });
+        hash
+    }
+
     /// Hashes `message`'s canonical JSON, written into the empty `buffer`.
     fn of_canonical(message: &Value, buffer: &mut Vec<u8>) -> Self {
         canonical::write(buffer, message);
@@ -63,9 +85,45 @@ pub fn write_canonical(out: &mut Vec<u8>, value: &Value) -> usize {
 /// by a very large message) is freed after use.
 const KEPT_BUFFER_BYTES: usize = 256 * 1024;
 
+/// The largest value (by the bytes of its strings and keys, roughly) that
+/// [`MessageHash::of_repeated`] keeps a copy of.
+const KEPT_REPEATED_BYTES: usize = 64 * 1024;
+
+/// True when the strings and keys of `value` hold fewer than `limit` bytes (a walk that stops
+/// once it has seen that many).
+fn message_bytes_below(value: &Value, limit: usize) -> bool {
+    let mut left = limit;
+    let mut stack = vec![value];
+    while let Some(v) = stack.pop() {
+        let size = match v {
+            Value::String(s) => s.len(),
+            Value::Array(items) => {
+                stack.extend(items);
+                8
+            }
+            Value::Object(map) => {
+                for (k, item) in map {
+                    left = left.saturating_sub(k.len());
+                    stack.push(item);
+                }
+                8
+            }
+            _ => 8,
+        };
+        left = left.saturating_sub(size);
+        if left == 0 {
+            return false;
+        }
+    }
+    true
+}
+
 thread_local! {
     /// The buffer [`MessageHash::of`] writes canonical JSON into.
     static CANONICAL: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
+    /// The last value [`MessageHash::of_repeated`] hashed, with its hash.
+    static LAST_REPEATED: std::cell::RefCell<Option<(Value, MessageHash)>> =
+        const { std::cell::RefCell::new(None) };
 }
 
 /// What the validity walk needs to know of a message, kept next to its hash so snapshots can be
@@ -159,6 +217,28 @@ impl MessageRef {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn a_repeated_value_hashes_as_any_other() {
+        let instructions = |n: usize| json!([{"type": "text", "content": "be brief ".repeat(n)}]);
+        let large = instructions(KEPT_REPEATED_BYTES);
+        assert!(!message_bytes_below(&large, KEPT_REPEATED_BYTES));
+        assert!(message_bytes_below(&instructions(10), KEPT_REPEATED_BYTES));
+        // The same value again, another one, the first again, one too large to keep, and a value
+        // equal to the kept one but built anew: each gives the plain hash.
+        for v in [
+            instructions(1),
+            instructions(1),
+            instructions(2),
+            instructions(1),
+            large.clone(),
+            large,
+            json!(null),
+            instructions(2),
+        ] {
+            assert_eq!(MessageHash::of_repeated(&v), MessageHash::of(&v), "{v}");
+        }
+    }
 
     #[test]
     fn key_order_does_not_change_the_hash() {

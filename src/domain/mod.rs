@@ -21,5 +21,5 @@ pub use message::{write_canonical, MessageHash, MessageRef, MessageShape, MESSAG
 pub use rollup::{duration_ms, ToolCallCounts};
 pub use run::{ContinuedFrom, LineageKind, LineageScope, Run, RunStatus};
 pub use snapshot::{SnapshotMeta, SnapshotRecord, SnapshotSource, SnapshotState};
-pub use time::{format_timestamp, timestamp_bytes, Nanos, TIMESTAMP_BYTES};
+pub use time::{format_timestamp, parse_timestamp, timestamp_bytes, Nanos, TIMESTAMP_BYTES};
 pub use trigger::{RunInfo, RunInfoKeys, Trigger};

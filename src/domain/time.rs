@@ -10,8 +10,9 @@ pub const TIMESTAMP_BYTES: usize = 30;
 /// strings sort as text in time order.
 pub fn format_timestamp(nanos: Nanos) -> String {
     let bytes = timestamp_bytes(nanos);
-    // Every byte written is ASCII.
-    bytes.iter().map(|&b| char::from(b)).collect()
+    // Every byte written is an ASCII digit or separator: the text is taken whole (borrowed, then
+    // copied once), not pushed a char at a time.
+    String::from_utf8_lossy(&bytes).into_owned()
 }
 
 /// [`format_timestamp`]'s text as bytes, made without allocating (continuations write one per
@@ -31,6 +32,45 @@ pub fn timestamp_bytes(nanos: Nanos) -> [u8; TIMESTAMP_BYTES] {
     put_digits(&mut out[17..19], of_day % 60);
     put_digits(&mut out[20..29], sub);
     out
+}
+
+/// The nanoseconds `text` is the [`format_timestamp`] text of, if it is one (any other text,
+/// even another RFC 3339 form of the same time, gives none): read field by field, then checked
+/// by formatting the time again, so a day or hour out of range never passes.
+pub fn parse_timestamp(text: &str) -> Option<Nanos> {
+    let bytes: &[u8; TIMESTAMP_BYTES] = text.as_bytes().try_into().ok()?;
+    let field = |from: usize, to: usize| -> Option<u64> {
+        bytes[from..to].iter().try_fold(0u64, |n, &b| {
+            b.is_ascii_digit().then(|| n * 10 + u64::from(b - b'0'))
+        })
+    };
+    let days = days_from_civil(field(0, 4)?, field(5, 7)?, field(8, 10)?)?;
+    let secs = days
+        .checked_mul(86_400)?
+        .checked_add(field(11, 13)? * 3600 + field(14, 16)? * 60 + field(17, 19)?)?;
+    let nanos = secs
+        .checked_mul(1_000_000_000)?
+        .checked_add(field(20, 29)?)?;
+    (timestamp_bytes(nanos) == *bytes).then_some(nanos)
+}
+
+/// The day counted from 1970-01-01 of a proleptic Gregorian date (the inverse of
+/// [`civil_from_days`]); none before the epoch or for a month out of range.
+fn days_from_civil(year: u64, month: u64, day: u64) -> Option<u64> {
+    if !(1..=12).contains(&month) {
+        return None;
+    }
+    let year = if month <= 2 {
+        year.checked_sub(1)?
+    } else {
+        year
+    };
+    let era = year / 400;
+    let yoe = year - era * 400;
+    let mp = if month > 2 { month - 3 } else { month + 9 };
+    let doy = (153 * mp + 2) / 5 + day.checked_sub(1)?;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    (era * 146_097 + doe).checked_sub(719_468)
 }
 
 /// The two-digit decimal texts of 0 to 99, in order.
@@ -110,10 +150,52 @@ mod tests {
         assert_eq!(format_timestamp(u64::MAX), "2554-07-21T23:34:33.709551615Z");
     }
 
+    #[test]
+    fn only_canonical_texts_parse() {
+        assert_eq!(parse_timestamp("1970-01-01T00:00:00.000000000Z"), Some(0));
+        assert_eq!(
+            parse_timestamp("2026-11-28T10:00:00.123456789Z"),
+            Some(1_795_860_000_123_456_789)
+        );
+        assert_eq!(
+            parse_timestamp("2554-07-21T23:34:33.709551615Z"),
+            Some(u64::MAX)
+        );
+        for text in [
+            "2554-07-21T23:34:33.709551616Z", // one past the last nanosecond
+            "2026-02-30T10:00:00.000000000Z",
+            "2026-11-28T24:00:00.000000000Z",
+            "2026-13-01T10:00:00.000000000Z",
+            "2026-00-01T10:00:00.000000000Z",
+            "2026-11-00T10:00:00.000000000Z",
+            "1969-12-31T23:59:59.999999999Z",
+            "2026-11-28T10:00:00Z",
+            "2026-11-28T10:00:00.123456789+00:00",
+            "2026-11-28 10:00:00.123456789Z",
+            "2026-11-28T10:00:00.12345678aZ",
+            "+026-11-28T10:00:00.123456789Z",
+            "",
+        ] {
+            assert_eq!(parse_timestamp(text), None, "{text}");
+        }
+    }
+
     proptest! {
         #[test]
         fn formats_as_chrono_does(nanos in any::<u64>()) {
             prop_assert_eq!(format_timestamp(nanos), by_chrono(nanos));
+        }
+
+        #[test]
+        fn parses_what_it_formats(nanos in any::<u64>()) {
+            prop_assert_eq!(parse_timestamp(&format_timestamp(nanos)), Some(nanos));
+        }
+
+        #[test]
+        fn a_parsed_text_is_the_formatted_one(text in "[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}\\.[0-9]{9}Z") {
+            if let Some(nanos) = parse_timestamp(&text) {
+                prop_assert_eq!(format_timestamp(nanos), text);
+            }
         }
 
         #[test]

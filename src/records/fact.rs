@@ -164,7 +164,10 @@ impl StoredFact {
     ) -> StoredFact {
         StoredFact {
             fact: fact.without_histories(),
-            instructions: fact.system_instructions.as_ref().map(MessageHash::of),
+            instructions: fact
+                .system_instructions
+                .as_ref()
+                .map(MessageHash::of_repeated),
             input_chain,
             all_messages_chain,
         }
@@ -185,7 +188,10 @@ impl StoredFact {
         };
         let stored = StoredFact {
             fact,
-            instructions: histories.system_instructions.as_ref().map(MessageHash::of),
+            instructions: histories
+                .system_instructions
+                .as_ref()
+                .map(MessageHash::of_repeated),
             input_chain,
             all_messages_chain,
         };

@@ -4,6 +4,7 @@
 
 pub mod codec;
 pub mod effect_outcome;
+pub mod event;
 pub mod fact;
 pub mod json;
 pub mod log_event;

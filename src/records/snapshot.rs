@@ -7,12 +7,10 @@
 //! instructions' message hash (varint length and bytes); the reason (varint length and UTF-8).
 //! Optional parts are present when their flag is set.
 
-use chrono::DateTime;
-
 use super::codec::{self, put_bytes, put_varint, Reader, RecordError};
 use crate::domain::{
-    format_timestamp, ChainRef, MessageHash, NodeId, SnapshotMeta, SnapshotRecord, SnapshotSource,
-    SnapshotState,
+    format_timestamp, parse_timestamp, ChainRef, MessageHash, NodeId, SnapshotMeta, SnapshotRecord,
+    SnapshotSource, SnapshotState,
 };
 
 /// What a damaged record is called in errors.
@@ -27,19 +25,10 @@ const INSTRUCTIONS: u8 = 1 << 4;
 const TEXT_TIME: u8 = 1 << 5;
 const KNOWN_FLAGS: u8 = INTERRUPTED | RECONSTRUCTED | TIP | REASON | INSTRUCTIONS | TEXT_TIME;
 
-/// The nanosecond time a timestamp is the canonical text of, if it is one.
-fn nanos_of(text: &str) -> Option<u64> {
-    let ns = DateTime::parse_from_rfc3339(text)
-        .ok()?
-        .timestamp_nanos_opt()?;
-    let ns = u64::try_from(ns).ok()?;
-    (format_timestamp(ns) == text).then_some(ns)
-}
-
 /// Encodes a snapshot record.
 pub fn encode(record: &SnapshotRecord) -> Vec<u8> {
     let meta = &record.meta;
-    let nanos = nanos_of(&meta.timestamp);
+    let nanos = parse_timestamp(&meta.timestamp);
     let mut flags = 0u8;
     if meta.state == SnapshotState::Interrupted {
         flags |= INTERRUPTED;

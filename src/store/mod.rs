@@ -17,6 +17,7 @@ mod core;
 mod damage;
 mod deletion;
 mod error;
+mod events;
 mod facts;
 mod history;
 mod history_cache;

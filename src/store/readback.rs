@@ -11,8 +11,8 @@ use super::deletion::Deletion;
 use super::error::StoreError;
 use super::keys::Cf;
 use super::{history, media_refs, outbox};
-use crate::domain::{Run, StepEvent, ToolEffect, MESSAGE_HASH_BYTES, NODE_ID_BYTES};
-use crate::records::{model_request, snapshot};
+use crate::domain::{Run, ToolEffect, MESSAGE_HASH_BYTES, NODE_ID_BYTES};
+use crate::records::{event, model_request, snapshot};
 use crate::records::{LogEvent, RunMeta, RunState, StoredFact};
 
 /// A stored record that does not read back.
@@ -63,7 +63,7 @@ fn check(cf: Cf, key: &[u8], value: &[u8]) -> Result<(), String> {
     match cf {
         Cf::Meta => check_meta(key, value),
         Cf::Runs => json::<Run>(value),
-        Cf::Events => json::<StepEvent>(value),
+        Cf::Events => stored(event::decode(value)),
         Cf::Effects => json::<ToolEffect>(value),
         Cf::Facts => json::<StoredFact>(value),
         Cf::RunMeta => json::<RunMeta>(value),

@@ -1,5 +1,5 @@
 //! Reads of runs and what they hold: a run's record (damaged runs readable with their reason),
-//! the run list by index, a run's step events and tool-effect ledger.
+//! the run list by index, a run's tool-effect ledger (its step events: [`super::events`]).
 
 use std::time::Duration;
 
@@ -8,7 +8,7 @@ use super::core::{decode, lock_cache, Store};
 use super::damage;
 use super::error::StoreError;
 use super::keys::{self, cf, RunFilter};
-use crate::domain::{EffectOutcome, Run, StepEvent, ToolEffect};
+use crate::domain::{EffectOutcome, Run, ToolEffect};
 use crate::records::effect_outcome;
 
 /// Index entries one page of a filter no index serves reads at most.
@@ -108,11 +108,6 @@ impl Store {
             Ok(true)
         })?;
         Ok((runs, next))
-    }
-
-    /// A run's step events, chronological.
-    pub fn events(&self, run_id: &str) -> Result<Vec<StepEvent>, StoreError> {
-        self.scan_json(cf::EVENTS, &keys::run_prefix(run_id))
     }
 
     /// A run's tool-effect ledger.

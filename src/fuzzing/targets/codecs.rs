@@ -1,8 +1,9 @@
 //! `codecs`: the store's record readers on arbitrary bytes, and encode → decode round trips.
 //!
 //! Input: byte 0 picks the record kind (0 snapshot record, 1 model-request record, 2 and 3 the
-//! same built from the input and round-tripped, 4-9 a JSON record type); the rest is the
-//! record, or the decisions that build one.
+//! same built from the input and round-tripped, 5 a step-event record (binary, or the JSON of
+//! older stores), 4 and 6-9 a JSON record type); the rest is the record, or the decisions that
+//! build one.
 //!
 //! Invariants: decoding arbitrary bytes gives a record or an error, never a panic; a decoded
 //! binary record re-encodes to bytes that decode to the same record; a built record decodes to
@@ -18,13 +19,14 @@ use crate::domain::{
 use crate::fuzzing::engine::{note, Target};
 use crate::fuzzing::Source;
 use crate::interpreter::{LogEvent, RunState, StoredFact};
+use crate::records::event as event_codec;
 use crate::store::model_requests::{self, ModelRequestRecord};
 use crate::store::snapshot_codec;
 
 /// The target.
 pub const TARGET: Target = Target {
     name: "codecs",
-    about: "store::snapshot_codec, store::model_requests (record_codec readers), JSON records",
+    about: "store::snapshot_codec, store::model_requests, records::event (binary record readers), JSON records",
     run,
     max_len: 4096,
     scale: crate::fuzzing::engine::repeat_bytes,
@@ -146,6 +148,23 @@ fn built_model_request(src: &mut Source) {
     }
 }
 
+fn event(bytes: &[u8]) {
+    match event_codec::decode(bytes) {
+        Ok(e) => {
+            note(("event ok", e.span_id.is_some(), e.error.is_some()));
+            let again = event_codec::decode(&event_codec::encode(&e));
+            assert!(
+                again.ok().as_ref() == Some(&e),
+                "a decoded step-event record does not round-trip"
+            );
+        }
+        Err(e) => note((
+            "event error",
+            e.to_string().chars().take(48).collect::<String>(),
+        )),
+    }
+}
+
 fn json_record<T: Serialize + DeserializeOwned>(bytes: &[u8], name: &'static str) {
     match serde_json::from_slice::<T>(bytes) {
         Ok(record) => {
@@ -171,7 +190,7 @@ fn run(data: &[u8]) {
         2 => built_snapshot(&mut Source::new(rest)),
         3 => built_model_request(&mut Source::new(rest)),
         4 => json_record::<Run>(rest, "run"),
-        5 => json_record::<StepEvent>(rest, "event"),
+        5 => event(rest),
         6 => json_record::<ToolEffect>(rest, "effect"),
         7 => json_record::<StoredFact>(rest, "fact"),
         8 => json_record::<RunState>(rest, "run state"),
@@ -213,6 +232,16 @@ fn seeds() -> Vec<Vec<u8>> {
         vec![3, 4, 65, 66, 67, 68, 1, 2, 3],
         [vec![4], br#"{"run_id":"r","aliases":[],"status":"running"}"#.to_vec()].concat(),
         [vec![5], br#"{"seq":0,"kind":"run_started","timestamp":"2026-11-22T10:00:00.000000000Z"}"#.to_vec()].concat(),
+        [vec![5], event_codec::encode(&StepEvent {
+            seq: 4,
+            kind: crate::domain::EventKind::ToolCallFailed,
+            timestamp: crate::domain::format_timestamp(1_700_000_000_123_456_789),
+            span_id: Some("0202020202020202".into()),
+            tool_call_id: Some("c1".into()),
+            tool_name: Some("lookup".into()),
+            error: Some("boom".into()),
+            time_ns: 1_700_000_000_123_456_789,
+        })].concat(),
         [vec![9], br#"{"trace_id":"07","span_id":"09","message_index":1,"time_ns":12,"name":"gen_ai.user.message","body":{"content":"hi"}}"#.to_vec()].concat(),
     ]
 }

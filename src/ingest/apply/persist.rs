@@ -103,6 +103,7 @@ pub(super) fn write_run(
         run_id,
         &derived.events,
         old.map_or(0, |r| r.event_count),
+        |batch, seq, e| batch.put_event(run_id, seq, e),
     )?;
     rewrite_seq(
         batch,
@@ -110,6 +111,7 @@ pub(super) fn write_run(
         run_id,
         &derived.effects,
         old.map_or(0, |r| r.tool_call_count),
+        |batch, seq, effect| batch.put_json(cf::EFFECTS, &keys::run_seq(run_id, seq), effect),
     )?;
     for s in &derived.snapshots {
         batch.put_snapshot(run_id, s)?;
@@ -235,7 +237,7 @@ fn try_append(
     batch.put_json(cf::RUNS, run_id.as_bytes(), &a.run)?;
     batch.put_json(cf::RUN_META, run_id.as_bytes(), &work.meta)?;
     for e in &a.events {
-        batch.put_json(cf::EVENTS, &keys::run_seq(run_id, e.seq), e)?;
+        batch.put_event(run_id, e.seq, e)?;
     }
     for (index, effect) in &a.effects {
         batch.put_json(cf::EFFECTS, &keys::run_seq(run_id, *index), effect)?;
@@ -276,16 +278,18 @@ fn try_append(
     Ok(true)
 }
 
-/// Writes records at `0..len` and deletes those left over from a longer earlier derivation.
-fn rewrite_seq<T: serde::Serialize>(
+/// Writes records at `0..len` (each with `put`, given its position) and deletes those left
+/// over from a longer earlier derivation.
+fn rewrite_seq<T>(
     batch: &mut WriteBatch<'_>,
     cf_name: crate::store::Cf,
     run_id: &str,
     items: &[T],
     old_len: u32,
+    put: impl Fn(&mut WriteBatch<'_>, u32, &T) -> Result<(), StoreError>,
 ) -> Result<(), StoreError> {
     for (n, item) in items.iter().enumerate() {
-        batch.put_json(cf_name, &keys::run_seq(run_id, n as u32), item)?;
+        put(batch, n as u32, item)?;
     }
     for n in items.len() as u32..old_len {
         batch.delete(cf_name, &keys::run_seq(run_id, n))?;

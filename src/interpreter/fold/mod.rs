@@ -141,7 +141,7 @@ pub fn derive(run_id: &str, facts: &[SpanFact], meta: &RunMeta) -> DerivedRun {
         .and_then(|f| f.system_instructions.as_ref());
 
     let mut acc = Acc::default();
-    acc.instructions.agent = agent_instructions.map(crate::domain::MessageHash::of);
+    acc.instructions.agent = agent_instructions.map(crate::domain::MessageHash::of_repeated);
     let step = Step {
         models: &models,
         tools: &tools,

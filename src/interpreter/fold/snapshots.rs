@@ -271,7 +271,7 @@ pub(super) fn step<'f>(
         let m = n.fact;
         let step_index = first_step + j as u32 + 1;
         if let Some(v) = &m.system_instructions {
-            acc.instructions.model = Some(MessageHash::of(v));
+            acc.instructions.model = Some(MessageHash::of_repeated(v));
             named.model_body = Some(v);
         }
         acc.form = m.tool_return_form.or(acc.form);
