@@ -89,30 +89,30 @@ const KEPT_BUFFER_BYTES: usize = 256 * 1024;
 /// [`MessageHash::of_repeated`] keeps a copy of.
 const KEPT_REPEATED_BYTES: usize = 64 * 1024;
 
-/// True when the strings and keys of `value` hold fewer than `limit` bytes (a walk that stops
-/// once it has seen that many).
+/// True when the strings and keys of `value` hold fewer than `limit` bytes, counting 8 more for
+/// each value: a walk that stops once it has counted that many, and whose stack never holds more
+/// than `limit / 8` values.
 fn message_bytes_below(value: &Value, limit: usize) -> bool {
     let mut left = limit;
     let mut stack = vec![value];
     while let Some(v) = stack.pop() {
         let size = match v {
             Value::String(s) => s.len(),
-            Value::Array(items) => {
-                stack.extend(items);
-                8
-            }
-            Value::Object(map) => {
-                for (k, item) in map {
-                    left = left.saturating_sub(k.len());
-                    stack.push(item);
-                }
-                8
-            }
+            Value::Array(items) => items.len().saturating_mul(8),
+            Value::Object(map) => map
+                .keys()
+                .map(String::len)
+                .fold(map.len().saturating_mul(8), usize::saturating_add),
             _ => 8,
         };
-        left = left.saturating_sub(size);
-        if left == 0 {
+        if size >= left {
             return false;
+        }
+        left -= size;
+        match v {
+            Value::Array(items) => stack.extend(items),
+            Value::Object(map) => stack.extend(map.values()),
+            _ => {}
         }
     }
     true

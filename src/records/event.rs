@@ -1,6 +1,6 @@
 //! The binary form of step-event records (schema 6): a run stores about two and a half per span,
-//! so their size counts against everything else it writes (about 45 bytes here, against about
-//! 200 as JSON, whose field names, quotes and decimal digits made up most of it).
+//! so their size counts against everything else it writes (about 43 bytes here, against about
+//! 207 as JSON, whose field names, quotes and decimal digits made up most of it).
 //!
 //! Layout: a format byte (1), a flag byte, the seq (LEB128 varint), the kind (one byte), the
 //! time (be64 nanoseconds, from which the RFC 3339 text is made again; or, when the text is not
