@@ -34,46 +34,56 @@ pub const TARGET: Target = Target {
     seeds,
 };
 
-fn snapshot(bytes: &[u8]) {
-    match snapshot_codec::decode(bytes) {
+/// A binary record read from arbitrary bytes (`name`, read by `decode`): it decodes to a record
+/// that `encode` writes back to bytes decoding to the same record, or to an error, never a
+/// panic. `shape` says what the record holds, for the coverage notes.
+fn binary_record<T: PartialEq, E: std::fmt::Display>(
+    bytes: &[u8],
+    name: &'static str,
+    decode: impl Fn(&[u8]) -> Result<T, E>,
+    encode: impl Fn(&T) -> Vec<u8>,
+    shape: impl Fn(&T) -> (usize, bool),
+) {
+    match decode(bytes) {
         Ok(record) => {
-            note((
-                "snapshot ok",
-                record.meta.reason.is_some(),
-                record.history.tip.is_some(),
-            ));
-            let again = snapshot_codec::decode(&snapshot_codec::encode(&record));
+            note((name, "ok", shape(&record)));
+            let again = decode(&encode(&record));
             assert!(
                 again.ok().as_ref() == Some(&record),
-                "a decoded snapshot record does not round-trip"
+                "a decoded {name} does not round-trip"
             );
         }
         Err(e) => note((
-            "snapshot error",
+            name,
+            "error",
             e.to_string().chars().take(48).collect::<String>(),
         )),
     }
 }
 
+fn snapshot(bytes: &[u8]) {
+    binary_record(
+        bytes,
+        "snapshot record",
+        snapshot_codec::decode,
+        snapshot_codec::encode,
+        |r| {
+            (
+                usize::from(r.meta.reason.is_some()),
+                r.history.tip.is_some(),
+            )
+        },
+    );
+}
+
 fn model_request(bytes: &[u8]) {
-    match model_requests::decode(bytes) {
-        Ok(record) => {
-            note((
-                "model request ok",
-                record.output.len().min(4),
-                record.model.is_some(),
-            ));
-            let again = model_requests::decode(&model_requests::encode(&record));
-            assert!(
-                again.ok().as_ref() == Some(&record),
-                "a decoded model-request record does not round-trip"
-            );
-        }
-        Err(e) => note((
-            "model request error",
-            e.to_string().chars().take(48).collect::<String>(),
-        )),
-    }
+    binary_record(
+        bytes,
+        "model-request record",
+        model_requests::decode,
+        model_requests::encode,
+        |r| (r.output.len().min(4), r.model.is_some()),
+    );
 }
 
 fn hash(src: &mut Source) -> MessageHash {
@@ -149,20 +159,13 @@ fn built_model_request(src: &mut Source) {
 }
 
 fn event(bytes: &[u8]) {
-    match event_codec::decode(bytes) {
-        Ok(e) => {
-            note(("event ok", e.span_id.is_some(), e.error.is_some()));
-            let again = event_codec::decode(&event_codec::encode(&e));
-            assert!(
-                again.ok().as_ref() == Some(&e),
-                "a decoded step-event record does not round-trip"
-            );
-        }
-        Err(e) => note((
-            "event error",
-            e.to_string().chars().take(48).collect::<String>(),
-        )),
-    }
+    binary_record(
+        bytes,
+        "step-event record",
+        event_codec::decode,
+        event_codec::encode,
+        |e| (usize::from(e.span_id.is_some()), e.error.is_some()),
+    );
 }
 
 fn json_record<T: Serialize + DeserializeOwned>(bytes: &[u8], name: &'static str) {
