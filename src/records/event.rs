@@ -63,33 +63,15 @@ fn kind_of(byte: u8) -> Option<EventKind> {
 }
 
 /// The 8 bytes a span id of 16 lowercase hex digits stands for (how every span id the
-/// interpreter makes is written), if it is one.
+/// interpreter makes is written), if it is one: an upper-case digit would not read back as
+/// written.
 fn hex8(text: &str) -> Option<[u8; 8]> {
-    let digits = text.as_bytes();
-    if digits.len() != 16 {
+    if text.bytes().any(|b| b.is_ascii_uppercase()) {
         return None;
     }
-    let nibble = |d: u8| match d {
-        b'0'..=b'9' => Some(d - b'0'),
-        b'a'..=b'f' => Some(d - b'a' + 10),
-        _ => None,
-    };
     let mut out = [0u8; 8];
-    for (byte, pair) in out.iter_mut().zip(digits.chunks_exact(2)) {
-        *byte = nibble(pair[0])? << 4 | nibble(pair[1])?;
-    }
+    hex::decode_to_slice(text, &mut out).ok()?;
     Some(out)
-}
-
-/// The 16 lowercase hex digits of `bytes`.
-fn hex_text(bytes: &[u8]) -> String {
-    const DIGITS: &[u8; 16] = b"0123456789abcdef";
-    let mut out = String::with_capacity(bytes.len() * 2);
-    for b in bytes {
-        out.push(char::from(DIGITS[usize::from(b >> 4)]));
-        out.push(char::from(DIGITS[usize::from(b & 0xf)]));
-    }
-    out
 }
 
 /// Encodes a step event. The record reads back as the same event, `time_ns` included.
@@ -166,7 +148,7 @@ pub fn decode(bytes: &[u8]) -> Result<StepEvent, RecordError> {
         if flags & SPAN_TEXT != 0 {
             r.text()
         } else {
-            r.take(8).map(hex_text)
+            r.take(8).map(hex::encode)
         }
     })?;
     if flags & SPAN_TEXT != 0 && flags & SPAN == 0 {

@@ -122,6 +122,55 @@ mod tests {
     }
 
     #[test]
+    fn a_schema_5_store_keeps_its_json_events_and_writes_binary_ones() {
+        use crate::domain::{format_timestamp, EventKind, StepEvent};
+        use crate::store::keys::{self, cf};
+        let dir = tempfile::tempdir().unwrap();
+        let event = |seq: u32| StepEvent {
+            seq,
+            kind: EventKind::ToolCallRequested,
+            timestamp: format_timestamp(1_795_860_000_123_456_789),
+            span_id: Some("0202020202020202".into()),
+            tool_call_id: Some("c1".into()),
+            tool_name: Some("lookup".into()),
+            error: None,
+            time_ns: 1_795_860_000_123_456_789,
+        };
+        {
+            // A store of schema 5: its events are JSON.
+            let kv = RocksKv::open(dir.path()).unwrap();
+            let mut batch = KvBatch::default();
+            batch.put(Cf::Meta, SCHEMA_KEY, b"5".to_vec());
+            batch.put(
+                cf::EVENTS,
+                &keys::run_seq("r-1", 0),
+                serde_json::to_vec(&event(0)).unwrap(),
+            );
+            kv.write(batch, true).unwrap();
+        }
+        let store = Store::open(dir.path(), true).unwrap();
+        assert_eq!(
+            store.kv().get(Cf::Meta, SCHEMA_KEY).unwrap(),
+            Some(SCHEMA_VERSION.to_string().into_bytes())
+        );
+        let mut batch = store.batch();
+        batch.put_event("r-1", 1, &event(1)).unwrap();
+        store.commit(batch).unwrap();
+        let stored = store
+            .kv()
+            .get(cf::EVENTS, &keys::run_seq("r-1", 1))
+            .unwrap();
+        assert_ne!(stored.and_then(|v| v.first().copied()), Some(b'{'));
+        // The JSON event reads as it was (its nanoseconds were never stored), the new one whole.
+        let old = StepEvent {
+            time_ns: 0,
+            ..event(0)
+        };
+        assert_eq!(store.events("r-1").unwrap(), vec![old, event(1)]);
+        assert_eq!(store.check_readable().unwrap(), vec![]);
+    }
+
+    #[test]
     fn a_newer_schema_is_refused_with_a_clear_message() {
         let dir = tempfile::tempdir().unwrap();
         drop(Store::open(dir.path(), true).unwrap());
