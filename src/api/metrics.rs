@@ -365,6 +365,12 @@ fn encode_memory(
         "Writes that waited for the RocksDB memtables to come under their budget.",
         kv.budget_waits,
     )?;
+    counter(
+        encoder,
+        "stepline_rocksdb_memtable_flushes_ahead",
+        "Flushes of the largest RocksDB memtable asked for by writes near the memtable budget.",
+        kv.flushes_ahead,
+    )?;
     let seconds = ConstCounter::new(kv.budget_wait_micros as f64 / 1e6);
     seconds.encode(encoder.encode_descriptor(
         "stepline_rocksdb_memtable_budget_wait_seconds",

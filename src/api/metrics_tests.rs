@@ -98,6 +98,12 @@ async fn the_exposition_reads_the_counters_at_scrape_time_with_the_same_names() 
         text.contains("\nstepline_rocksdb_memtable_budget_wait_seconds_total "),
         "{text}"
     );
+    // Flushes asked for ahead of the budget: the store's count.
+    assert_eq!(
+        sample(&text, "stepline_rocksdb_memtable_flushes_ahead_total"),
+        Some(kv.flushes_ahead),
+        "{text}"
+    );
     // The receivers' byte budget: its size, and what is held (tests alongside may hold some).
     assert_eq!(
         sample(&text, "stepline_receiver_bytes_in_process_budget"),

@@ -118,6 +118,8 @@ pub struct KvMemory {
     pub budget_waits: u64,
     /// Microseconds those writes waited, in all.
     pub budget_wait_micros: u64,
+    /// Flushes writes asked for ahead of the budget, without waiting (since open).
+    pub flushes_ahead: u64,
 }
 
 /// An ordered key-value store with column families.

@@ -22,12 +22,13 @@ use super::open_files;
 /// Bytes of the block cache shared by the column families: data blocks, and the index and
 /// filter blocks of every table file.
 pub const BLOCK_CACHE_BYTES: usize = 16 * 1024 * 1024;
-/// Bytes of all memtables together, over every column family: past seven eighths of it RocksDB
-/// flushes the column family with the oldest memtable (which also lets the oldest write-ahead
-/// log go), and writers wait while the memtables (those being flushed included) hold all of it,
-/// in [`memtable_budget::wait_under_budget`], which asks for flushes of the largest memtables
-/// (RocksDB's own wait is off: it could stop every write for 15 s, examples/README.md, "Writes
-/// that stand still for 15 s").
+/// Bytes of all memtables together, over every column family: from six eighths of it a write
+/// asks for a flush of the largest memtable ([`memtable_budget::flush_ahead`]), past seven
+/// eighths RocksDB flushes the column family with the oldest memtable (which also lets the
+/// oldest write-ahead log go), and writers wait while the memtables (those being flushed
+/// included) hold all of it, in [`memtable_budget::wait_under_budget`], which asks for flushes
+/// of the largest memtables (RocksDB's own wait is off: it could stop every write for 15 s,
+/// examples/README.md, "Writes that stand still for 15 s").
 /// 48 MiB: with the receivers' connections no longer held back by Nagle's algorithm, agent load
 /// commits faster, and at 64 MiB the peak of a 10-minute agent soak reached 155 MB (137.9 MB at
 /// 48 MiB, for 8-12% fewer agent spans per CPU-second; see examples/README.md).
@@ -138,6 +139,11 @@ pub struct RocksKv {
     /// Writes that waited at the memtable budget, and their wait in microseconds.
     budget_waits: AtomicU64,
     budget_wait_micros: AtomicU64,
+    /// When a write last asked for a flush ahead of the budget
+    /// ([`memtable_budget::flush_ahead`]).
+    flushed_ahead: std::sync::Mutex<Option<std::time::Instant>>,
+    /// Flushes asked for ahead of the budget.
+    flushes_ahead: AtomicU64,
 }
 
 impl RocksKv {
@@ -187,6 +193,8 @@ impl RocksKv {
             write_buffers,
             budget_waits: AtomicU64::new(0),
             budget_wait_micros: AtomicU64::new(0),
+            flushed_ahead: std::sync::Mutex::new(None),
+            flushes_ahead: AtomicU64::new(0),
         };
         for cf in Cf::EVERY {
             kv.handle(cf)?;
@@ -197,13 +205,26 @@ impl RocksKv {
     /// Waits while the memtables hold their whole budget (see [`memtable_budget`]), and counts
     /// the wait.
     fn wait_under_memtable_budget(&self) -> Result<(), StoreError> {
-        if self.write_buffers.get_usage() < self.write_buffers.get_buffer_size() {
+        let usage = self.write_buffers.get_usage();
+        let budget = self.write_buffers.get_buffer_size();
+        if usage < budget / 8 * memtable_budget::FLUSH_AHEAD_EIGHTHS {
             return Ok(());
         }
         let handles = Cf::EVERY
             .iter()
             .map(|cf| self.handle(*cf))
             .collect::<Result<Vec<_>, _>>()?;
+        if usage < budget {
+            // A lock poisoned by a panic holds only a time: it is used as it is.
+            let mut last = self
+                .flushed_ahead
+                .lock()
+                .unwrap_or_else(|poisoned| poisoned.into_inner());
+            if memtable_budget::flush_ahead(&self.db, &self.write_buffers, &handles, &mut last)? {
+                self.flushes_ahead.fetch_add(1, Ordering::Relaxed);
+            }
+            return Ok(());
+        }
         let waited = memtable_budget::wait_under_budget(&self.db, &self.write_buffers, &handles)?;
         if !waited.time.is_zero() {
             self.budget_waits.fetch_add(1, Ordering::Relaxed);
@@ -490,6 +511,7 @@ impl KvStore for RocksKv {
             table_readers: self.sum_property("rocksdb.estimate-table-readers-mem"),
             budget_waits: self.budget_waits.load(Ordering::Relaxed),
             budget_wait_micros: self.budget_wait_micros.load(Ordering::Relaxed),
+            flushes_ahead: self.flushes_ahead.load(Ordering::Relaxed),
         }
     }
 }
@@ -843,6 +865,65 @@ mod tests {
             memory.memtables < MEMTABLE_BUDGET_BYTES as u64,
             "{memory:?}"
         );
+    }
+
+    #[test]
+    fn a_write_near_the_memtable_budget_asks_for_a_flush_of_the_largest_memtable_and_goes_on() {
+        const MIB: usize = 1024 * 1024;
+        let dir = tempfile::tempdir().unwrap();
+        let kv = RocksKv::open(dir.path()).unwrap();
+        let mut state = 11u64;
+        let mut put = |cf: Cf, mib: usize, first: u32| {
+            let mut batch = KvBatch::default();
+            for i in 0..mib as u32 {
+                batch.put(
+                    cf,
+                    &(first + i).to_be_bytes(),
+                    incompressible(&mut state, MIB),
+                );
+            }
+            kv.write(batch, false).unwrap();
+        };
+        // 32 MiB of values (about 39 MB with the memtables' arenas): past six eighths of the
+        // 48 MiB budget and under the seven eighths where RocksDB flushes on its own. Facts
+        // hold the largest memtable.
+        put(Cf::Facts, 12, 0);
+        put(Cf::Events, 10, 0);
+        put(Cf::Effects, 10, 0);
+        let budget = kv.write_buffers.get_buffer_size();
+        let usage = kv.write_buffers.get_usage();
+        assert!(
+            usage >= budget / 8 * memtable_budget::FLUSH_AHEAD_EIGHTHS && usage < budget / 8 * 7,
+            "the memtables hold {usage} bytes of {budget}"
+        );
+        assert_eq!(kv.memory().flushes_ahead, 0);
+        // The next write asks for a flush and does not wait for it.
+        let mut next = KvBatch::default();
+        next.put(Cf::Runs, b"next", b"write".to_vec());
+        kv.write(next, false).unwrap();
+        let memory = kv.memory();
+        assert_eq!(memory.flushes_ahead, 1, "{memory:?}");
+        assert_eq!(memory.budget_waits, 0, "{memory:?}");
+        // The flush was of facts, the largest memtable: it leaves the memtables well under six
+        // eighths.
+        let facts = kv.handle(Cf::Facts).unwrap();
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        while kv.write_buffers.get_usage() >= budget / 8 * memtable_budget::FLUSH_AHEAD_EIGHTHS {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "no flush brought the memtables under six eighths within 30 s"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        assert_eq!(
+            memtable_budget::active_memtable_bytes(&kv.db, facts).unwrap(),
+            None,
+            "facts' memtable was not the one flushed"
+        );
+        let events = kv.handle(Cf::Events).unwrap();
+        assert!(memtable_budget::active_memtable_bytes(&kv.db, events)
+            .unwrap()
+            .is_some());
     }
 
     #[test]
