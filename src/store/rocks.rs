@@ -542,6 +542,19 @@ mod tests {
             .collect()
     }
 
+    /// Writes `mib` incompressible values of 1 MiB to `cf` in one batch, keyed `first` on.
+    fn put_mib(kv: &RocksKv, state: &mut u64, cf: Cf, mib: usize, first: u32) {
+        let mut batch = KvBatch::default();
+        for i in 0..mib as u32 {
+            batch.put(
+                cf,
+                &(first + i).to_be_bytes(),
+                incompressible(state, 1 << 20),
+            );
+        }
+        kv.write(batch, false).unwrap();
+    }
+
     /// The nice value of each of this process's threads named `name`.
     fn nice_of_threads(name: &str) -> Vec<i64> {
         std::fs::read_dir("/proc/self/task")
@@ -792,21 +805,10 @@ mod tests {
 
     #[test]
     fn a_write_past_the_memtable_budget_does_not_stop_the_writes_after_it() {
-        const MIB: usize = 1024 * 1024;
         let dir = tempfile::tempdir().unwrap();
         let kv = std::sync::Arc::new(RocksKv::open(dir.path()).unwrap());
         let mut state = 7u64;
-        let mut put = |cf: Cf, mib: usize, first: u32| {
-            let mut batch = KvBatch::default();
-            for i in 0..mib as u32 {
-                batch.put(
-                    cf,
-                    &(first + i).to_be_bytes(),
-                    incompressible(&mut state, MIB),
-                );
-            }
-            kv.write(batch, false).unwrap();
-        };
+        let mut put = |cf: Cf, mib: usize, first: u32| put_mib(&kv, &mut state, cf, mib, first);
         // The oldest memtable holds a few bytes: the others are flushed once, so theirs are
         // newer.
         let mut meta = KvBatch::default();
@@ -869,21 +871,10 @@ mod tests {
 
     #[test]
     fn a_write_near_the_memtable_budget_asks_for_a_flush_of_the_largest_memtable_and_goes_on() {
-        const MIB: usize = 1024 * 1024;
         let dir = tempfile::tempdir().unwrap();
         let kv = RocksKv::open(dir.path()).unwrap();
         let mut state = 11u64;
-        let mut put = |cf: Cf, mib: usize, first: u32| {
-            let mut batch = KvBatch::default();
-            for i in 0..mib as u32 {
-                batch.put(
-                    cf,
-                    &(first + i).to_be_bytes(),
-                    incompressible(&mut state, MIB),
-                );
-            }
-            kv.write(batch, false).unwrap();
-        };
+        let mut put = |cf: Cf, mib: usize, first: u32| put_mib(&kv, &mut state, cf, mib, first);
         // 32 MiB of values (about 39 MB with the memtables' arenas): past six eighths of the
         // 48 MiB budget and under the seven eighths where RocksDB flushes on its own. Facts
         // hold the largest memtable.
