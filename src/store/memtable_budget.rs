@@ -45,34 +45,19 @@ pub const FLUSH_AHEAD_EIGHTHS: usize = 6;
 /// Least time between two flushes asked for ahead of the budget.
 pub const FLUSH_AHEAD_EVERY: Duration = Duration::from_millis(20);
 
-/// Asks for a flush of the largest memtable (without waiting) once the memtables of `db` hold
-/// [`FLUSH_AHEAD_EIGHTHS`] of the budget of `buffers`, so that the flush, which runs at the
-/// lowest CPU priority on what ingest leaves, has the rest of the budget to finish in before a
-/// write meets the full budget and waits ([`wait_under_budget`]). `last` is when one was last
-/// asked for: at most one every [`FLUSH_AHEAD_EVERY`], and none while a memtable is being
-/// flushed. Says whether it asked for one.
-pub fn flush_ahead(
-    db: &DB,
-    buffers: &WriteBufferManager,
-    handles: &[&ColumnFamily],
-    last: &mut Option<Instant>,
-) -> Result<bool, StoreError> {
-    let threshold = buffers.get_buffer_size() / 8 * FLUSH_AHEAD_EIGHTHS;
-    if buffers.get_usage() < threshold || last.is_some_and(|at| at.elapsed() < FLUSH_AHEAD_EVERY) {
-        return Ok(false);
-    }
-    *last = Some(Instant::now());
-    // One flush ahead at a time: while any memtable is being flushed, none more is asked for
-    // (under full load that would be a flush of every memtable in turn, each small).
-    for handle in handles {
-        let pending = db
-            .property_int_value_cf(*handle, "rocksdb.num-immutable-mem-table")?
-            .unwrap_or(0);
-        if pending > 0 {
-            return Ok(false);
-        }
-    }
-    flush_largest(db, handles)
+/// Whether the memtables of `buffers` hold [`FLUSH_AHEAD_EIGHTHS`] of their budget or more.
+pub fn near_budget(buffers: &WriteBufferManager) -> bool {
+    buffers.get_usage() >= buffers.get_buffer_size() / 8 * FLUSH_AHEAD_EIGHTHS
+}
+
+/// Asks for a flush of the largest memtable (without waiting) when the memtables are
+/// [`near_budget`], so that the flush, which runs at the lowest CPU priority on what ingest
+/// leaves, has the rest of the budget to finish in before a write meets the full budget and
+/// waits ([`wait_under_budget`]). The caller asks at most once every [`FLUSH_AHEAD_EVERY`]; none
+/// is asked for while a memtable is being flushed (under full load that would be a flush of
+/// every memtable in turn, each small). Says whether it asked for one.
+pub fn flush_ahead(db: &DB, handles: &[&ColumnFamily]) -> Result<bool, StoreError> {
+    flush_largest(db, handles, true)
 }
 
 /// Waits until the memtables of `db` hold less than the budget of `buffers`, asking for flushes
@@ -92,7 +77,7 @@ pub fn wait_under_budget(
     let mut asked: Option<Instant> = None;
     while buffers.get_usage() >= budget && start.elapsed() < WAIT_LIMIT {
         if asked.is_none_or(|at| at.elapsed() >= ASK_AGAIN) {
-            if flush_largest(db, handles)? {
+            if flush_largest(db, handles, false)? {
                 waited.flushes = waited.flushes.saturating_add(1);
             }
             asked = Some(Instant::now());
@@ -104,14 +89,18 @@ pub fn wait_under_budget(
 }
 
 /// Asks for a flush (without waiting for it) of the largest active memtable among `handles`
-/// whose column family has no flush pending; says whether there was one.
-fn flush_largest(db: &DB, handles: &[&ColumnFamily]) -> Result<bool, StoreError> {
+/// whose column family has no flush pending (of none at all while any has one, when `alone`);
+/// says whether there was one.
+fn flush_largest(db: &DB, handles: &[&ColumnFamily], alone: bool) -> Result<bool, StoreError> {
     let mut largest: Option<(u64, &ColumnFamily)> = None;
     for handle in handles {
         let pending = db
             .property_int_value_cf(*handle, "rocksdb.num-immutable-mem-table")?
             .unwrap_or(0);
         if pending > 0 {
+            if alone {
+                return Ok(false);
+            }
             continue;
         }
         if let Some(bytes) = active_memtable_bytes(db, handle)? {

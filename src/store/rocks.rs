@@ -205,26 +205,31 @@ impl RocksKv {
     /// Waits while the memtables hold their whole budget (see [`memtable_budget`]), and counts
     /// the wait.
     fn wait_under_memtable_budget(&self) -> Result<(), StoreError> {
-        let usage = self.write_buffers.get_usage();
-        let budget = self.write_buffers.get_buffer_size();
-        if usage < budget / 8 * memtable_budget::FLUSH_AHEAD_EIGHTHS {
+        if !memtable_budget::near_budget(&self.write_buffers) {
             return Ok(());
         }
-        let handles = Cf::EVERY
-            .iter()
-            .map(|cf| self.handle(*cf))
-            .collect::<Result<Vec<_>, _>>()?;
-        if usage < budget {
+        let handles = || {
+            Cf::EVERY
+                .iter()
+                .map(|cf| self.handle(*cf))
+                .collect::<Result<Vec<_>, _>>()
+        };
+        if self.write_buffers.get_usage() < self.write_buffers.get_buffer_size() {
             // A lock poisoned by a panic holds only a time: it is used as it is.
             let mut last = self
                 .flushed_ahead
                 .lock()
                 .unwrap_or_else(|poisoned| poisoned.into_inner());
-            if memtable_budget::flush_ahead(&self.db, &self.write_buffers, &handles, &mut last)? {
+            if last.is_some_and(|at| at.elapsed() < memtable_budget::FLUSH_AHEAD_EVERY) {
+                return Ok(());
+            }
+            *last = Some(std::time::Instant::now());
+            if memtable_budget::flush_ahead(&self.db, &handles()?)? {
                 self.flushes_ahead.fetch_add(1, Ordering::Relaxed);
             }
             return Ok(());
         }
+        let handles = handles()?;
         let waited = memtable_budget::wait_under_budget(&self.db, &self.write_buffers, &handles)?;
         if !waited.time.is_zero() {
             self.budget_waits.fetch_add(1, Ordering::Relaxed);
