@@ -7,18 +7,18 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use prometheus_client::collector::Collector;
-use prometheus_client::encoding::{text, DescriptorEncoder, EncodeMetric};
+use prometheus_client::encoding::{text, DescriptorEncoder, EncodeMetric, NoLabelSet};
 use prometheus_client::metrics::counter::ConstCounter;
 use prometheus_client::metrics::gauge::ConstGauge;
 use prometheus_client::metrics::MetricType;
-use prometheus_client::registry::Registry;
+use prometheus_client::registry::{Registry, Unit};
 
 use crate::config::SignalKind;
 use crate::continuation::Continuations;
 use crate::exporter::{item_name, ExporterCounters, ExporterQueue, Outbox, SignalCounters};
 pub use crate::idle::memory::{AllocatorMemory, ProcessMemory};
 use crate::idle::COUNTERS as IDLE;
-use crate::ingest::{Ingest, IngestCounters};
+use crate::ingest::{HistogramReading, Ingest, IngestCounters, Latencies, Stage};
 use crate::interpreter::prefix_memo;
 use crate::media::MediaCounters;
 use crate::store::keys::cf;
@@ -122,6 +122,7 @@ impl Collector for Scrape {
     fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), fmt::Error> {
         let continuations = &self.continuations;
         encode_ingest(&mut encoder, self.ingest.counters())?;
+        encode_latencies(&mut encoder, &self.ingest.counters().latencies)?;
         if let Some(g) = self.store {
             encode_store(&mut encoder, g)?;
         }
@@ -249,6 +250,38 @@ fn encode_ingest(encoder: &mut DescriptorEncoder, c: &IngestCounters) -> Result<
     ];
     for (name, help, value) in rows {
         counter(encoder, name, help, value)?;
+    }
+    Ok(())
+}
+
+/// The ingest's latency histograms, in seconds.
+fn encode_latencies(encoder: &mut DescriptorEncoder, l: &Latencies) -> Result<(), fmt::Error> {
+    let histogram = |metric: prometheus_client::encoding::MetricEncoder<'_>,
+                     r: HistogramReading| {
+        let mut metric = metric;
+        metric.encode_histogram::<NoLabelSet>(r.sum_seconds, r.count, &r.buckets, None)
+    };
+    let mut requests = encoder.encode_descriptor(
+        "stepline_ingest_request_duration",
+        "Export requests from the moment the ingest takes one (still encoded) to its answer; traces only for now.",
+        Some(&Unit::Seconds),
+        MetricType::Histogram,
+    )?;
+    histogram(
+        requests.encode_family(&[("signal", "traces")])?,
+        l.trace_requests.read(),
+    )?;
+    let mut stages = encoder.encode_descriptor(
+        "stepline_ingest_stage_duration",
+        "Time received requests spent in each stage: pool_wait and interpret (trace requests), writer_queue, writer_apply and rocksdb_write (every request the writer commits; a group's apply and write count once for each request in it).",
+        Some(&Unit::Seconds),
+        MetricType::Histogram,
+    )?;
+    for stage in Stage::ALL {
+        histogram(
+            stages.encode_family(&[("stage", stage.label())])?,
+            l.stage(stage).read(),
+        )?;
     }
     Ok(())
 }

@@ -174,3 +174,84 @@ async fn the_exposition_reads_the_counters_at_scrape_time_with_the_same_names() 
         assert!(sample(&text, &format!("stepline_cache_bytes{{cache=\"{cache}\"}}")).is_some());
     }
 }
+
+#[tokio::test]
+async fn each_trace_request_is_timed_whole_and_stage_by_stage() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Arc::new(Store::open(dir.path(), true).unwrap());
+    let ingest = Arc::new(Ingest::new(
+        store.clone(),
+        Arc::new(crate::exporter::Outbox::disabled()),
+    ));
+    let continuations = Arc::new(Continuations::new(
+        store.clone(),
+        Arc::new(Media::in_memory(Some(64 * 1024))),
+    ));
+    let requests = 3;
+    for _ in 0..requests {
+        ingest
+            .export_traces(request(delegate_scenario()))
+            .await
+            .unwrap();
+    }
+    let text = Scrape::new(ingest.clone(), continuations, None).render();
+    let whole = "stepline_ingest_request_duration_seconds";
+    assert!(
+        text.contains(&format!(
+            "# TYPE {whole} histogram\n# UNIT {whole} seconds\n"
+        )),
+        "{text}"
+    );
+    let traces = "{signal=\"traces\"";
+    assert_eq!(
+        sample(&text, &format!("{whole}_count{traces}}}")),
+        Some(requests),
+        "{text}"
+    );
+    assert_eq!(
+        sample(
+            &text,
+            &format!("{whole}_bucket{{le=\"+Inf\",signal=\"traces\"}}")
+        ),
+        Some(requests),
+        "{text}"
+    );
+    // Every stage saw each request once (the requests went through the blocking pool).
+    let stage = "stepline_ingest_stage_duration_seconds";
+    for label in [
+        "pool_wait",
+        "interpret",
+        "writer_queue",
+        "writer_apply",
+        "rocksdb_write",
+    ] {
+        assert_eq!(
+            sample(&text, &format!("{stage}_count{{stage=\"{label}\"}}")),
+            Some(requests),
+            "{label}: {text}"
+        );
+    }
+    // The buckets are cumulative: each at least the one below it, the last the count.
+    let buckets: Vec<u64> = text
+        .lines()
+        .filter(|l| l.starts_with(&format!("{stage}_bucket{{le=")))
+        .filter(|l| l.contains("stage=\"rocksdb_write\""))
+        .filter_map(|l| l.rsplit(' ').next()?.parse().ok())
+        .collect();
+    assert_eq!(buckets.len(), 15, "{text}");
+    assert!(buckets.windows(2).all(|w| w[0] <= w[1]), "{text}");
+    assert_eq!(buckets.last(), Some(&requests), "{text}");
+    // A durable write takes time, and the whole request takes longer than its write.
+    let seconds = |series: &str| -> f64 {
+        text.lines()
+            .find_map(|l| l.strip_prefix(series)?.strip_prefix(' '))
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or_else(|| panic!("{series}: {text}"))
+    };
+    let written = seconds(&format!("{stage}_sum{{stage=\"rocksdb_write\"}}"));
+    let total = seconds(&format!("{whole}_sum{traces}}}"));
+    assert!(
+        written > 0.0 && total > written,
+        "{written} {total}: {text}"
+    );
+}

@@ -8,6 +8,7 @@
 mod admission;
 mod apply;
 mod deletion;
+mod latency;
 #[cfg(test)]
 mod scaling_tests;
 #[cfg(test)]
@@ -34,6 +35,7 @@ pub use apply::{
     SweepOutcome, Work, TOMBSTONE,
 };
 pub use deletion::{delete_batch, run_deletions, DELETE_BATCH};
+pub use latency::{Histogram, HistogramReading, Latencies, Stage};
 pub use traces::{DecodeOn, Decoded, Undecoded};
 use writer::Writer;
 
@@ -148,6 +150,9 @@ pub struct IngestCounters {
     /// Requests in those groups (`stepline_writer_grouped_requests_total`); divided by the
     /// groups, the mean group size.
     pub writer_grouped_requests: AtomicU64,
+    /// How long requests took, whole and stage by stage
+    /// (`stepline_ingest_request_duration_seconds`, `stepline_ingest_stage_duration_seconds`).
+    pub latencies: Latencies,
 }
 
 /// The ingest service. Cheap to share behind an `Arc`.

@@ -8,12 +8,13 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
+use std::time::Instant;
 
 use bytes::Bytes;
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
 
 use super::admission::{admit, payload, Admitted, OverLimits};
-use super::{apply, ExportOutcome, Ingest, IngestCounters, IngestError, ADMITTED_BYTES};
+use super::{apply, ExportOutcome, Ingest, IngestCounters, IngestError, Stage, ADMITTED_BYTES};
 use crate::config::SignalKind;
 use crate::domain::RunInfoKeys;
 use crate::interpreter::{
@@ -216,7 +217,16 @@ impl Ingest {
             admitted: self.admitted_bytes.clone(),
             counters: self.counters.clone(),
         };
+        let entered = Instant::now();
+        let counters = self.counters.clone();
         let work = move || {
+            let began = Instant::now();
+            let latencies = &counters.latencies;
+            if matches!(on, DecodeOn::BlockingPool) {
+                latencies
+                    .stage(Stage::PoolWait)
+                    .observe(began.saturating_duration_since(entered));
+            }
             let Decoded {
                 request,
                 received,
@@ -226,8 +236,28 @@ impl Ingest {
                 .prepare(request, received)
                 .map_err(Undecoded::Ingest);
             drop(guard);
+            latencies.stage(Stage::Interpret).observe(began.elapsed());
             prepared
         };
+        let answer = self.interpret_and_store(work, on).await;
+        self.counters
+            .latencies
+            .trace_requests
+            .observe(entered.elapsed());
+        answer
+    }
+
+    /// Runs `work` (decoding and interpreting a request) where `on` says, then stores what it
+    /// prepared.
+    async fn interpret_and_store<E, W>(
+        &self,
+        work: W,
+        on: DecodeOn,
+    ) -> Result<ExportOutcome, Undecoded<E>>
+    where
+        W: FnOnce() -> Result<Prepared, Undecoded<E>> + Send + 'static,
+        E: Send + 'static,
+    {
         let prepared = match on {
             DecodeOn::Caller => std::panic::catch_unwind(std::panic::AssertUnwindSafe(work))
                 .map_err(|payload| Undecoded::Ingest(self.interpretation_panicked(&*payload)))?,

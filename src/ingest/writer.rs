@@ -12,6 +12,7 @@
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use tokio::sync::{mpsc, oneshot};
 
@@ -19,7 +20,7 @@ use super::apply::{
     apply_group, run_block_bound, AbandonOutcome, Applied, DeleteReply, DeleteWork, PrunedLogs,
     Stored, SweepOutcome, Work,
 };
-use super::{now_ns, IngestCounters, IngestError};
+use super::{now_ns, IngestCounters, IngestError, Stage};
 use crate::config::SignalKind;
 use crate::exporter::Outbox;
 use crate::idle::memory::blocking_recv_collecting;
@@ -45,6 +46,8 @@ struct Job {
     reply: Reply,
     /// The encoded bytes of the request it came from (0 for work of the service's own).
     bytes: u64,
+    /// When it was queued.
+    queued: Instant,
 }
 
 /// The answer to a received request, with its work handed back: the task that submitted it
@@ -264,6 +267,7 @@ impl Writer {
             work,
             reply: reply(tx),
             bytes,
+            queued: Instant::now(),
         };
         sender.try_send(job).map_err(|e| match e {
             mpsc::error::TrySendError::Full(_) => IngestError::Overloaded(self.capacity),
@@ -400,13 +404,21 @@ fn run(store: &Store, outbox: &Outbox, counters: &IngestCounters, mut rx: mpsc::
             break;
         };
         let jobs = group(first, &mut rx, &mut carried);
+        let started = Instant::now();
+        let queue = counters.latencies.stage(Stage::WriterQueue);
         // Outbox space is reserved here, on the one writer thread, so caps are exact.
         let mut works = Vec::with_capacity(jobs.len());
         let mut pending = Vec::with_capacity(jobs.len());
         for Job {
-            mut work, reply, ..
+            mut work,
+            reply,
+            queued,
+            ..
         } in jobs
         {
+            if matches!(work, Work::Received { .. }) {
+                queue.observe(started.saturating_duration_since(queued));
+            }
             let mut reserved = None;
             if let Work::Received {
                 outbox: Some(entry),
@@ -441,7 +453,10 @@ fn run(store: &Store, outbox: &Outbox, counters: &IngestCounters, mut rx: mpsc::
         counters
             .writer_grouped_requests
             .fetch_add(works.len() as u64, Ordering::Relaxed);
+        let writing = Store::writing_on_this_thread();
+        let applying = Instant::now();
         let answers = apply_isolated(store, counters, &works);
+        observe_group(counters, &works, applying, writing);
         // Committed entries go to the exporters in memory (the outbox on disk stays the truth).
         for (work, answer) in works.iter().zip(&answers) {
             if let (
@@ -480,6 +495,25 @@ fn run(store: &Store, outbox: &Outbox, counters: &IngestCounters, mut rx: mpsc::
             outbox.committed();
         }
     }
+}
+
+/// Records, for each received request of a group applied from `applying`, the time the group
+/// took, split into its RocksDB write (`writing` is the thread's write time before it) and the
+/// rest.
+fn observe_group(counters: &IngestCounters, works: &[Work], applying: Instant, writing: Duration) {
+    let took = applying.elapsed();
+    let received = works
+        .iter()
+        .filter(|w| matches!(w, Work::Received { .. }))
+        .count() as u64;
+    let written = Store::writing_on_this_thread().saturating_sub(writing);
+    let latencies = &counters.latencies;
+    latencies
+        .stage(Stage::RocksdbWrite)
+        .observe_n(written, received);
+    latencies
+        .stage(Stage::WriterApply)
+        .observe_n(took.saturating_sub(written), received);
 }
 
 /// Applies a group as one commit; when that fails because of what one of its requests holds
@@ -651,6 +685,7 @@ mod tests {
             },
             reply: Reply::Stored(tx),
             bytes,
+            queued: Instant::now(),
         }
     }
 

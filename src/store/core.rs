@@ -3,8 +3,10 @@
 //! build on. Opening is in `store::open`; the domain reads and writes are in the modules named
 //! after what they read and write.
 
+use std::cell::Cell;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
 use std::sync::Mutex;
+use std::time::{Duration, Instant};
 
 use serde::de::DeserializeOwned;
 use serde::Serialize;
@@ -17,6 +19,11 @@ use super::history_cache::HistoryCache;
 use super::kv::{KvBatch, KvStore};
 use super::run_key_cache::{BatchRunKeys, RunKeyCache};
 use crate::records::json;
+
+thread_local! {
+    /// Time spent in [`Store::write_batch`]'s key-value writes on this thread.
+    static WRITING: Cell<Duration> = const { Cell::new(Duration::ZERO) };
+}
 
 /// The store: runs, events, snapshots, effects, facts and their indexes, and the outbox, over a
 /// [`KvStore`] (RocksDB from [`Store::open`], memory from [`Store::in_memory`]).
@@ -182,10 +189,20 @@ impl Store {
 
     /// Writes a batch (durably when `sync`), then applies its run keys to the cache.
     pub(super) fn write_batch(&self, batch: WriteBatch<'_>, sync: bool) -> Result<(), StoreError> {
-        let bytes = self.kv.write(batch.batch, sync)?;
+        let started = Instant::now();
+        let written = self.kv.write(batch.batch, sync);
+        WRITING.with(|spent| spent.set(spent.get().saturating_add(started.elapsed())));
+        let bytes = written?;
         lock_cache(&self.run_keys).settle(batch.run_keys);
         self.committed.fetch_add(bytes, Ordering::Relaxed);
         Ok(())
+    }
+
+    /// Time this thread has spent in the key-value store's writes of batches (the WAL, its
+    /// sync, the memtables), since it started: the difference across a call tells that call's
+    /// share (the writer's `rocksdb_write` stage).
+    pub fn writing_on_this_thread() -> Duration {
+        WRITING.with(Cell::get)
     }
 
     /// Bytes of the write batches committed since the store was opened (for reporting).
