@@ -6,7 +6,7 @@
 //! ```
 //!
 //! `--formats otel,pydantic-ai` and `--modes cold,next-step,prefetched,render,warm,restart,
-//! restart-prefetched` measure some continuations only;
+//! restart-prefetched,restart-asked-before` measure some continuations only;
 //! `--checkpoints 10,100` sets the steps after which a report is printed besides the last.
 //! `--store DIR` keeps the store in DIR: the first run ingests into it, a later one finds the
 //! bench run there and measures the continuations only. Instruction counts of the timed path:
@@ -14,8 +14,8 @@
 //! --toggle-collect='stepline::continuation::respond::answer'
 //! --toggle-collect='stepline::continuation::respond::Continuations::kept_or_loaded'
 //! --toggle-collect='stepline::continuation::context::ContextCache::get' history_bench --store
-//! DIR ...` (the context is read on a thread of its own; the untimed loads of `next-step` and
-//! `restart-prefetched` read it too).
+//! DIR ...` (the context is read on a thread of its own; the untimed loads of `next-step`,
+//! `restart-prefetched` and `restart-asked-before` read it too).
 //!
 //! Each step is one OTLP export request holding a Pydantic-AI-shaped `chat` span (the whole history
 //! so far in `gen_ai.input.messages`, one tool call out) and the `execute_tool` span answering it.
@@ -30,8 +30,9 @@
 //!   format: cold, with the history of the step before in memory, right after the service loaded
 //!   the run ahead, rendered from cached history, and kept from an earlier request; and, after
 //!   the run (the store closed and opened again before each read, so RocksDB's block cache and
-//!   every cache of the process start empty), the first read after a restart, with and without
-//!   the load ahead the service does at start.
+//!   every cache of the process start empty), the first read after a restart, without the load
+//!   ahead the service does at start, with it for a format not asked for before the restart,
+//!   and with it for a format that was (whose answer the load ahead renders).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -70,7 +71,7 @@ struct Args {
 }
 
 /// The continuation modes, in the order they are measured.
-const MODES: [&str; 7] = [
+const MODES: [&str; 8] = [
     "cold",
     "next-step",
     "prefetched",
@@ -78,10 +79,11 @@ const MODES: [&str; 7] = [
     "warm",
     "restart",
     "restart-prefetched",
+    "restart-asked-before",
 ];
 
 /// The modes measured once the run is over, on a store opened again before each read.
-const RESTART_MODES: [&str; 2] = ["restart", "restart-prefetched"];
+const RESTART_MODES: [&str; 3] = ["restart", "restart-prefetched", "restart-asked-before"];
 
 fn parse_args() -> anyhow::Result<Args> {
     let mut args = Args {
@@ -290,8 +292,11 @@ async fn main() -> anyhow::Result<()> {
 
 /// The first continuation after a restart, per format: before each read the store is opened
 /// anew (RocksDB's block cache empty, no cache of the process held; the operating system's page
-/// cache stays warm) and, in `restart-prefetched`, the runs active at start loaded ahead as the
-/// service does when it starts (not timed).
+/// cache stays warm) and, in `restart-prefetched` and `restart-asked-before`, the runs active at
+/// start loaded ahead as the service does when it starts (not timed): in the first with no
+/// request kept from before the restart (the history is loaded ahead, the answer rendered when
+/// asked), in the second with this format's request kept as the one asked for before it (its
+/// answer rendered ahead too).
 async fn after_restart(dir: &std::path::Path, args: &Args) -> anyhow::Result<()> {
     let modes: Vec<&str> = args
         .modes
@@ -305,7 +310,8 @@ async fn after_restart(dir: &std::path::Path, args: &Args) -> anyhow::Result<()>
     println!(
         "continuation of the latest snapshot after a restart ({} iterations each; the store \
          opened again before each read): restart: the first read; restart-prefetched: the first \
-         read after the service's load ahead at start:",
+         read after the service's load ahead at start, the format not asked for before the \
+         restart; restart-asked-before: the same, the format asked for before it:",
         args.iterations
     );
     for &format in &args.formats {
@@ -315,11 +321,15 @@ async fn after_restart(dir: &std::path::Path, args: &Args) -> anyhow::Result<()>
             let mut size = 0;
             for _ in 0..args.iterations {
                 let store = Arc::new(Store::open(dir, false)?);
+                match mode {
+                    "restart-asked-before" => store.keep_recent_request_lines(&[request.line()])?,
+                    _ => store.keep_recent_request_lines(&[])?,
+                }
                 let continuations = Arc::new(Continuations::new(
                     store.clone(),
                     Arc::new(Media::in_memory(None)),
                 ));
-                if mode == "restart-prefetched" {
+                if mode != "restart" {
                     let loaded =
                         prefetch::load_ahead_at_open(&continuations, prefetch::MIN_MESSAGES)
                             .await?;

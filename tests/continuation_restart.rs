@@ -1,5 +1,6 @@
 //! Continuations across a restart: the runs still active when the service stopped are loaded
-//! ahead when it starts again, before anyone asks for them, and answer as before the restart.
+//! ahead when it starts again, before anyone asks for them, with their answers in the formats
+//! asked for before the restart rendered, and answer as before the restart.
 
 mod support;
 
@@ -96,6 +97,18 @@ async fn an_active_long_run_is_loaded_ahead_at_start_and_answers_as_before() {
         held, 301,
         "the active run's latest history, loaded ahead at start"
     );
+    // The format asked for before the restart was kept: its answer is rendered ahead too.
+    let rendered = gauge_once_set(
+        &stepline,
+        "stepline_rendered_cache_bytes",
+        Duration::from_secs(10),
+    )
+    .await;
+    assert_eq!(
+        rendered,
+        before.text.len() as u64,
+        "the pydantic-ai answer, rendered ahead at start"
+    );
     let after = stepline.get(path).await;
     assert_eq!(after.status, 200, "{}", after.text);
     assert_eq!(
@@ -106,5 +119,10 @@ async fn an_active_long_run_is_loaded_ahead_at_start_and_answers_as_before() {
         stepline.metric("stepline_history_cache_messages").await,
         301,
         "served from the history loaded ahead, not read again"
+    );
+    assert_eq!(
+        stepline.metric("stepline_rendered_cache_bytes").await,
+        rendered,
+        "served from the answer rendered ahead"
     );
 }

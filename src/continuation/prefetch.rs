@@ -9,8 +9,10 @@
 //!
 //! After a restart the caches are empty and no run has been written yet, so nothing would go
 //! quiet: at start the newest running and waiting runs (at most [`AT_OPEN_RUNS`], while the
-//! history cache is under half full) are loaded ahead once ([`load_ahead_at_open`]); an
-//! orchestrator resuming them after the restart then reads them from memory.
+//! history cache is under half full) are loaded ahead once ([`load_ahead_at_open`]), and the
+//! answers to the recent requests kept in the store from before the restart are rendered; an
+//! orchestrator resuming them after the restart in a format it asked for before then gets the
+//! answer from memory.
 
 use std::sync::Arc;
 use std::time::Duration;

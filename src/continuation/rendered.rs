@@ -10,9 +10,10 @@
 //!
 //! The cache also remembers the last few requests for a run's latest snapshot
 //! ([`RenderedCache::recent_requests`]): the formats orchestrators continue with, which the
-//! prefetch renders ahead for a run that went quiet. Bounded by a byte budget (by default
-//! [`RENDERED_CACHE_BYTES`]) in a [`ByteCache`], which evicts by recency and reuse; in memory
-//! only.
+//! prefetch renders ahead for a run that went quiet, and the load ahead at start renders for
+//! the runs active then (the requests are kept in the store, [`Request::line`], for that). The
+//! answers are bounded by a byte budget (by default [`RENDERED_CACHE_BYTES`]) in a
+//! [`ByteCache`], which evicts by recency and reuse; in memory only.
 
 use std::collections::{HashMap, HashSet};
 use std::hash::{Hash, Hasher};
@@ -63,6 +64,52 @@ impl Request {
             repair: false,
             media: MediaMode::Inline,
         }
+    }
+
+    /// The request as one line of the store's record of recent requests (only requests for a
+    /// latest snapshot are kept there): `<format> latest <include_interrupted> <repair>
+    /// <media>`, e.g. `pydantic-ai latest 0 1 inline`.
+    pub fn line(&self) -> String {
+        let flag = |b: bool| if b { "1" } else { "0" };
+        let media = match self.media {
+            MediaMode::Inline => "inline",
+            MediaMode::Reference => "reference",
+        };
+        format!(
+            "{} latest {} {} {media}",
+            self.format.as_str(),
+            flag(self.include_interrupted),
+            flag(self.repair),
+        )
+    }
+
+    /// The request a [`Request::line`] names; none for any other line (a format this build
+    /// does not know, say).
+    pub fn from_line(line: &str) -> Option<Self> {
+        let flag = |w: &str| match w {
+            "0" => Some(false),
+            "1" => Some(true),
+            _ => None,
+        };
+        let mut words = line.split(' ');
+        let format = Format::parse(words.next()?)?;
+        if words.next()? != "latest" {
+            return None;
+        }
+        let include_interrupted = flag(words.next()?)?;
+        let repair = flag(words.next()?)?;
+        let media = match words.next()? {
+            "inline" => MediaMode::Inline,
+            "reference" => MediaMode::Reference,
+            _ => return None,
+        };
+        words.next().is_none().then_some(Self {
+            format,
+            at: None,
+            include_interrupted,
+            repair,
+            media,
+        })
     }
 
     /// Which snapshot to load, and what of the run to load with it.
@@ -232,17 +279,38 @@ impl RenderedCache {
     }
 
     /// Notes a request for the latest snapshot of some run (requests naming a snapshot with
-    /// `at` are not noted): the most recent [`RECENT_REQUESTS`] distinct ones are kept.
-    pub fn note_request(&self, request: Request) {
+    /// `at` are not noted): the most recent [`RECENT_REQUESTS`] distinct ones are kept. True
+    /// when it was not among them (the set changed, not only its order).
+    pub fn note_request(&self, request: Request) -> bool {
         if request.at.is_some() {
-            return;
+            return false;
         }
         let Ok(mut entries) = self.entries.lock() else {
-            return;
+            return false;
         };
+        let known = entries.recent.contains(&request);
         entries.recent.retain(|r| *r != request);
         entries.recent.insert(0, request);
         entries.recent.truncate(RECENT_REQUESTS);
+        !known
+    }
+
+    /// Takes `requests` (newest first, as [`RenderedCache::recent_requests`] gives them) as the
+    /// recent requests, e.g. those kept before a restart; requests naming a snapshot are
+    /// passed over, and at most [`RECENT_REQUESTS`] distinct ones are kept.
+    pub fn restore_recent_requests(&self, requests: impl IntoIterator<Item = Request>) {
+        let Ok(mut entries) = self.entries.lock() else {
+            return;
+        };
+        entries.recent.clear();
+        for request in requests {
+            if request.at.is_none()
+                && !entries.recent.contains(&request)
+                && entries.recent.len() < RECENT_REQUESTS
+            {
+                entries.recent.push(request);
+            }
+        }
     }
 
     /// The requests for a latest snapshot seen most recently, newest first.
@@ -276,6 +344,82 @@ impl RenderedCache {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn every_request_for_a_latest_snapshot_reads_back_from_its_line() {
+        let mut all = 0;
+        for name in Format::NAMES {
+            for include_interrupted in [false, true] {
+                for repair in [false, true] {
+                    for media in [MediaMode::Inline, MediaMode::Reference] {
+                        let request = Request {
+                            format: Format::parse(name).unwrap(),
+                            at: None,
+                            include_interrupted,
+                            repair,
+                            media,
+                        };
+                        let line = request.line();
+                        assert!(
+                            line.len() <= crate::store::RECENT_REQUEST_LINE_BYTES,
+                            "{line}"
+                        );
+                        assert!(line.bytes().all(|b| (b' '..=b'~').contains(&b)), "{line}");
+                        assert_eq!(Request::from_line(&line), Some(request), "{line}");
+                        all += 1;
+                    }
+                }
+            }
+        }
+        assert_eq!(all, Format::NAMES.len() * 8);
+        for other in [
+            "",
+            "pydantic-ai",
+            "pydantic-ai latest 0 0",
+            "pydantic-ai latest 0 0 inline extra",
+            "pydantic-ai at 0 0 inline",
+            "pydantic-ai latest 2 0 inline",
+            "pydantic-ai latest 0 0 base64",
+            "langgraph latest 0 0 inline",
+            "pydantic-ai  latest 0 0 inline",
+        ] {
+            assert_eq!(Request::from_line(other), None, "{other:?}");
+        }
+    }
+
+    #[test]
+    fn restored_requests_are_distinct_for_latest_snapshots_and_bounded() {
+        let cache = RenderedCache::default();
+        let at = Request {
+            at: Some(3),
+            ..Request::latest(Format::Otel)
+        };
+        let formats = [
+            Format::Gemini,
+            Format::Gemini,
+            Format::Otel,
+            Format::Anthropic,
+            Format::Strands,
+            Format::VercelAi,
+        ];
+        cache.restore_recent_requests(
+            std::iter::once(at).chain(formats.into_iter().map(Request::latest)),
+        );
+        let kept: Vec<Format> = cache.recent_requests().iter().map(|r| r.format).collect();
+        assert_eq!(
+            kept,
+            [
+                Format::Gemini,
+                Format::Otel,
+                Format::Anthropic,
+                Format::Strands
+            ]
+        );
+        // A request already among them changes the order only; a new one changes the set.
+        assert!(!cache.note_request(Request::latest(Format::Strands)));
+        assert!(cache.note_request(Request::latest(Format::PydanticAi)));
+        assert!(!cache.note_request(at));
+    }
 
     fn body(n: usize) -> Bytes {
         Bytes::from(vec![b'x'; n])

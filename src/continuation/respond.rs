@@ -55,21 +55,31 @@ enum Found {
 }
 
 impl Continuations {
-    /// Continuations of the runs in `store`, media restored from `media`.
+    /// Continuations of the runs in `store`, media restored from `media`; the requests seen
+    /// most recently before the store was last closed are taken as the recent ones.
     pub fn new(store: Arc<Store>, media: Arc<Media>) -> Self {
+        let rendered = RenderedCache::default();
+        match store.recent_request_lines() {
+            Ok(lines) => {
+                rendered.restore_recent_requests(lines.iter().filter_map(|l| Request::from_line(l)))
+            }
+            Err(e) => tracing::debug!(error = %e, "the recent continuation requests were not read"),
+        }
         Self {
             store,
             contexts: ContextCache::default(),
-            rendered: RenderedCache::default(),
+            rendered,
             media,
             sizes: AnswerSizes::default(),
         }
     }
 
     /// Sets the byte budgets of the rendered-answer cache and the context cache (both empty:
-    /// call before the first request).
+    /// call before the first request; the recent requests are carried over).
     pub fn with_cache_budgets(mut self, rendered: usize, context: usize) -> Self {
+        let recent = self.rendered.recent_requests();
         self.rendered = RenderedCache::with_budget(rendered);
+        self.rendered.restore_recent_requests(recent);
         self.contexts = ContextCache::with_budget(context);
         self
     }
@@ -102,7 +112,18 @@ impl Continuations {
         id: &str,
         request: Request,
     ) -> Result<Bytes, ContinuationError> {
-        self.rendered.note_request(request);
+        if self.rendered.note_request(request) {
+            // Kept for the load ahead at the next start; a write that fails only loses that.
+            let lines: Vec<String> = self
+                .rendered
+                .recent_requests()
+                .iter()
+                .map(Request::line)
+                .collect();
+            if let Err(e) = self.store.keep_recent_request_lines(&lines) {
+                tracing::debug!(error = %e, "the recent continuation requests were not kept");
+            }
+        }
         self.answer(id, request).await
     }
 

@@ -35,6 +35,7 @@ mod open;
 pub mod open_files;
 mod outbox;
 mod readback;
+mod recent_requests;
 mod resolved;
 mod rocks;
 mod run_key_cache;
@@ -61,6 +62,7 @@ pub use memory::MemoryKv;
 pub use messages::Bodies;
 pub use outbox::OutboxCursor;
 pub use readback::Unreadable;
+pub use recent_requests::{RECENT_REQUEST_LINES, RECENT_REQUEST_LINE_BYTES};
 pub use rocks::RocksKv;
 
 // Kept at their old paths for the callers of before the record layer.

@@ -107,6 +107,7 @@ fn check_meta(key: &[u8], value: &[u8]) -> Result<(), String> {
             .ok_or_else(|| "not a number".to_string()),
         b"next_run_key" => sized(value, 8),
         b"media_refs_indexed" | b"fact_runs_have_meta" => empty(value),
+        super::recent_requests::RECENT_REQUESTS_KEY => super::recent_requests::check_record(value),
         _ => Err("unknown key".to_string()),
     }
 }
