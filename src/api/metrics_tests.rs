@@ -9,10 +9,10 @@ fn sample(text: &str, series: &str) -> Option<u64> {
         .and_then(|v| v.trim().parse().ok())
 }
 
-#[tokio::test]
-async fn the_exposition_reads_the_counters_at_scrape_time_with_the_same_names() {
-    let dir = tempfile::tempdir().unwrap();
-    let store = Arc::new(Store::open(dir.path(), false).unwrap());
+/// The services a scrape reads, over a RocksDB store in `dir` (`sync` as given), nothing
+/// forwarded.
+fn services(dir: &std::path::Path, sync: bool) -> (Arc<Store>, Arc<Ingest>, Arc<Continuations>) {
+    let store = Arc::new(Store::open(dir, sync).unwrap());
     let ingest = Arc::new(Ingest::new(
         store.clone(),
         Arc::new(crate::exporter::Outbox::disabled()),
@@ -21,6 +21,13 @@ async fn the_exposition_reads_the_counters_at_scrape_time_with_the_same_names() 
         store.clone(),
         Arc::new(Media::in_memory(Some(64 * 1024))),
     ));
+    (store, ingest, continuations)
+}
+
+#[tokio::test]
+async fn the_exposition_reads_the_counters_at_scrape_time_with_the_same_names() {
+    let dir = tempfile::tempdir().unwrap();
+    let (store, ingest, continuations) = services(dir.path(), false);
     let scrape = |gauges| Scrape::new(ingest.clone(), continuations.clone(), gauges).render();
     let before = scrape(None);
     assert_eq!(
@@ -178,15 +185,7 @@ async fn the_exposition_reads_the_counters_at_scrape_time_with_the_same_names() 
 #[tokio::test]
 async fn each_trace_request_is_timed_whole_and_stage_by_stage() {
     let dir = tempfile::tempdir().unwrap();
-    let store = Arc::new(Store::open(dir.path(), true).unwrap());
-    let ingest = Arc::new(Ingest::new(
-        store.clone(),
-        Arc::new(crate::exporter::Outbox::disabled()),
-    ));
-    let continuations = Arc::new(Continuations::new(
-        store.clone(),
-        Arc::new(Media::in_memory(Some(64 * 1024))),
-    ));
+    let (_store, ingest, continuations) = services(dir.path(), true);
     let requests = 3;
     for _ in 0..requests {
         ingest
