@@ -113,15 +113,21 @@ impl Continuations {
         request: Request,
     ) -> Result<Bytes, ContinuationError> {
         if self.rendered.note_request(request) {
-            // Kept for the load ahead at the next start; a write that fails only loses that.
+            // Kept for the load ahead at the next start; a write that fails only loses that. On
+            // the blocking pool: a write may wait for the memtables to come under their budget.
             let lines: Vec<String> = self
                 .rendered
                 .recent_requests()
                 .iter()
                 .map(Request::line)
                 .collect();
-            if let Err(e) = self.store.keep_recent_request_lines(&lines) {
-                tracing::debug!(error = %e, "the recent continuation requests were not kept");
+            let store = self.store.clone();
+            let kept = tokio::task::spawn_blocking(move || store.keep_recent_request_lines(&lines))
+                .await
+                .map_err(|e| e.to_string())
+                .and_then(|kept| kept.map_err(|e| e.to_string()));
+            if let Err(error) = kept {
+                tracing::debug!(%error, "the recent continuation requests were not kept");
             }
         }
         self.answer(id, request).await
