@@ -7,7 +7,9 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use prometheus_client::collector::Collector;
-use prometheus_client::encoding::{text, DescriptorEncoder, EncodeMetric, NoLabelSet};
+use prometheus_client::encoding::{
+    text, DescriptorEncoder, EncodeMetric, MetricEncoder, NoLabelSet,
+};
 use prometheus_client::metrics::counter::ConstCounter;
 use prometheus_client::metrics::gauge::ConstGauge;
 use prometheus_client::metrics::MetricType;
@@ -256,9 +258,7 @@ fn encode_ingest(encoder: &mut DescriptorEncoder, c: &IngestCounters) -> Result<
 
 /// The ingest's latency histograms, in seconds.
 fn encode_latencies(encoder: &mut DescriptorEncoder, l: &Latencies) -> Result<(), fmt::Error> {
-    let histogram = |metric: prometheus_client::encoding::MetricEncoder<'_>,
-                     r: HistogramReading| {
-        let mut metric = metric;
+    let histogram = |mut metric: MetricEncoder<'_>, r: HistogramReading| {
         metric.encode_histogram::<NoLabelSet>(r.sum_seconds, r.count, &r.buckets, None)
     };
     let mut requests = encoder.encode_descriptor(
