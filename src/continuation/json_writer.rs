@@ -82,6 +82,16 @@ pub(super) fn write_value(buf: &mut Vec<u8>, value: &Value) {
     }
 }
 
+/// A `serde_json::Value` as compact JSON text: the same text as `value.to_string()`, written
+/// by [`write_value`] instead of through `core::fmt` (a tool call's arguments and a structured
+/// tool result are sent as JSON text in several formats, once per call of a long history).
+pub(super) fn json_text(value: &Value) -> String {
+    let mut buf = Vec::with_capacity(64);
+    write_value(&mut buf, value);
+    // Only whole strings of `value` and ASCII are written, so the bytes are UTF-8.
+    String::from_utf8(buf).unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned())
+}
+
 fn write_bool(buf: &mut Vec<u8>, b: bool) {
     buf.extend_from_slice(if b { b"true" } else { b"false" });
 }
@@ -290,6 +300,19 @@ mod tests {
     }
 
     #[test]
+    fn json_text_is_the_values_own_text() {
+        for value in [
+            json!({"step": 3, "q": "a\"b\n", "nested": [1.5, null, {"z": true, "a": -2}]}),
+            json!("text"),
+            json!(null),
+            json!([]),
+            json!({"ü😀": "\u{1}"}),
+        ] {
+            assert_eq!(json_text(&value), value.to_string());
+        }
+    }
+
+    #[test]
     fn empty_and_long_strings() {
         same_as_serde(&Out::Str(""));
         same_as_serde(&Out::Value(json!({"": ""})));
@@ -410,6 +433,11 @@ mod tests {
             let out = tree.out();
             let expected = serde_json::to_vec(&out).expect("serde_json serialises every Out");
             prop_assert_eq!(out.to_json_vec(), expected);
+        }
+
+        #[test]
+        fn json_text_matches_serde_json(value in json_value()) {
+            prop_assert_eq!(json_text(&value), value.to_string());
         }
 
         #[test]

@@ -8,6 +8,7 @@ use std::sync::Arc;
 use rustc_hash::FxHashMap;
 use serde_json::{Map, Value};
 
+use super::json_writer::json_text;
 use super::{Effects, History, Out};
 
 /// How a tool call ended, as far as the history and the effect ledger tell.
@@ -108,7 +109,7 @@ impl<'a> PartFields<'a> {
         match self.content {
             Some(Value::String(s)) => Cow::Borrowed(s),
             None | Some(Value::Null) => Cow::Borrowed(""),
-            Some(other) => Cow::Owned(other.to_string()),
+            Some(other) => Cow::Owned(json_text(other)),
         }
     }
 
@@ -134,7 +135,7 @@ pub fn text(part: &Value) -> Cow<'_, str> {
     match part.get("content") {
         Some(Value::String(s)) => Cow::Borrowed(s),
         None | Some(Value::Null) => Cow::Borrowed(""),
-        Some(other) => Cow::Owned(other.to_string()),
+        Some(other) => Cow::Owned(json_text(other)),
     }
 }
 
@@ -172,7 +173,7 @@ pub fn arguments_text(part: &Value) -> Out<'_> {
     match part.get("arguments") {
         Some(Value::String(s)) => Out::Str(s),
         None | Some(Value::Null) => Out::Str("{}"),
-        Some(v) => Out::String(v.to_string()),
+        Some(v) => Out::String(json_text(v)),
     }
 }
 
@@ -182,7 +183,7 @@ pub fn result_text(value: &Value) -> (Cow<'_, str>, bool) {
     match value {
         Value::String(s) => (Cow::Borrowed(s), false),
         Value::Null => (Cow::Borrowed(""), false),
-        other => (Cow::Owned(other.to_string()), true),
+        other => (Cow::Owned(json_text(other)), true),
     }
 }
 
@@ -207,7 +208,7 @@ pub fn tool_result_text<'a>(
     if outcome.is_error() {
         let mut m = Map::new();
         m.insert("error".into(), Value::String(text.into_owned()));
-        return Out::String(Value::Object(m).to_string());
+        return Out::String(json_text(&Value::Object(m)));
     }
     cow_out(text)
 }

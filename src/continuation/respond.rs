@@ -112,9 +112,14 @@ impl Continuations {
         id: &str,
         request: Request,
     ) -> Result<Bytes, ContinuationError> {
-        if self.rendered.note_request(request) {
-            // Kept for the load ahead at the next start; a write that fails only loses that. On
-            // the blocking pool: a write may wait for the memtables to come under their budget.
+        let noted = self.rendered.note_request(request);
+        // Kept for the load ahead at the next start, written while the answer is made; a write
+        // that fails only loses that. On the blocking pool: a write may wait for the memtables
+        // to come under their budget.
+        let keep = async {
+            if !noted {
+                return;
+            }
             let lines: Vec<String> = self
                 .rendered
                 .recent_requests()
@@ -129,8 +134,9 @@ impl Continuations {
             if let Err(error) = kept {
                 tracing::debug!(%error, "the recent continuation requests were not kept");
             }
-        }
-        self.answer(id, request).await
+        };
+        let ((), answer) = tokio::join!(keep, self.answer(id, request));
+        answer
     }
 
     /// The answer to `request`, without noting the request as a recent one.
