@@ -40,8 +40,7 @@ pub(super) fn write_out(buf: &mut Vec<u8>, out: &Out<'_>) {
                 if i > 0 {
                     buf.push(b',');
                 }
-                write_str(buf, key);
-                buf.push(b':');
+                write_key(buf, key);
                 write_out(buf, value);
             }
             buf.push(b'}');
@@ -73,8 +72,7 @@ pub(super) fn write_value(buf: &mut Vec<u8>, value: &Value) {
                 if i > 0 {
                     buf.push(b',');
                 }
-                write_str(buf, key);
-                buf.push(b':');
+                write_key(buf, key);
                 write_value(buf, value);
             }
             buf.push(b'}');
@@ -154,7 +152,7 @@ const WIDE: usize = 32;
 /// the chunk so the compiler turns it into vector compares (SSE2 on x86_64: a few instructions
 /// per 16 bytes instead of a SWAR round per 8).
 #[inline]
-fn chunk_needs_escape(chunk: &[u8; WIDE]) -> bool {
+fn chunk_needs_escape<const N: usize>(chunk: &[u8; N]) -> bool {
     let mut hit = false;
     for &b in chunk {
         hit |= (b < 0x20) | (b == b'"') | (b == b'\\');
@@ -198,6 +196,25 @@ fn next_escape_narrow(bytes: &[u8]) -> Option<usize> {
         .map(|i| at + i)
 }
 
+/// True when no byte of `bytes` needs an escape: [`short_is_plain`] up to [`SHORT`] bytes, two
+/// overlapping 16-byte vector checks up to [`WIDE`], else 32 bytes at a time with the last
+/// chunk overlapping the one before (ids, run ids and timestamps are 17–64 bytes long and
+/// would otherwise end in the eight-byte and byte-by-byte passes of [`next_escape`]).
+#[inline]
+fn is_plain(bytes: &[u8]) -> bool {
+    if bytes.len() <= SHORT {
+        return short_is_plain(bytes);
+    }
+    if let Some(tail) = bytes.last_chunk::<WIDE>() {
+        let (chunks, _) = bytes.as_chunks::<WIDE>();
+        return !chunks.iter().any(chunk_needs_escape) && !chunk_needs_escape(tail);
+    }
+    match (bytes.first_chunk::<16>(), bytes.last_chunk::<16>()) {
+        (Some(head), Some(tail)) => !chunk_needs_escape(head) && !chunk_needs_escape(tail),
+        _ => short_is_plain(bytes),
+    }
+}
+
 /// Strings up to this long are checked whole with at most two word compares (see
 /// [`short_is_plain`]).
 const SHORT: usize = 16;
@@ -221,20 +238,49 @@ fn short_is_plain(bytes: &[u8]) -> bool {
     bytes.iter().all(|&b| ESCAPE[usize::from(b)] == 0)
 }
 
-/// Writes `s` as a JSON string (quoted and escaped) to the end of `buf`.
+/// Writes `s` as a JSON string (quoted and escaped) to the end of `buf`. Inlined: an answer
+/// writes tens of thousands of strings, most of them short and plain (the formats' keys and
+/// kinds, ids), and those are copied here without a call.
+#[inline]
 pub(super) fn write_str(buf: &mut Vec<u8>, s: &str) {
-    static HEX: [u8; 16] = *b"0123456789abcdef";
     let bytes = s.as_bytes();
-    buf.reserve(bytes.len() + 2);
-    // Most strings of an answer are short and plain (the formats' keys and kinds, ids): looked
-    // at byte by byte and copied in one go, without setting up the chunked search.
     if bytes.len() <= SHORT && short_is_plain(bytes) {
+        buf.reserve(bytes.len() + 2);
         buf.push(b'"');
         buf.extend_from_slice(bytes);
         buf.push(b'"');
         return;
     }
+    write_long_str(buf, bytes);
+}
+
+/// Writes an object's key and the `:` after it.
+#[inline]
+fn write_key(buf: &mut Vec<u8>, key: &str) {
+    let bytes = key.as_bytes();
+    if bytes.len() <= SHORT && short_is_plain(bytes) {
+        buf.reserve(bytes.len() + 3);
+        buf.push(b'"');
+        buf.extend_from_slice(bytes);
+        buf.extend_from_slice(b"\":");
+        return;
+    }
+    write_long_str(buf, bytes);
+    buf.push(b':');
+}
+
+/// [`write_str`] for a string longer than [`SHORT`] or needing an escape: copied whole when
+/// it needs none, else escaped in runs.
+#[inline(never)]
+fn write_long_str(buf: &mut Vec<u8>, bytes: &[u8]) {
+    static HEX: [u8; 16] = *b"0123456789abcdef";
+    buf.reserve(bytes.len() + 2);
     buf.push(b'"');
+    if bytes.len() > SHORT && is_plain(bytes) {
+        buf.extend_from_slice(bytes);
+        buf.push(b'"');
+        return;
+    }
     let mut start = 0;
     while let Some(offset) = next_escape(&bytes[start..]) {
         let at = start + offset;
@@ -297,6 +343,23 @@ mod tests {
             Out::Str("\u{0}\u{8}\u{9}\u{a}\u{b}\u{c}\u{d}\u{1f}\"\\").to_json_vec(),
             b"\"\\u0000\\b\\t\\n\\u000b\\f\\r\\u001f\\\"\\\\\"".to_vec()
         );
+    }
+
+    #[test]
+    fn an_escape_anywhere_in_a_medium_string_is_found() {
+        // Lengths around the 16-byte halves and the overlapping last 32-byte chunk.
+        for len in 1..=100 {
+            assert!(is_plain(&vec![b'a'; len]), "{len}");
+            for at in 0..len {
+                for byte in [b'"', b'\\', b'\n', 0x1f] {
+                    let mut bytes = vec![b'a'; len];
+                    bytes[at] = byte;
+                    assert!(!is_plain(&bytes), "{len} {at} {byte}");
+                    let text = String::from_utf8(bytes).unwrap();
+                    same_as_serde(&Out::Str(&text));
+                }
+            }
+        }
     }
 
     #[test]
