@@ -198,8 +198,8 @@ fn next_escape_narrow(bytes: &[u8]) -> Option<usize> {
 
 /// True when no byte of `bytes` needs an escape: [`short_is_plain`] up to [`SHORT`] bytes, two
 /// overlapping 16-byte vector checks up to [`WIDE`], else 32 bytes at a time with the last
-/// chunk overlapping the one before (ids, run ids and timestamps are 17–64 bytes long and
-/// would otherwise end in the eight-byte and byte-by-byte passes of [`next_escape`]).
+/// chunk overlapping the one before (tool-call ids, run ids and short texts are 17–64 bytes
+/// long and would otherwise end in the eight-byte and byte-by-byte passes of [`next_escape`]).
 #[inline]
 fn is_plain(bytes: &[u8]) -> bool {
     if bytes.len() <= SHORT {
