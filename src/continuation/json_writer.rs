@@ -257,15 +257,7 @@ pub(super) fn write_str(buf: &mut Vec<u8>, s: &str) {
 /// Writes an object's key and the `:` after it.
 #[inline]
 fn write_key(buf: &mut Vec<u8>, key: &str) {
-    let bytes = key.as_bytes();
-    if bytes.len() <= SHORT && short_is_plain(bytes) {
-        buf.reserve(bytes.len() + 3);
-        buf.push(b'"');
-        buf.extend_from_slice(bytes);
-        buf.extend_from_slice(b"\":");
-        return;
-    }
-    write_long_str(buf, bytes);
+    write_str(buf, key);
     buf.push(b':');
 }
 
