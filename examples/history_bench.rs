@@ -681,61 +681,6 @@ async fn continuation_report(store: &Arc<Store>, args: &Args) -> anyhow::Result<
                 ms(percentile(&times, 1.0)),
             );
         }
-        json_throughput(store, continuations.contexts(), &run_id, format, iterations)?;
     }
-    Ok(())
-}
-
-/// The JSON step alone, on one rendered continuation: serde_json's serialiser against
-/// `Out::to_json_vec` (which must write the same bytes), p50 of `iterations` rounds each.
-fn json_throughput(
-    store: &Store,
-    contexts: &continuation::ContextCache,
-    run_id: &str,
-    format: Format,
-    iterations: usize,
-) -> anyhow::Result<()> {
-    let run = store
-        .run(run_id)?
-        .ok_or_else(|| anyhow!("run {run_id} missing"))?;
-    let selector = Selector {
-        provenance: format.needs_provenance(),
-        ..Selector::default()
-    };
-    let history = continuation::load(store, contexts, run, selector)?;
-    let out = continuation::Out::Object(continuation::render(format, &history).0);
-    let written = out.to_json_vec();
-    if serde_json::to_vec(&out)? != written {
-        bail!(
-            "Out::to_json_vec and serde_json differ for {}",
-            format.as_str()
-        );
-    }
-    let mut serde_times = Vec::with_capacity(iterations);
-    let mut writer_times = Vec::with_capacity(iterations);
-    for _ in 0..iterations {
-        let started = Instant::now();
-        std::hint::black_box(serde_json::to_vec(&out)?);
-        serde_times.push(started.elapsed());
-        let started = Instant::now();
-        std::hint::black_box(out.to_json_vec());
-        writer_times.push(started.elapsed());
-    }
-    serde_times.sort();
-    writer_times.sort();
-    let (serde_p50, writer_p50) = (
-        percentile(&serde_times, 0.50),
-        percentile(&writer_times, 0.50),
-    );
-    let mb_per_s = |t: Duration| written.len() as f64 / t.as_secs_f64().max(1e-9) / 1e6;
-    println!(
-        "  {:<17} json only: serde_json p50 {:>7.3} ms ({:>5.0} MB/s), to_json_vec p50 {:>7.3} ms \
-         ({:>5.0} MB/s)",
-        format.as_str(),
-        ms(serde_p50),
-        mb_per_s(serde_p50),
-        ms(writer_p50),
-        mb_per_s(writer_p50),
-    );
     Ok(())
 }

@@ -8,13 +8,20 @@
 
 use serde_json::Value;
 
+use super::json_writer;
 use super::parts::{self, PartFields};
+use super::writer::{Commas, Obj};
 use super::{Fields, History, Out};
-use crate::obj;
+use crate::{key, obj};
 
 const FORMAT: &str = "Anthropic Messages";
 
-/// Renders `system` (omitted when there is none) and `messages`.
+/// What the user turn put before a history that starts with an assistant turn is, in warnings.
+const FILLER_TEXT: &str = "a user turn \"...\"";
+
+/// Renders `system` (omitted when there is none) and `messages`, the messages written in place
+/// ([`super::writer`]): each block goes to the buffer as its part is read, with no tree of the
+/// whole answer in between.
 pub fn render(history: &History) -> (Fields<'_>, Vec<String>) {
     let messages = &history.messages;
     let mut warnings = Vec::new();
@@ -22,12 +29,20 @@ pub fn render(history: &History) -> (Fields<'_>, Vec<String>) {
     pairing.warnings(messages, FORMAT, &mut warnings);
 
     let mut system: Vec<String> = parts::instructions_text(history).into_iter().collect();
-    let mut turns: parts::Turns = Vec::new();
+    // About 400 bytes a message for short texts; a longer history doubles its way up from there.
+    let mut buf = Vec::with_capacity(messages.len().saturating_mul(400) + 2);
+    buf.push(b'[');
+    let mut turns = TurnWriter {
+        buf: &mut buf,
+        turns: Commas::default(),
+        open: None,
+        filler: false,
+    };
 
     for (mi, message) in messages.iter().enumerate() {
         let role = parts::role(message);
         if role == "system" {
-            if !turns.is_empty() {
+            if turns.open.is_some() {
                 warnings.push(format!(
                     "message {mi}: a system message inside the conversation was moved to the top-level system"
                 ));
@@ -41,23 +56,33 @@ pub fn render(history: &History) -> (Fields<'_>, Vec<String>) {
             continue;
         }
         let assistant = role == "assistant";
-        let mut blocks: Vec<Out> = Vec::new();
+        let turn_role = if assistant { "assistant" } else { "user" };
         for (pi, part) in parts::parts(message).iter().enumerate() {
             let f = PartFields::of(part);
             match f.kind {
                 "text" => {
                     let t = f.text();
                     if !t.is_empty() {
-                        blocks.push(obj! {"type" => "text", "text" => parts::cow_out(t)});
+                        turns.block(turn_role, false, |b| {
+                            let mut o = Obj::open(b);
+                            o.str(key!("type"), "text");
+                            o.str(key!("text"), &t);
+                            o.close();
+                        });
                     }
                 }
                 "tool_call" if assistant => {
                     if !pairing.skip(mi, pi) {
-                        blocks.push(obj! {
-                            "type" => "tool_use",
-                            "id" => f.id_str(),
-                            "name" => f.name_str().unwrap_or(""),
-                            "input" => parts::arguments_object(part),
+                        turns.block(turn_role, false, |b| {
+                            let mut o = Obj::open(b);
+                            o.str(key!("type"), "tool_use");
+                            o.str(key!("id"), f.id_str());
+                            o.str(key!("name"), f.name_str().unwrap_or(""));
+                            match f.arguments {
+                                Some(args @ Value::Object(_)) => o.value(key!("input"), args),
+                                _ => o.out(key!("input"), &parts::arguments_object(part)),
+                            }
+                            o.close();
                         });
                     }
                 }
@@ -67,17 +92,24 @@ pub fn render(history: &History) -> (Fields<'_>, Vec<String>) {
                         continue;
                     }
                     let (text, _) = parts::result_text(f.result());
-                    let mut block = obj! {
-                        "type" => "tool_result",
-                        "tool_use_id" => f.id_str(),
-                    };
-                    // Text blocks must not be empty: an empty result has no content.
-                    if !text.is_empty() {
-                        let text = obj! {"type" => "text", "text" => parts::cow_out(text)};
-                        block.set("content", vec![text]);
-                    }
-                    block.set("is_error", outcome.is_error());
-                    blocks.push(block);
+                    turns.block(turn_role, true, |b| {
+                        let mut o = Obj::open(b);
+                        o.str(key!("type"), "tool_result");
+                        o.str(key!("tool_use_id"), f.id_str());
+                        // Text blocks must not be empty: an empty result has no content.
+                        if !text.is_empty() {
+                            let content = o.key(key!("content"));
+                            content.push(b'[');
+                            let mut t = Obj::open(content);
+                            t.str(key!("type"), "text");
+                            t.str(key!("text"), &text);
+                            t.close();
+                            content.push(b']');
+                        }
+                        let is_error: &[u8] = if outcome.is_error() { b"true" } else { b"false" };
+                        o.key(key!("is_error")).extend_from_slice(is_error);
+                        o.close();
+                    });
                 }
                 "thinking" | "reasoning" if assistant => {
                     let signature = parts::field(part, "signature");
@@ -86,16 +118,18 @@ pub fn render(history: &History) -> (Fields<'_>, Vec<String>) {
                             "message {mi}: thinking without a signature was dropped ({FORMAT} needs the byte-exact signature)"
                         ));
                     } else {
-                        blocks.push(obj! {
-                            "type" => "thinking",
-                            "thinking" => parts::cow_out(f.text()),
-                            "signature" => signature,
+                        turns.block(turn_role, false, |b| {
+                            let mut o = Obj::open(b);
+                            o.str(key!("type"), "thinking");
+                            o.str(key!("thinking"), &f.text());
+                            o.str(key!("signature"), signature);
+                            o.close();
                         });
                     }
                 }
                 "blob" | "uri" if !assistant => {
-                    if let Some(b) = media(part, mi, &mut warnings) {
-                        blocks.push(b);
+                    if let Some(block) = media(part, mi, &mut warnings) {
+                        turns.block(turn_role, false, |b| json_writer::write_out(b, &block));
                     }
                 }
                 other => warnings.push(format!(
@@ -103,39 +137,108 @@ pub fn render(history: &History) -> (Fields<'_>, Vec<String>) {
                 )),
             }
         }
-        if blocks.is_empty() {
-            continue;
-        }
-        let role = if assistant { "assistant" } else { "user" };
-        parts::push_turn(&mut turns, role, blocks);
     }
-    parts::start_with_user(
-        &mut turns,
-        "assistant",
-        obj! {"type" => "text", "text" => "..."},
-        "a user turn \"...\"",
-        FORMAT,
-        &mut warnings,
-    );
-
-    let out: Vec<Out> = turns
-        .into_iter()
-        .map(|(role, blocks)| {
-            // tool_result blocks first, others in their order.
-            let (mut results, rest): (Vec<Out>, Vec<Out>) = blocks
-                .into_iter()
-                .partition(|b| b.get("type") == Some(&Out::Str("tool_result")));
-            results.extend(rest);
-            obj! {"role" => role, "content" => results}
-        })
-        .collect();
+    turns.finish();
+    if turns.filler {
+        warnings.push(parts::filler_warning("assistant", FILLER_TEXT, FORMAT));
+    }
 
     let mut fields = Vec::new();
     if !system.is_empty() {
         fields.push(("system", Out::String(system.join("\n\n"))));
     }
-    fields.push(("messages", Out::Array(out)));
+    fields.push(("messages", Out::Written(buf)));
     (fields, warnings)
+}
+
+/// The turn being written: its `content` array is open.
+struct OpenTurn {
+    role: &'static str,
+    /// The commas between its blocks.
+    blocks: Commas,
+    /// Where its first block that is not a `tool_result` starts, once one is written: a
+    /// `tool_result` that comes later (a merged turn) is put there, with the others.
+    rest_at: Option<usize>,
+}
+
+/// Writes the `messages` array, one block at a time: a block of the same role as the open turn
+/// joins it (consecutive same-role turns merge), `tool_result` blocks before the others.
+struct TurnWriter<'b> {
+    buf: &'b mut Vec<u8>,
+    /// The commas between turns.
+    turns: Commas,
+    open: Option<OpenTurn>,
+    /// True when the history started with an assistant turn, so a user turn was written first.
+    filler: bool,
+}
+
+impl TurnWriter<'_> {
+    /// Writes a block (`write` writes it to the buffer it is given) in a turn of `role`;
+    /// `result` says it is a `tool_result` block.
+    fn block(&mut self, role: &'static str, result: bool, write: impl FnOnce(&mut Vec<u8>)) {
+        if self.open.as_ref().map(|turn| turn.role) != Some(role) {
+            let turn = self.open_turn(role);
+            self.open = Some(turn);
+        }
+        let Self {
+            buf,
+            open: Some(turn),
+            ..
+        } = self
+        else {
+            return; // not reached: a turn was just opened
+        };
+        match (result, turn.rest_at) {
+            (true, Some(at)) => {
+                // Rare: a result after other blocks of the turn goes before them.
+                let mut block = Vec::with_capacity(128);
+                write(&mut block);
+                block.push(b',');
+                let len = block.len();
+                buf.splice(at..at, block);
+                turn.rest_at = Some(at + len);
+            }
+            (_, rest_at) => {
+                turn.blocks.next(buf);
+                if !result && rest_at.is_none() {
+                    turn.rest_at = Some(buf.len());
+                }
+                write(buf);
+            }
+        }
+    }
+
+    /// Closes the open turn, if any, and opens one of `role` (after a user turn "..." when the
+    /// history would start with an assistant turn).
+    fn open_turn(&mut self, role: &'static str) -> OpenTurn {
+        if self.open.is_some() {
+            self.buf.extend_from_slice(b"]}");
+        } else if role == "assistant" {
+            self.turns.next(self.buf);
+            json_writer::write_out(
+                self.buf,
+                &obj! {"role" => "user", "content" => vec![obj! {"type" => "text", "text" => "..."}]},
+            );
+            self.filler = true;
+        }
+        self.turns.next(self.buf);
+        let mut m = Obj::open(self.buf);
+        m.str(key!("role"), role);
+        m.key(key!("content")).push(b'[');
+        OpenTurn {
+            role,
+            blocks: Commas::default(),
+            rest_at: None,
+        }
+    }
+
+    /// Closes the open turn, if any, and the array.
+    fn finish(&mut self) {
+        if self.open.take().is_some() {
+            self.buf.extend_from_slice(b"]}");
+        }
+        self.buf.push(b']');
+    }
 }
 
 /// A user media part as an image or document block.
@@ -168,4 +271,102 @@ fn media<'a>(part: &'a Value, mi: usize, warnings: &mut Vec<String>) -> Option<O
         "type" => block,
         "source" => obj! {"type" => "base64", "media_type" => mime, "data" => data},
     })
+}
+
+#[cfg(test)]
+mod tests {
+    //! Each render here is also checked byte for byte against the one recorded from the
+    //! renderer that built a tree before writing (`continuation::tests::assert_recorded`).
+
+    use serde_json::{json, Value};
+
+    use super::super::tests::history;
+    use super::super::{render, Format, Out};
+
+    fn rendered(messages: Vec<Value>, instructions: Option<&str>) -> (Value, Vec<String>) {
+        let h = history(messages, instructions);
+        crate::continuation::tests::assert_recorded(Format::Anthropic, &h);
+        let (fields, warnings) = render(Format::Anthropic, &h);
+        (Out::Object(fields).to_value(), warnings)
+    }
+
+    #[test]
+    fn merged_turns_keep_results_first_and_every_kind_of_part_renders() {
+        let call = |id: &str, args: Value| json!({"type": "tool_call", "id": id, "name": "f", "arguments": args});
+        let result =
+            |id: &str, r: Value| json!({"type": "tool_call_response", "id": id, "result": r});
+        let text = |t: &str| json!({"type": "text", "content": t});
+        let (f, w) = rendered(
+            vec![
+                json!({"role": "system", "parts": [text("early"), text("")]}),
+                json!({"role": "assistant", "parts": [
+                    {"type": "thinking", "content": "hmm"},
+                    {"type": "reasoning", "content": {"x": 1}, "signature": "s"},
+                    text(""), text("a \"quoted\"\nline"),
+                    call("a", json!({"x": 1})), call("b", json!("{\"y\":2}")), call("c", json!("[1]")),
+                    call("d", json!("not json")), call("e", json!(null)), call("g", json!(3)),
+                    {"type": "tool_call", "id": "h"}, call("never", json!({})),
+                    {"type": "mystery"}, result("in-assistant", json!("x")),
+                ]}),
+                json!({"role": "user", "parts": [text("steer"), {"type": "blob", "content": "AAA", "mime_type": "image/png"}]}),
+                json!({"role": "tool", "parts": [
+                    result("a", json!("ok")), result("b", json!({"structured": [1, 2]})),
+                    {"type": "tool_call_response", "id": "c", "result": null, "outcome": "failed"},
+                    {"type": "tool_call_response", "id": "d", "response": "r", "outcome": "retried"},
+                    result("orphan", json!("x")),
+                ]}),
+                json!({"role": "assistant", "parts": []}),
+                json!({"role": "user", "parts": [
+                    text("more"), result("e", json!(7)),
+                    {"type": "blob", "content": "BBB", "media_type": "application/pdf"},
+                    {"type": "blob", "content": "CCC", "mime_type": "audio/wav"},
+                    {"type": "uri", "uri": "https://x/y", "modality": "image"},
+                    {"type": "uri", "mime_type": "image/png"},
+                    result("g", json!("")), result("h", json!(["l"])),
+                ]}),
+                json!({"role": "system", "parts": [text("late")]}),
+                json!({"role": "assistant", "parts": [text("done")]}),
+            ],
+            Some("be brief"),
+        );
+        assert_eq!(f["system"], "be brief\n\nearly\n\nlate");
+        let m = f["messages"].as_array().unwrap();
+        assert_eq!(m.len(), 4, "{f}");
+        let types: Vec<&str> = m[2]["content"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|b| b["type"].as_str().unwrap())
+            .collect();
+        assert_eq!(
+            types[..7],
+            ["tool_result"; 7],
+            "results first, also those after other blocks: {types:?}"
+        );
+        assert!(types[7..].iter().all(|t| *t != "tool_result"), "{types:?}");
+        assert!(w
+            .iter()
+            .any(|w| w.contains("moved to the top-level system")));
+        assert!(w.iter().any(|w| w.contains("without a signature")));
+    }
+
+    #[test]
+    fn a_history_that_starts_with_the_assistant_or_has_no_turns() {
+        let (f, w) = rendered(
+            vec![json!({"role": "assistant", "parts": [{"type": "text", "content": "hi"}]})],
+            None,
+        );
+        assert_eq!(f["messages"][0]["content"][0]["text"], "...");
+        assert!(w
+            .iter()
+            .any(|w| w.contains("starts with an assistant turn")));
+        let (f, w) = rendered(Vec::new(), None);
+        assert_eq!(f, json!({"messages": []}));
+        assert!(w.is_empty());
+        let (f, _) = rendered(
+            vec![json!({"role": "system", "parts": [{"type": "text", "content": "s"}]})],
+            None,
+        );
+        assert_eq!(f, json!({"system": "s", "messages": []}));
+    }
 }

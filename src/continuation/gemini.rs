@@ -7,21 +7,29 @@
 //! wrapped as `{"return_value": ...}`); the history starts with a user turn. Thought signatures
 //! must come back unchanged: thinking without one is dropped, with a warning.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 
+use rustc_hash::FxHashMap;
 use serde_json::Value;
 
+use super::json_writer;
 use super::parts::{self, PartFields};
+use super::writer::{Commas, Obj};
 use super::{Fields, History, Out};
-use crate::obj;
+use crate::{key, obj};
 
 const FORMAT: &str = "Gemini";
+
+/// What the user turn put before a history that starts with a model turn is, in warnings.
+const FILLER_TEXT: &str = "an empty user turn";
 
 /// `base64("skip_thought_signature_validator")`: the value Google documents for function calls
 /// whose thought signature is not available (histories built elsewhere).
 const SKIP_SIGNATURE: &str = "c2tpcF90aG91Z2h0X3NpZ25hdHVyZV92YWxpZGF0b3I=";
 
-/// Renders `system_instruction` (null when there is none) and `contents`.
+/// Renders `system_instruction` (null when there is none) and `contents`, the contents written
+/// in place ([`super::writer`]): each part goes to the buffer as it is read, with no tree of the
+/// whole answer in between.
 pub fn render(history: &History) -> (Fields<'_>, Vec<String>) {
     let messages = &history.messages;
     let mut warnings = Vec::new();
@@ -32,15 +40,23 @@ pub fn render(history: &History) -> (Fields<'_>, Vec<String>) {
         .map(|t| obj! {"text" => t})
         .into_iter()
         .collect();
-    let mut turns: parts::Turns = Vec::new();
+    // About 400 bytes a message for short texts; a longer history doubles its way up from there.
+    let mut buf = Vec::with_capacity(messages.len().saturating_mul(400) + 2);
+    buf.push(b'[');
+    let mut turns = TurnWriter {
+        buf: &mut buf,
+        turns: Commas::default(),
+        open: None,
+        filler: false,
+    };
     // Tool names of the open calls by id, earliest first, for responses that do not name
     // their tool (a response answers the earliest open call with its id, as in `Pairing`).
-    let mut open_calls: HashMap<&str, VecDeque<&str>> = HashMap::new();
+    let mut open_calls: FxHashMap<&str, VecDeque<&str>> = FxHashMap::default();
 
     for (mi, message) in messages.iter().enumerate() {
         let role = parts::role(message);
         if role == "system" {
-            if !turns.is_empty() {
+            if turns.open.is_some() {
                 warnings.push(format!(
                     "message {mi}: a system message inside the conversation was moved to system_instruction"
                 ));
@@ -53,12 +69,16 @@ pub fn render(history: &History) -> (Fields<'_>, Vec<String>) {
             continue;
         }
         let model = role == "assistant";
-        let mut out: Vec<Out> = Vec::new();
+        let turn_role = if model { "model" } else { "user" };
         let mut signed_call = false;
         for (pi, part) in parts::parts(message).iter().enumerate() {
             let f = PartFields::of(part);
             match f.kind {
-                "text" => out.push(obj! {"text" => parts::cow_out(f.text())}),
+                "text" => turns.part(turn_role, false, |b| {
+                    let mut o = Obj::open(b);
+                    o.str(key!("text"), &f.text());
+                    o.close();
+                }),
                 "tool_call" if model => {
                     let id = f.id_str();
                     open_calls
@@ -66,22 +86,32 @@ pub fn render(history: &History) -> (Fields<'_>, Vec<String>) {
                         .or_default()
                         .push_back(f.name_str().unwrap_or(""));
                     if !pairing.skip(mi, pi) {
-                        let mut p = obj! {"functionCall" => obj! {
-                            "id" => id,
-                            "name" => f.name_str().unwrap_or(""),
-                            "args" => parts::arguments_object(part),
-                        }};
                         // The first call of a turn must carry a thought signature; a history
                         // from elsewhere has none, so it gets Google's documented skip value.
-                        if !signed_call {
+                        let signature = (!signed_call).then(|| {
                             let sig = parts::field(part, "signature");
-                            p.set(
-                                "thoughtSignature",
-                                if sig.is_empty() { SKIP_SIGNATURE } else { sig },
-                            );
-                            signed_call = true;
-                        }
-                        out.push(p);
+                            if sig.is_empty() {
+                                SKIP_SIGNATURE
+                            } else {
+                                sig
+                            }
+                        });
+                        signed_call = true;
+                        turns.part(turn_role, false, |b| {
+                            let mut o = Obj::open(b);
+                            let mut call = Obj::open(o.key(key!("functionCall")));
+                            call.str(key!("id"), id);
+                            call.str(key!("name"), f.name_str().unwrap_or(""));
+                            match f.arguments {
+                                Some(args @ Value::Object(_)) => call.value(key!("args"), args),
+                                _ => call.out(key!("args"), &parts::arguments_object(part)),
+                            }
+                            call.close();
+                            if let Some(signature) = signature {
+                                o.str(key!("thoughtSignature"), signature);
+                            }
+                            o.close();
+                        });
                     }
                 }
                 "tool_call_response" if !model => {
@@ -93,20 +123,30 @@ pub fn render(history: &History) -> (Fields<'_>, Vec<String>) {
                         continue;
                     }
                     let value = f.result();
-                    let response = if outcome.is_error() {
-                        obj! {"error" => parts::cow_out(parts::result_text(value).0)}
-                    } else {
-                        match value {
-                            Value::Object(_) => Out::Raw(value),
-                            Value::Null => Out::Object(Vec::new()),
-                            other => obj! {"return_value" => other},
+                    turns.part(turn_role, true, |b| {
+                        let mut o = Obj::open(b);
+                        let mut response = Obj::open(o.key(key!("functionResponse")));
+                        response.str(key!("id"), f.id_str());
+                        response.str(key!("name"), response_name(answered, part));
+                        let r = response.key(key!("response"));
+                        if outcome.is_error() {
+                            let mut error = Obj::open(r);
+                            error.str(key!("error"), &parts::result_text(value).0);
+                            error.close();
+                        } else {
+                            match value {
+                                Value::Object(_) => json_writer::write_value(r, value),
+                                Value::Null => r.extend_from_slice(b"{}"),
+                                other => {
+                                    let mut wrapped = Obj::open(r);
+                                    wrapped.value(key!("return_value"), other);
+                                    wrapped.close();
+                                }
+                            }
                         }
-                    };
-                    out.push(obj! {"functionResponse" => obj! {
-                        "id" => f.id_str(),
-                        "name" => response_name(answered, part),
-                        "response" => response,
-                    }});
+                        response.close();
+                        o.close();
+                    });
                 }
                 "thinking" | "reasoning" if model => {
                     let signature = parts::field(part, "signature");
@@ -115,10 +155,12 @@ pub fn render(history: &History) -> (Fields<'_>, Vec<String>) {
                             "message {mi}: thinking without a thought signature was dropped ({FORMAT} needs it returned unchanged)"
                         ));
                     } else {
-                        out.push(obj! {
-                            "text" => parts::cow_out(f.text()),
-                            "thought" => true,
-                            "thoughtSignature" => signature,
+                        turns.part(turn_role, false, |b| {
+                            let mut o = Obj::open(b);
+                            o.str(key!("text"), &f.text());
+                            o.key(key!("thought")).extend_from_slice(b"true");
+                            o.str(key!("thoughtSignature"), signature);
+                            o.close();
                         });
                     }
                 }
@@ -132,9 +174,11 @@ pub fn render(history: &History) -> (Fields<'_>, Vec<String>) {
                         warnings.push(format!(
                             "message {mi}: media given only by reference ({data}); the provider must be able to fetch it"
                         ));
-                        out.push(obj! {"fileData" => obj! {"fileUri" => data, "mimeType" => mime}});
+                        let p = obj! {"fileData" => obj! {"fileUri" => data, "mimeType" => mime}};
+                        turns.part(turn_role, false, |b| json_writer::write_out(b, &p));
                     } else {
-                        out.push(obj! {"inlineData" => obj! {"mimeType" => mime, "data" => data}});
+                        let p = obj! {"inlineData" => obj! {"mimeType" => mime, "data" => data}};
+                        turns.part(turn_role, false, |b| json_writer::write_out(b, &p));
                     }
                 }
                 other => warnings.push(format!(
@@ -142,31 +186,11 @@ pub fn render(history: &History) -> (Fields<'_>, Vec<String>) {
                 )),
             }
         }
-        if out.is_empty() {
-            continue;
-        }
-        let role = if model { "model" } else { "user" };
-        parts::push_turn(&mut turns, role, out);
     }
-    parts::start_with_user(
-        &mut turns,
-        "model",
-        obj! {"text" => ""},
-        "an empty user turn",
-        FORMAT,
-        &mut warnings,
-    );
-
-    let contents: Vec<Out> = turns
-        .into_iter()
-        .map(|(role, ps)| {
-            let (mut responses, rest): (Vec<Out>, Vec<Out>) = ps
-                .into_iter()
-                .partition(|p| p.get("functionResponse").is_some());
-            responses.extend(rest);
-            obj! {"role" => role, "parts" => responses}
-        })
-        .collect();
+    turns.finish();
+    if turns.filler {
+        warnings.push(parts::filler_warning("model", FILLER_TEXT, FORMAT));
+    }
 
     let system = if system.is_empty() {
         Out::Null
@@ -176,10 +200,100 @@ pub fn render(history: &History) -> (Fields<'_>, Vec<String>) {
     (
         vec![
             ("system_instruction", system),
-            ("contents", Out::Array(contents)),
+            ("contents", Out::Written(buf)),
         ],
         warnings,
     )
+}
+
+/// The turn being written: its `parts` array is open.
+struct OpenTurn {
+    role: &'static str,
+    /// The commas between its parts.
+    parts: Commas,
+    /// Where its first part that is not a `functionResponse` starts, once one is written: a
+    /// `functionResponse` that comes later (a merged turn) is put there, with the others.
+    rest_at: Option<usize>,
+}
+
+/// Writes the `contents` array, one part at a time: a part of the same role as the open turn
+/// joins it (consecutive same-role turns merge), `functionResponse` parts before the others.
+struct TurnWriter<'b> {
+    buf: &'b mut Vec<u8>,
+    /// The commas between turns.
+    turns: Commas,
+    open: Option<OpenTurn>,
+    /// True when the history started with a model turn, so a user turn was written first.
+    filler: bool,
+}
+
+impl TurnWriter<'_> {
+    /// Writes a part (`write` writes it to the buffer it is given) in a turn of `role`;
+    /// `response` says it is a `functionResponse` part.
+    fn part(&mut self, role: &'static str, response: bool, write: impl FnOnce(&mut Vec<u8>)) {
+        if self.open.as_ref().map(|turn| turn.role) != Some(role) {
+            let turn = self.open_turn(role);
+            self.open = Some(turn);
+        }
+        let Self {
+            buf,
+            open: Some(turn),
+            ..
+        } = self
+        else {
+            return; // not reached: a turn was just opened
+        };
+        match (response, turn.rest_at) {
+            (true, Some(at)) => {
+                // Rare: a response after other parts of the turn goes before them.
+                let mut part = Vec::with_capacity(128);
+                write(&mut part);
+                part.push(b',');
+                let len = part.len();
+                buf.splice(at..at, part);
+                turn.rest_at = Some(at + len);
+            }
+            (_, rest_at) => {
+                turn.parts.next(buf);
+                if !response && rest_at.is_none() {
+                    turn.rest_at = Some(buf.len());
+                }
+                write(buf);
+            }
+        }
+    }
+
+    /// Closes the open turn, if any, and opens one of `role` (after an empty user turn when the
+    /// history would start with a model turn).
+    fn open_turn(&mut self, role: &'static str) -> OpenTurn {
+        if self.open.is_some() {
+            self.buf.extend_from_slice(b"]}");
+        } else if role == "model" {
+            self.turns.next(self.buf);
+            json_writer::write_out(
+                self.buf,
+                &obj! {"role" => "user", "parts" => vec![obj! {"text" => ""}]},
+            );
+            self.filler = true;
+        }
+        self.turns.next(self.buf);
+        let mut m = Obj::open(self.buf);
+        m.str(key!("role"), role);
+        m.key(key!("parts")).push(b'[');
+        OpenTurn {
+            role,
+            parts: Commas::default(),
+            rest_at: None,
+        }
+    }
+
+    /// Closes the open turn, if any, and the array.
+    fn finish(&mut self) {
+        if self.open.take().is_some() {
+            self.buf.extend_from_slice(b"]}");
+        }
+        self.buf.push(b']');
+    }
 }
 
 /// The tool name of a response: its own, else the name of the call it answers (`answered`:
@@ -190,5 +304,102 @@ fn response_name<'a>(answered: Option<&'a str>, part: &'a Value) -> &'a str {
         answered.unwrap_or("")
     } else {
         own
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! Each render here is also checked byte for byte against the one recorded from the
+    //! renderer that built a tree before writing (`continuation::tests::assert_recorded`).
+
+    use serde_json::{json, Value};
+
+    use super::super::tests::history;
+    use super::super::{render, Format, Out};
+
+    fn rendered(messages: Vec<Value>, instructions: Option<&str>) -> (Value, Vec<String>) {
+        let h = history(messages, instructions);
+        crate::continuation::tests::assert_recorded(Format::Gemini, &h);
+        let (fields, warnings) = render(Format::Gemini, &h);
+        (Out::Object(fields).to_value(), warnings)
+    }
+
+    #[test]
+    fn merged_turns_keep_responses_first_and_every_kind_of_part_renders() {
+        let call = |id: &str, args: Value| json!({"type": "tool_call", "id": id, "name": "f", "arguments": args});
+        let result =
+            |id: &str, r: Value| json!({"type": "tool_call_response", "id": id, "result": r});
+        let text = |t: &str| json!({"type": "text", "content": t});
+        let (f, w) = rendered(
+            vec![
+                json!({"role": "system", "parts": [text("early"), text("")]}),
+                json!({"role": "assistant", "parts": [
+                    {"type": "thinking", "content": "hmm"},
+                    {"type": "reasoning", "content": {"x": 1}, "signature": "s"},
+                    text(""), text("a \"quoted\"\nline"), call("never", json!({})),
+                    call("a", json!({"x": 1})),
+                    {"type": "tool_call", "id": "b", "name": "g", "arguments": "{\"y\":2}", "signature": "sig"},
+                    call("c", json!("[1]")), call("d", json!("not json")), call("e", json!(null)),
+                    {"type": "tool_call", "id": "h", "arguments": 3},
+                    {"type": "mystery"}, result("in-model", json!("x")),
+                ]}),
+                json!({"role": "user", "parts": [text("steer"), {"type": "blob", "content": "AAA", "mime_type": "image/png"}]}),
+                json!({"role": "tool", "parts": [
+                    result("a", json!("ok")),
+                    {"type": "tool_call_response", "id": "b", "name": "own", "result": {"structured": [1, 2]}},
+                    {"type": "tool_call_response", "id": "c", "result": {"o": 1}, "outcome": "failed"},
+                    {"type": "tool_call_response", "id": "d", "response": "r", "outcome": "retried"},
+                    result("orphan", json!("x")),
+                ]}),
+                json!({"role": "assistant", "parts": []}),
+                json!({"role": "user", "parts": [
+                    text("more"), result("e", json!(null)),
+                    {"type": "blob", "content": "BBB", "media_type": "application/pdf"},
+                    {"type": "blob", "mime_type": "audio/wav"},
+                    {"type": "uri", "uri": "https://x/y", "modality": "image"},
+                    result("h", json!(["l"])),
+                ]}),
+                json!({"role": "system", "parts": [text("late")]}),
+                json!({"role": "assistant", "parts": [call("z", json!({})), text("done")]}),
+                json!({"role": "tool", "parts": [result("z", json!(1.5))]}),
+            ],
+            Some("be brief"),
+        );
+        assert_eq!(
+            f["system_instruction"]["parts"].as_array().unwrap().len(),
+            4
+        );
+        let c = f["contents"].as_array().unwrap();
+        assert_eq!(c.len(), 5, "{f}");
+        let responses: Vec<bool> = c[2]["parts"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|p| p.get("functionResponse").is_some())
+            .collect();
+        assert_eq!(
+            responses[..6],
+            [true; 6],
+            "responses first, also those after other parts: {responses:?}"
+        );
+        assert!(responses[6..].iter().all(|r| !r), "{responses:?}");
+        assert!(w.iter().any(|w| w.contains("moved to system_instruction")));
+        assert!(w.iter().any(|w| w.contains("without a thought signature")));
+    }
+
+    #[test]
+    fn a_history_that_starts_with_the_model_or_has_no_turns() {
+        let (f, w) = rendered(
+            vec![json!({"role": "assistant", "parts": [{"type": "text", "content": "hi"}]})],
+            None,
+        );
+        assert_eq!(
+            f["contents"][0],
+            json!({"role": "user", "parts": [{"text": ""}]})
+        );
+        assert!(w.iter().any(|w| w.contains("starts with a model turn")));
+        let (f, w) = rendered(Vec::new(), None);
+        assert_eq!(f, json!({"system_instruction": null, "contents": []}));
+        assert!(w.is_empty());
     }
 }

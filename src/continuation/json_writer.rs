@@ -16,12 +16,8 @@ pub(super) fn write_out(buf: &mut Vec<u8>, out: &Out<'_>) {
         Out::U64(n) => buf.extend_from_slice(itoa::Buffer::new().format(*n).as_bytes()),
         Out::Str(s) => write_str(buf, s),
         Out::String(s) => write_str(buf, s),
-        Out::Timestamp(t) => {
-            // Digits, `-`, `:`, `.`, `T` and `Z`: nothing to escape.
-            buf.push(b'"');
-            buf.extend_from_slice(&timestamp_bytes(*t));
-            buf.push(b'"');
-        }
+        Out::Timestamp(t) => write_timestamp(buf, *t),
+        Out::Written(json) => buf.extend_from_slice(json),
         Out::Raw(v) => write_value(buf, v),
         Out::Value(v) => write_value(buf, v),
         Out::Array(items) => {
@@ -88,6 +84,15 @@ pub(super) fn json_text(value: &Value) -> String {
     write_value(&mut buf, value);
     // Only whole strings of `value` and ASCII are written, so the bytes are UTF-8.
     String::from_utf8(buf).unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned())
+}
+
+/// Writes a time as its RFC 3339 text in quotes ([`crate::domain::format_timestamp`]).
+#[inline]
+pub(super) fn write_timestamp(buf: &mut Vec<u8>, nanos: crate::domain::Nanos) {
+    // Digits, `-`, `:`, `.`, `T` and `Z`: nothing to escape.
+    buf.push(b'"');
+    buf.extend_from_slice(&timestamp_bytes(nanos));
+    buf.push(b'"');
 }
 
 fn write_bool(buf: &mut Vec<u8>, b: bool) {

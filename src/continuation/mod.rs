@@ -20,6 +20,7 @@ mod repair;
 mod respond;
 mod strands;
 mod vercel_ai;
+pub mod writer;
 
 pub use context::{ContextCache, Effects, Provenance, RunContext, CONTEXT_CACHE_BYTES};
 pub use history::{load, ContinuationError, History, Selector};
@@ -27,6 +28,7 @@ pub use out::Out;
 pub use rendered::{MediaMode, RenderedCache, Request, RENDERED_CACHE_BYTES};
 pub use repair::{RepairedCall, INTERRUPTED_CONTENT};
 pub use respond::Continuations;
+pub use writer::Key;
 
 /// A rendered format's own request fields, in order.
 pub type Fields<'a> = Vec<(&'static str, Out<'a>)>;
@@ -388,5 +390,170 @@ mod tests {
         let (f, w) = render(Format::OpenAiChat, &h);
         assert!(w.is_empty(), "{w:?}");
         assert_eq!(f["messages"].as_array().unwrap().len(), 4);
+    }
+
+    /// The parts the generated histories below are made of: every kind a renderer tells apart,
+    /// with the shapes of fields that change what it writes (text to escape, arguments as an
+    /// object, as JSON text, as other text or missing, results of each shape and outcome, media
+    /// of each kind).
+    fn generated_parts() -> Vec<Value> {
+        vec![
+            json!({"type": "text", "content": "plain"}),
+            json!({"type": "text", "content": "line\nbreak \"q\" \\ é \u{1}"}),
+            json!({"type": "text", "content": {"k": [1, null]}}),
+            json!({"type": "text"}),
+            json!({"type": "reasoning", "content": "r", "signature": "s"}),
+            json!({"type": "thinking", "content": "t"}),
+            json!({"type": "tool_call", "id": "a", "name": "f", "arguments": {"x": 1}}),
+            json!({"type": "tool_call", "id": "b", "name": "g", "arguments": "{\"y\":null}"}),
+            json!({"type": "tool_call", "id": "a", "name": "f", "arguments": "not json"}),
+            json!({"type": "tool_call", "id": "c"}),
+            json!({"type": "tool_call", "id": "b", "name": "g", "arguments": null}),
+            json!({"type": "tool_call_response", "id": "a", "name": "f", "result": "ok"}),
+            json!({"type": "tool_call_response", "id": "b", "response": {"v": 2}}),
+            json!({"type": "tool_call_response", "id": "a", "result": [{"text": "x"}], "outcome": "failed"}),
+            json!({"type": "tool_call_response", "id": "c", "result": null, "outcome": "interrupted"}),
+            json!({"type": "tool_call_response", "id": "b", "result": 3, "outcome": "retried"}),
+            json!({"type": "tool_call_response", "id": "q", "result": "orphan"}),
+            json!({"type": "tool_call_response", "id": "a"}),
+            json!({"type": "blob", "content": "AAAA", "mime_type": "image/png", "modality": "image"}),
+            json!({"type": "blob", "content": "AAAA", "mime_type": "audio/wav"}),
+            json!({"type": "blob", "content": "AAAA", "mime_type": "application/pdf"}),
+            json!({"type": "blob", "content": "AAAA", "mime_type": "text/csv"}),
+            json!({"type": "blob", "mime_type": "image/png"}),
+            json!({"type": "uri", "uri": "https://example.com/a.png", "mime_type": "image/png", "modality": "image"}),
+            json!({"type": "uri", "uri": "https://example.com/b.mp3", "modality": "audio"}),
+            json!({"type": "custom", "content": [1]}),
+            json!({"type": "", "content": "empty type"}),
+            json!({"content": "untyped"}),
+            json!("not an object"),
+        ]
+    }
+
+    /// A history of `seed`'s choosing: up to seven messages of any role (or none), each with up to
+    /// four parts of [`generated_parts`], with or without instructions.
+    fn generated_history(seed: u64) -> History {
+        let mut state = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+        let mut next = move |n: usize| {
+            // xorshift64*: a fixed sequence per seed, so the recorded digests stay valid.
+            state ^= state >> 12;
+            state ^= state << 25;
+            state ^= state >> 27;
+            (state.wrapping_mul(0x2545_F491_4F6C_DD1D) >> 33) as usize % n
+        };
+        let parts = generated_parts();
+        let roles = ["user", "assistant", "tool", "system", "other", ""];
+        let messages: Vec<Value> = (0..next(8))
+            .map(|_| {
+                let picked: Vec<Value> = (0..next(5))
+                    .map(|_| parts[next(parts.len())].clone())
+                    .collect();
+                match roles[next(roles.len())] {
+                    "" => json!({"parts": picked}),
+                    role => json!({"role": role, "parts": picked}),
+                }
+            })
+            .collect();
+        let instructions = [None, Some("be brief"), Some("two\nlines")][next(3)];
+        history(messages, instructions)
+    }
+
+    /// Where the digests of recorded renders are kept ([`assert_recorded`]).
+    const DIGESTS: &str = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/src/continuation/testdata/render_digests.tsv"
+    );
+
+    /// The first eight bytes of the SHA-256 of `parts`, in hex.
+    fn digest(parts: &[&[u8]]) -> String {
+        use sha2::{Digest, Sha256};
+        let mut hasher = Sha256::new();
+        for part in parts {
+            hasher.update(part);
+            hasher.update(b"\n");
+        }
+        hex::encode(&hasher.finalize()[..8])
+    }
+
+    /// The recorded renders: `input digest\tformat` to the digest of the output and warnings.
+    fn recorded() -> &'static std::sync::Mutex<std::collections::BTreeMap<String, String>> {
+        static RECORDED: std::sync::OnceLock<
+            std::sync::Mutex<std::collections::BTreeMap<String, String>>,
+        > = std::sync::OnceLock::new();
+        RECORDED.get_or_init(|| {
+            let text = std::fs::read_to_string(DIGESTS).unwrap_or_default();
+            let map = text
+                .lines()
+                .filter_map(|l| l.rsplit_once('\t'))
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect();
+            std::sync::Mutex::new(map)
+        })
+    }
+
+    /// Checks that `format` renders `history` to the bytes and warnings recorded for it in
+    /// [`DIGESTS`] (keyed by a digest of the messages and instructions). The digests were taken
+    /// from the renderers that built a tree of the whole answer before writing it, checked byte
+    /// for byte against the renderers that write in place. `STEPLINE_RECORD_RENDERS=1` records
+    /// them again, after a change to a format that is meant.
+    pub(crate) fn assert_recorded(format: Format, history: &History) {
+        let messages: Vec<u8> = history
+            .messages
+            .iter()
+            .flat_map(|m| serde_json::to_vec(m.as_ref()).unwrap())
+            .collect();
+        let instructions = serde_json::to_vec(&history.system_instructions).unwrap();
+        let key = format!(
+            "{}\t{}",
+            digest(&[&messages, &instructions]),
+            format.as_str()
+        );
+        let (fields, warnings) = super::render(format, history);
+        let json = Out::Object(fields).to_json_vec();
+        let output = digest(&[&json, &serde_json::to_vec(&warnings).unwrap()]);
+        let mut map = recorded().lock().unwrap();
+        if std::env::var_os("STEPLINE_RECORD_RENDERS").is_some() {
+            map.insert(key, output);
+            let text: String = map.iter().map(|(k, v)| format!("{k}\t{v}\n")).collect();
+            std::fs::write(DIGESTS, text).unwrap();
+            return;
+        }
+        assert_eq!(
+            map.get(&key),
+            Some(&output),
+            "{key}: not what was recorded; rendered now: {} {warnings:?}",
+            String::from_utf8_lossy(&json)
+        );
+    }
+
+    /// Every format renders 200 generated histories to the bytes and warnings recorded for them.
+    #[test]
+    fn generated_histories_render_to_the_recorded_bytes() {
+        for seed in 0..200u64 {
+            let h = generated_history(seed);
+            for name in Format::NAMES {
+                assert_recorded(Format::parse(name).unwrap(), &h);
+            }
+        }
+    }
+
+    proptest::proptest! {
+        /// Any mix of parts renders in every format to JSON that parses, with the format's
+        /// fields in it.
+        #[test]
+        fn any_history_renders_to_valid_json_in_every_format(seed in 200u64..) {
+            let h = generated_history(seed);
+            for name in Format::NAMES {
+                let format = Format::parse(name).unwrap();
+                let (fields, _) = super::render(format, &h);
+                let names: Vec<&str> = fields.iter().map(|(k, _)| *k).collect();
+                let json = Out::Object(fields).to_json_vec();
+                let parsed: Value = serde_json::from_slice(&json)
+                    .unwrap_or_else(|e| panic!("{name}: {e}: {}", String::from_utf8_lossy(&json)));
+                for key in names {
+                    proptest::prop_assert!(parsed.get(key).is_some(), "{name} lost {key}");
+                }
+            }
+        }
     }
 }

@@ -7,41 +7,63 @@
 //! reasoning input, so thinking is dropped; tool messages carry text only, so structured results
 //! are stringified; both are reported in warnings.
 
+use std::borrow::Cow;
+
 use serde_json::Value;
 
+use super::json_writer;
 use super::parts::{self, Pairing, PartFields};
+use super::writer::{Commas, Obj};
 use super::{Fields, History, Out};
-use crate::obj;
+use crate::{key, obj};
 
 const FORMAT: &str = "OpenAI Chat Completions";
 
-/// Renders `messages`.
+/// Renders `messages`, written in place ([`super::writer`]): each message goes to the buffer as
+/// it is read (a user or system message that must wait for open tool calls to be answered goes
+/// to a small buffer of deferred messages first), with no tree of the whole answer in between.
 pub fn render(history: &History) -> (Fields<'_>, Vec<String>) {
     let messages = &history.messages;
     let mut warnings = Vec::new();
     let (pairing, outcomes) = parts::tool_calls(history);
     pairing.warnings(messages, FORMAT, &mut warnings);
 
-    let mut out: Vec<Out> = Vec::new();
+    // About 500 bytes a message for short texts; a longer history doubles its way up from there.
+    let mut buf = Vec::with_capacity(messages.len().saturating_mul(512) + 2);
+    buf.push(b'[');
+    let mut out = Commas::default();
     if let Some(text) = parts::instructions_text(history) {
-        out.push(obj! {"role" => "system", "content" => text});
+        out.next(&mut buf);
+        let mut m = Obj::open(&mut buf);
+        m.str(key!("role"), "system");
+        m.str(key!("content"), &text);
+        m.close();
     }
-    // Messages that arrive while the last assistant's calls are still unanswered.
-    let mut deferred: Vec<Out> = Vec::new();
+    // Messages that arrive while the last assistant's calls are still unanswered, written and
+    // separated by commas, to be copied to the answer once the calls are.
+    let mut deferred: Vec<u8> = Vec::new();
     let mut open = 0usize;
+    // The content parts of the message being read (kept across messages for its allocation).
+    let mut content: Vec<Content> = Vec::new();
+    // The tool calls of the assistant message being read, written (likewise kept).
+    let mut calls: Vec<u8> = Vec::new();
 
     for (mi, message) in messages.iter().enumerate() {
         let role = parts::role(message);
         if role == "assistant" {
-            out.append(&mut deferred);
-            let (rendered, calls) = assistant(message, mi, &pairing, &mut warnings);
-            if let Some(m) = rendered {
-                out.push(m);
-            }
-            open = calls;
+            flush(&mut buf, &mut out, &mut deferred);
+            open = assistant(
+                &mut buf,
+                &mut out,
+                &mut calls,
+                message,
+                mi,
+                &pairing,
+                &mut warnings,
+            );
             continue;
         }
-        let mut content: Vec<Out> = Vec::new();
+        content.clear();
         for (pi, part) in parts::parts(message).iter().enumerate() {
             let f = PartFields::of(part);
             match f.kind {
@@ -58,17 +80,18 @@ pub fn render(history: &History) -> (Fields<'_>, Vec<String>) {
                         "tool messages",
                         &mut warnings,
                     );
-                    out.push(obj! {
-                        "role" => "tool",
-                        "tool_call_id" => f.id_str(),
-                        "content" => text,
-                    });
+                    out.next(&mut buf);
+                    let mut m = Obj::open(&mut buf);
+                    m.str(key!("role"), "tool");
+                    m.str(key!("tool_call_id"), f.id_str());
+                    m.out(key!("content"), &text);
+                    m.close();
                     open = open.saturating_sub(1);
                 }
-                "text" => content.push(obj! {"type" => "text", "text" => parts::cow_out(f.text())}),
+                "text" => content.push(Content::Text(f.text())),
                 "blob" | "uri" => {
                     if let Some(c) = media(part, mi, &mut warnings) {
-                        content.push(c);
+                        content.push(Content::Media(c));
                     }
                 }
                 other => warnings.push(format!(
@@ -80,50 +103,124 @@ pub fn render(history: &History) -> (Fields<'_>, Vec<String>) {
             continue;
         }
         let role = if role == "system" { "system" } else { "user" };
-        let body = match content.as_mut_slice() {
-            [only] if only.get("type") == Some(&Out::Str("text")) => only.take("text"),
-            _ if role == "system" => Out::String(
-                content
-                    .iter()
-                    .filter_map(|c| c.get("text").and_then(Out::as_str))
-                    .collect::<Vec<_>>()
-                    .join("\n\n"),
-            ),
-            _ => Out::Array(content),
-        };
-        let m = obj! {"role" => role, "content" => body};
         if open > 0 {
-            deferred.push(m);
+            if !deferred.is_empty() {
+                deferred.push(b',');
+            }
+            write_message(&mut deferred, role, &content);
         } else {
-            out.append(&mut deferred);
-            out.push(m);
+            flush(&mut buf, &mut out, &mut deferred);
+            out.next(&mut buf);
+            write_message(&mut buf, role, &content);
         }
     }
-    out.append(&mut deferred);
+    flush(&mut buf, &mut out, &mut deferred);
+    buf.push(b']');
 
-    (vec![("messages", Out::Array(out))], warnings)
+    (vec![("messages", Out::Written(buf))], warnings)
 }
 
-fn assistant<'a>(
-    message: &'a Value,
+/// A content part of a user or system message.
+enum Content<'a> {
+    /// A text part.
+    Text(Cow<'a, str>),
+    /// A media part, as [`media`] made it.
+    Media(Out<'a>),
+}
+
+/// Copies the deferred messages, if any, to the answer.
+fn flush(buf: &mut Vec<u8>, out: &mut Commas, deferred: &mut Vec<u8>) {
+    if !deferred.is_empty() {
+        out.next(buf);
+        buf.extend_from_slice(deferred);
+        deferred.clear();
+    }
+}
+
+/// A user or system message (`content` not empty): a lone text part is the content as a string;
+/// a system message's content is its texts joined; otherwise the content is the list of parts.
+fn write_message(buf: &mut Vec<u8>, role: &str, content: &[Content<'_>]) {
+    let mut m = Obj::open(buf);
+    m.str(key!("role"), role);
+    let body = m.key(key!("content"));
+    match content {
+        [Content::Text(text)] => json_writer::write_str(body, text),
+        _ if role == "system" => {
+            let texts: Vec<&str> = content
+                .iter()
+                .filter_map(|c| match c {
+                    Content::Text(t) => Some(t.as_ref()),
+                    Content::Media(_) => None,
+                })
+                .collect();
+            json_writer::write_str(body, &texts.join("\n\n"));
+        }
+        _ => {
+            body.push(b'[');
+            let mut items = Commas::default();
+            for c in content {
+                items.next(body);
+                match c {
+                    Content::Text(text) => {
+                        let mut p = Obj::open(body);
+                        p.str(key!("type"), "text");
+                        p.str(key!("text"), text);
+                        p.close();
+                    }
+                    Content::Media(media) => json_writer::write_out(body, media),
+                }
+            }
+            body.push(b']');
+        }
+    }
+    m.close();
+}
+
+/// Writes an assistant message (none when it has nothing Chat Completions can carry); returns the
+/// number of tool calls it left open. `calls` is a scratch buffer for the calls, written while
+/// the texts that come first are still being gathered.
+fn assistant(
+    buf: &mut Vec<u8>,
+    out: &mut Commas,
+    calls: &mut Vec<u8>,
+    message: &Value,
     mi: usize,
     pairing: &Pairing,
     warnings: &mut Vec<String>,
-) -> (Option<Out<'a>>, usize) {
-    let mut texts: Vec<std::borrow::Cow<'a, str>> = Vec::new();
-    let mut calls: Vec<Out> = Vec::new();
+) -> usize {
+    // The texts joined: borrowed when there is one, as there mostly is.
+    let mut text: Option<Cow<'_, str>> = None;
+    let mut n = 0usize;
+    calls.clear();
     for (pi, part) in parts::parts(message).iter().enumerate() {
         let f = PartFields::of(part);
         match f.kind {
-            "text" => texts.push(f.text()),
-            "tool_call" if !pairing.skip(mi, pi) => calls.push(obj! {
-                "id" => f.id_str(),
-                "type" => "function",
-                "function" => obj! {
-                    "name" => f.name_str().unwrap_or(""),
-                    "arguments" => parts::arguments_text(part),
-                },
-            }),
+            "text" => {
+                text = Some(match text {
+                    None => f.text(),
+                    Some(before) => {
+                        let mut joined = before.into_owned();
+                        joined.push_str("\n\n");
+                        joined.push_str(&f.text());
+                        Cow::Owned(joined)
+                    }
+                });
+            }
+            "tool_call" if !pairing.skip(mi, pi) => {
+                if n > 0 {
+                    calls.push(b',');
+                }
+                n += 1;
+                let mut c = Obj::open(calls);
+                c.str(key!("id"), f.id_str());
+                c.str(key!("type"), "function");
+                let function = c.key(key!("function"));
+                let mut func = Obj::open(function);
+                func.str(key!("name"), f.name_str().unwrap_or(""));
+                func.out(key!("arguments"), &parts::arguments_text(part));
+                func.close();
+                c.close();
+            }
             "tool_call" => {}
             "thinking" | "reasoning" => warnings.push(format!(
                 "message {mi}: thinking was dropped ({FORMAT} takes no reasoning input)"
@@ -133,23 +230,27 @@ fn assistant<'a>(
             )),
         }
     }
-    if texts.is_empty() && calls.is_empty() {
+    if text.is_none() && n == 0 {
         warnings.push(format!(
             "message {mi}: assistant message has nothing {FORMAT} can carry and was dropped"
         ));
-        return (None, 0);
+        return 0;
     }
-    let n = calls.len();
-    let content = match texts.len() {
-        0 => Out::Null,
-        1 => parts::cow_out(texts.swap_remove(0)),
-        _ => Out::String(texts.join("\n\n")),
-    };
-    let mut m = obj! {"role" => "assistant", "content" => content};
-    if !calls.is_empty() {
-        m.set("tool_calls", calls);
+    out.next(buf);
+    let mut m = Obj::open(buf);
+    m.str(key!("role"), "assistant");
+    match &text {
+        Some(text) => m.str(key!("content"), text),
+        None => m.null(key!("content")),
     }
-    (Some(m), n)
+    if n > 0 {
+        let list = m.key(key!("tool_calls"));
+        list.push(b'[');
+        list.extend_from_slice(calls);
+        list.push(b']');
+    }
+    m.close();
+    n
 }
 
 /// A user media part as a content part.
@@ -197,5 +298,74 @@ fn media<'a>(part: &'a Value, mi: usize, warnings: &mut Vec<String>) -> Option<O
             ));
             None
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::{json, Value};
+
+    use super::super::tests::history;
+    use super::super::{render, Format, Out};
+
+    /// A history that walks every path of the renderer: deferred messages flushed by an
+    /// assistant, by a later message and at the end; joined texts; media; dropped parts.
+    fn messages() -> Vec<Value> {
+        let call = |id: &str, args: Value| json!({"type": "tool_call", "id": id, "name": "f", "arguments": args});
+        let result =
+            |id: &str, r: Value| json!({"type": "tool_call_response", "id": id, "result": r});
+        let text = |t: Value| json!({"type": "text", "content": t});
+        let blob = |mime: &str| json!({"type": "blob", "mime_type": mime, "content": "QUJD"});
+        vec![
+            json!({"role": "system", "parts": [text(json!("a")), blob("image/png"), text(json!("b\n\"c\""))]}),
+            json!({"role": "system", "parts": [blob("image/png")]}),
+            json!({"role": "user", "parts": [text(json!("go")), blob("image/jpeg"), blob("audio/wav"),
+                blob("audio/mpeg"), blob("application/pdf"), blob("text/csv"),
+                {"type": "uri", "uri": "https://x/y.pdf", "mime_type": "application/pdf"},
+                {"type": "blob"}, {"type": "weird"}]}),
+            json!({"role": "assistant", "parts": [text(json!("one")), text(json!({"k": [1, 2]})),
+                {"type": "thinking", "content": "hmm"}, call("a", json!("{\"q\":1}")),
+                call("b", Value::Null), call("c", json!([1])), {"type": "weird"}]}),
+            json!({"role": "user", "parts": [text(json!("wait"))]}),
+            json!({"role": "user", "parts": [text(json!("still"))]}),
+            json!({"role": "tool", "parts": [result("a", json!({"ok": true})), text(json!("with it"))]}),
+            json!({"role": "assistant", "parts": [{"type": "thinking", "content": "only"}]}),
+            json!({"role": "tool", "parts": [result("b", Value::Null), result("c", json!("fine")),
+                result("zzz", json!("orphan"))]}),
+            json!({"role": "user", "parts": [text(Value::Null)]}),
+            json!({"role": "assistant", "parts": [call("d", json!({}))]}),
+            json!({"role": "user", "parts": [text(json!("mid"))]}),
+            json!({"role": "assistant", "parts": [text(json!("x")), call("e", json!({}))]}),
+            json!({"role": "user", "parts": [text(json!("late"))]}),
+            json!({"role": "tool", "parts": [result("e", json!(3))]}),
+            json!({"role": "user", "parts": [text(json!("after"))]}),
+            json!({"role": "assistant", "parts": [call("f", json!({}))]}),
+            json!({"role": "user", "parts": [text(json!("end"))]}),
+            json!({"role": "tool", "parts": [result("f", json!("r"))]}),
+        ]
+    }
+
+    #[test]
+    fn every_path_renders_to_the_recorded_bytes() {
+        // Every path of the renderer; the bytes and warnings are checked against those recorded
+        // from the renderer that built a tree before writing (`assert_recorded`).
+        for instructions in [None, Some("be brief")] {
+            let h = history(messages(), instructions);
+            crate::continuation::tests::assert_recorded(Format::OpenAiChat, &h);
+            let (fields, warnings) = render(Format::OpenAiChat, &h);
+            let f = Out::Object(fields).to_value();
+            let roles: Vec<&str> = f["messages"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|m| m["role"].as_str().unwrap())
+                .collect();
+            assert_eq!(f["messages"][0]["role"], "system");
+            assert!(roles.ends_with(&["assistant", "tool", "user"]), "{roles:?}");
+            assert!(!warnings.is_empty());
+        }
+        let h = history(Vec::new(), None);
+        let (fields, _) = render(Format::OpenAiChat, &h);
+        assert_eq!(Out::Object(fields).to_value(), json!({"messages": []}));
     }
 }

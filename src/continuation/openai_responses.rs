@@ -6,80 +6,58 @@
 //! does not carry, so thinking is dropped with a warning; outputs are text, so structured results
 //! are stringified with a warning.
 
+use std::borrow::Cow;
+
 use serde_json::Value;
 
+use super::json_writer;
 use super::parts::{self, PartFields};
+use super::writer::{Commas, Obj};
 use super::{Fields, History, Out};
-use crate::obj;
+use crate::{key, obj};
 
 const FORMAT: &str = "OpenAI Responses";
 
-/// Renders `instructions` and `input`.
+/// Renders `instructions` and `input`, the items written in place ([`super::writer`]): each goes
+/// to the buffer as it is read (a message's content parts are gathered until a tool item or the
+/// message's end), with no tree of the whole answer in between.
 pub fn render<'h>(history: &'h History) -> (Fields<'h>, Vec<String>) {
     let messages = &history.messages;
     let mut warnings = Vec::new();
     let (pairing, outcomes) = parts::tool_calls(history);
     pairing.warnings(messages, FORMAT, &mut warnings);
-    let mut input: Vec<Out> = Vec::new();
+    // About 500 bytes a message for short texts; a longer history doubles its way up from there.
+    let mut buf = Vec::with_capacity(messages.len().saturating_mul(512) + 2);
+    buf.push(b'[');
+    let mut input = Commas::default();
+    // The content parts not yet written (kept across messages for its allocation).
+    let mut content: Vec<Content> = Vec::new();
 
     for (mi, message) in messages.iter().enumerate() {
         let role = parts::role(message);
-        let mut content: Vec<Out> = Vec::new();
-        let flush = |content: &mut Vec<Out<'h>>, input: &mut Vec<Out<'h>>| {
-            if content.is_empty() {
-                return;
-            }
-            let mut items = std::mem::take(content);
-            if role == "assistant" {
-                let text = match items.as_mut_slice() {
-                    [only] => only.take("text"),
-                    _ => Out::String(
-                        items
-                            .iter()
-                            .filter_map(|c| c.get("text").and_then(Out::as_str))
-                            .collect::<Vec<_>>()
-                            .join("\n\n"),
-                    ),
-                };
-                input.push(obj! {"role" => "assistant", "content" => text});
-            } else {
-                let r = if role == "system" { "system" } else { "user" };
-                let content = match items.as_mut_slice() {
-                    [only] if only.get("type") == Some(&Out::Str("input_text")) => {
-                        only.take("text")
-                    }
-                    _ => Out::Array(items),
-                };
-                input.push(obj! {"role" => r, "content" => content});
-            }
-        };
         for (pi, part) in parts::parts(message).iter().enumerate() {
             let f = PartFields::of(part);
             match f.kind {
-                "text" if role == "assistant" => {
-                    content.push(obj! {"type" => "output_text", "text" => parts::cow_out(f.text())})
-                }
-                "text" => {
-                    content.push(obj! {"type" => "input_text", "text" => parts::cow_out(f.text())})
-                }
+                "text" => content.push(Content::Text(f.text())),
                 "tool_call" => {
                     if pairing.skip(mi, pi) {
                         continue;
                     }
-                    flush(&mut content, &mut input);
-                    input.push(obj! {
-                        "type" => "function_call",
-                        "call_id" => f.id_str(),
-                        "name" => f.name_str().unwrap_or(""),
-                        "arguments" => parts::arguments_text(part),
-                    });
+                    flush(&mut buf, &mut input, role, &mut content);
+                    input.next(&mut buf);
+                    let mut item = Obj::open(&mut buf);
+                    item.str(key!("type"), "function_call");
+                    item.str(key!("call_id"), f.id_str());
+                    item.str(key!("name"), f.name_str().unwrap_or(""));
+                    item.out(key!("arguments"), &parts::arguments_text(part));
+                    item.close();
                 }
                 "tool_call_response" => {
                     let outcome = outcomes.of(mi, pi);
                     if pairing.skip(mi, pi) {
                         continue;
                     }
-                    flush(&mut content, &mut input);
+                    flush(&mut buf, &mut input, role, &mut content);
                     let text = parts::tool_result_text(
                         &f,
                         outcome,
@@ -88,18 +66,19 @@ pub fn render<'h>(history: &'h History) -> (Fields<'h>, Vec<String>) {
                         "function_call_output items",
                         &mut warnings,
                     );
-                    input.push(obj! {
-                        "type" => "function_call_output",
-                        "call_id" => f.id_str(),
-                        "output" => text,
-                    });
+                    input.next(&mut buf);
+                    let mut item = Obj::open(&mut buf);
+                    item.str(key!("type"), "function_call_output");
+                    item.str(key!("call_id"), f.id_str());
+                    item.out(key!("output"), &text);
+                    item.close();
                 }
                 "thinking" | "reasoning" => warnings.push(format!(
                     "message {mi}: thinking was dropped ({FORMAT} reasoning items need the provider's id and encrypted content)"
                 )),
                 "blob" | "uri" if role != "assistant" => {
                     if let Some(c) = media(part, mi, &mut warnings) {
-                        content.push(c);
+                        content.push(Content::Media(c));
                     }
                 }
                 other => warnings.push(format!(
@@ -107,16 +86,81 @@ pub fn render<'h>(history: &'h History) -> (Fields<'h>, Vec<String>) {
                 )),
             }
         }
-        flush(&mut content, &mut input);
+        flush(&mut buf, &mut input, role, &mut content);
     }
+    buf.push(b']');
 
     (
         vec![
             ("instructions", parts::instructions_text(history).into()),
-            ("input", Out::Array(input)),
+            ("input", Out::Written(buf)),
         ],
         warnings,
     )
+}
+
+/// A content part of a message: `output_text` in an assistant message, else `input_text` or
+/// an input media part.
+enum Content<'a> {
+    /// A text part.
+    Text(Cow<'a, str>),
+    /// A media part, as [`media`] made it.
+    Media(Out<'a>),
+}
+
+/// Writes the content parts gathered, if any, as one message item of `role`, and empties them.
+/// An assistant's content is its texts joined; a lone text part of another role is the content
+/// as a string; otherwise the content is the list of parts.
+fn flush(buf: &mut Vec<u8>, input: &mut Commas, role: &str, content: &mut Vec<Content<'_>>) {
+    if content.is_empty() {
+        return;
+    }
+    input.next(buf);
+    let mut m = Obj::open(buf);
+    if role == "assistant" {
+        m.str(key!("role"), "assistant");
+        match content.as_slice() {
+            [Content::Text(text)] => m.str(key!("content"), text),
+            _ => {
+                let texts: Vec<&str> = content
+                    .iter()
+                    .filter_map(|c| match c {
+                        Content::Text(t) => Some(t.as_ref()),
+                        Content::Media(_) => None,
+                    })
+                    .collect();
+                m.str(key!("content"), &texts.join("\n\n"));
+            }
+        }
+    } else {
+        m.str(
+            key!("role"),
+            if role == "system" { "system" } else { "user" },
+        );
+        let body = m.key(key!("content"));
+        match content.as_slice() {
+            [Content::Text(text)] => json_writer::write_str(body, text),
+            _ => {
+                body.push(b'[');
+                let mut items = Commas::default();
+                for c in content.iter() {
+                    items.next(body);
+                    match c {
+                        Content::Text(text) => {
+                            let mut p = Obj::open(body);
+                            p.str(key!("type"), "input_text");
+                            p.str(key!("text"), text);
+                            p.close();
+                        }
+                        Content::Media(media) => json_writer::write_out(body, media),
+                    }
+                }
+                body.push(b']');
+            }
+        }
+    }
+    m.close();
+    content.clear();
 }
 
 /// A user media part as an input content part.
@@ -153,5 +197,69 @@ fn media<'a>(part: &'a Value, mi: usize, warnings: &mut Vec<String>) -> Option<O
             "file_data" => format!("data:{mime};base64,{data}"),
             "filename" => "file",
         }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::{json, Value};
+
+    use super::super::tests::history;
+    use super::super::{render, Format, Out};
+
+    /// A history that walks every path of the renderer: content flushed by tool items and at a
+    /// message's end; joined texts; media; dropped parts.
+    fn messages() -> Vec<Value> {
+        let call = |id: &str, args: Value| json!({"type": "tool_call", "id": id, "name": "f", "arguments": args});
+        let result =
+            |id: &str, r: Value| json!({"type": "tool_call_response", "id": id, "result": r});
+        let text = |t: Value| json!({"type": "text", "content": t});
+        let blob = |mime: &str| json!({"type": "blob", "mime_type": mime, "content": "QUJD"});
+        vec![
+            json!({"role": "system", "parts": [text(json!("a")), text(json!("b\n\"c\""))]}),
+            json!({"role": "system", "parts": [text(json!("only"))]}),
+            json!({"role": "user", "parts": [blob("image/png")]}),
+            json!({"role": "user", "parts": [text(json!("go")), blob("image/jpeg"),
+                blob("application/pdf"), {"type": "uri", "uri": "https://x/y.png", "modality": "image"},
+                {"type": "uri", "uri": "https://x/y.pdf", "mime_type": "application/pdf"},
+                {"type": "blob"}, {"type": "weird"}]}),
+            json!({"role": "assistant", "parts": [text(json!("one")), text(json!({"k": [1, 2]})),
+                {"type": "thinking", "content": "hmm"}, call("a", json!("{\"q\":1}")),
+                text(json!("between")), call("b", Value::Null), call("c", json!([1])),
+                blob("image/png"), {"type": "weird"}, text(json!("tail"))]}),
+            json!({"role": "tool", "parts": [text(json!("before")), result("a", json!({"ok": true})),
+                text(json!("with it")), result("b", Value::Null)]}),
+            json!({"role": "assistant", "parts": [{"type": "reasoning", "content": "only"}]}),
+            json!({"role": "tool", "parts": [result("c", json!("fine")), result("zzz", json!("orphan"))]}),
+            json!({"role": "user", "parts": [text(Value::Null)]}),
+            json!({"role": "assistant", "parts": [call("d", json!({}))]}),
+        ]
+    }
+
+    #[test]
+    fn every_path_renders_to_the_recorded_bytes() {
+        // Every path of the renderer; the bytes and warnings are checked against those recorded
+        // from the renderer that built a tree before writing (`assert_recorded`).
+        for instructions in [None, Some("be brief")] {
+            let h = history(messages(), instructions);
+            crate::continuation::tests::assert_recorded(Format::OpenAiResponses, &h);
+            let (fields, warnings) = render(Format::OpenAiResponses, &h);
+            let f = Out::Object(fields).to_value();
+            assert_eq!(f["instructions"], json!(instructions));
+            assert_eq!(
+                f["input"][0]["content"],
+                json!([
+                    {"type": "input_text", "text": "a"}, {"type": "input_text", "text": "b\n\"c\""}
+                ])
+            );
+            assert_eq!(f["input"][1], json!({"role": "system", "content": "only"}));
+            assert!(!warnings.is_empty());
+        }
+        let h = history(Vec::new(), None);
+        let (fields, _) = render(Format::OpenAiResponses, &h);
+        assert_eq!(
+            Out::Object(fields).to_value(),
+            json!({"instructions": null, "input": []})
+        );
     }
 }

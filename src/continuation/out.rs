@@ -2,6 +2,10 @@
 //! copying them, with objects as ordered field lists (no per-key allocation), serialised straight
 //! to bytes. A 1,000-step history renders to about a megabyte of JSON; building it as
 //! `serde_json::Value`s spent most of a continuation's time allocating, copying and freeing.
+//! The long arrays of an answer (the messages, contents or input items) are not trees any more:
+//! the renderers write them in place ([`super::writer`]) and hand them over as
+//! [`Out::Written`]. Trees remain for the answer's other fields and for small pieces a renderer
+//! must look at before writing them.
 
 use super::json_writer;
 use crate::domain::{format_timestamp, Nanos};
@@ -25,6 +29,8 @@ pub enum Out<'a> {
     Timestamp(Nanos),
     /// A value of the history, serialised as it is.
     Raw(&'a Value),
+    /// JSON a renderer wrote in place ([`super::writer`]): one whole value, copied as it is.
+    Written(Vec<u8>),
     /// A value made while rendering.
     Value(Value),
     /// An array.
@@ -109,6 +115,7 @@ impl<'a> Out<'a> {
             Out::String(s) => Value::String(s.clone()),
             Out::Timestamp(t) => Value::String(format_timestamp(*t)),
             Out::Raw(v) => (*v).clone(),
+            Out::Written(json) => written_value(json),
             Out::Value(v) => v.clone(),
             Out::Array(items) => Value::Array(items.iter().map(Out::to_value).collect()),
             Out::Object(fields) => {
@@ -132,6 +139,14 @@ impl Serialize for Out<'_> {
             Out::String(s) => serializer.serialize_str(s),
             Out::Timestamp(t) => serializer.serialize_str(&format_timestamp(*t)),
             Out::Raw(v) => v.serialize(serializer),
+            Out::Written(json) => {
+                // As it was written: serde_json's serialiser copies a raw value's text.
+                let text = String::from_utf8_lossy(json).into_owned();
+                match serde_json::value::RawValue::from_string(text) {
+                    Ok(raw) => raw.serialize(serializer),
+                    Err(_) => serializer.serialize_unit(),
+                }
+            }
             Out::Value(v) => v.serialize(serializer),
             Out::Array(items) => {
                 let mut seq = serializer.serialize_seq(Some(items.len()))?;
@@ -149,6 +164,12 @@ impl Serialize for Out<'_> {
             }
         }
     }
+}
+
+/// The value of JSON a renderer wrote (null if it is not JSON, which the writer never makes;
+/// for tests and serde, not the answer's path).
+fn written_value(json: &[u8]) -> Value {
+    serde_json::from_slice(json).unwrap_or(Value::Null)
 }
 
 impl<'a> From<&'a str> for Out<'a> {
@@ -227,18 +248,22 @@ mod tests {
             "list" => vec![Out::Null, Out::from(false), Out::from("q\"uote".to_string())],
             "none" => None::<&str>,
             "at" => Out::Timestamp(1_795_860_000_123_456_789),
+            "written" => Out::Written(br#"{"b":1,"a":[2]}"#.to_vec()),
         };
         out.set("text", "bye");
         out.set("added", 1u32);
         let text = serde_json::to_string(&out).unwrap();
         assert_eq!(out.to_json_vec(), text.as_bytes());
+        // Written JSON keeps its own order of keys.
+        assert!(text.contains(r#""written":{"b":1,"a":[2]}"#), "{text}");
         let parsed: Value = serde_json::from_str(&text).unwrap();
         assert_eq!(parsed, out.to_value());
         assert_eq!(
             parsed,
             json!({"text": "bye", "n": 3, "raw": {"a": [1, "two", null]}, "made": {"x": true},
                    "list": [null, false, "q\"uote"], "none": null,
-                   "at": "2026-11-28T10:00:00.123456789Z", "added": 1})
+                   "at": "2026-11-28T10:00:00.123456789Z", "written": {"b": 1, "a": [2]},
+                   "added": 1})
         );
         assert_eq!(out.get("n"), Some(&Out::U64(3)));
         assert_eq!(out.get("text").and_then(Out::as_str), Some("bye"));

@@ -365,35 +365,13 @@ pub fn media(part: &Value) -> (&str, &str) {
     (mime, data)
 }
 
-/// Turns of a provider that wants alternating roles: `(role, blocks)`.
-pub type Turns<'a> = Vec<(&'static str, Vec<Out<'a>>)>;
-
-/// Appends `blocks` to the last turn when it has the same role (consecutive same-role turns
-/// merge), else starts a new turn.
-pub fn push_turn<'a>(turns: &mut Turns<'a>, role: &'static str, mut blocks: Vec<Out<'a>>) {
-    match turns.last_mut() {
-        Some((r, existing)) if *r == role => existing.append(&mut blocks),
-        _ => turns.push((role, blocks)),
-    }
-}
-
-/// For providers whose history must start with a user turn: when it starts with
-/// `model_role`, puts a `filler` user turn (described by `filler_text`) first and says so.
-pub fn start_with_user<'a>(
-    turns: &mut Turns<'a>,
-    model_role: &str,
-    filler: Out<'a>,
-    filler_text: &str,
-    format: &str,
-    warnings: &mut Vec<String>,
-) {
-    if turns.first().is_some_and(|(r, _)| *r == model_role) {
-        warnings.push(format!(
-            "the history starts with {} {model_role} turn; {format} starts with a user turn, so {filler_text} was put first",
-            if model_role.starts_with(['a', 'e', 'i', 'o', 'u']) { "an" } else { "a" }
-        ));
-        turns.insert(0, ("user", vec![filler]));
-    }
+/// The warning for a history that starts with `model_role`, given by providers whose history
+/// must start with a user turn: a user turn (described by `filler_text`) was put first.
+pub fn filler_warning(model_role: &str, filler_text: &str, format: &str) -> String {
+    format!(
+        "the history starts with {} {model_role} turn; {format} starts with a user turn, so {filler_text} was put first",
+        if model_role.starts_with(['a', 'e', 'i', 'o', 'u']) { "an" } else { "a" }
+    )
 }
 
 #[cfg(test)]

@@ -8,63 +8,29 @@
 use rustc_hash::FxHashMap;
 use serde_json::Value;
 
+use super::json_writer;
 use super::parts::{self, PartFields};
+use super::writer::{Commas, Key, Obj};
 use super::{Fields, History, Out};
 use crate::domain::MessageHash;
-use crate::obj;
+use crate::{key, obj};
 
-/// What every message of the run carries besides its parts.
-struct Common<'h> {
-    history: &'h History,
-    conversation: Option<&'h str>,
-}
-
-impl<'h> Common<'h> {
-    /// Adds `instructions` (requests only: those in force when the request was sent), `run_id`
-    /// (of the run the message at `index` was made in) and `conversation_id` to a message.
-    fn stamp(&self, message: &mut Out<'h>, index: usize, request: bool) {
-        if let Out::Object(fields) = message {
-            fields.reserve(3);
-        }
-        if request {
-            let instructions = instructions_text(self.history.instructions_at(index));
-            message.set("instructions", instructions);
-        }
-        if let Some(id) = self.history.run_alias_at(index) {
-            message.set("run_id", id);
-        }
-        if let Some(c) = self.conversation {
-            message.set("conversation_id", c);
-        }
-    }
-}
-
-/// Renders `messages` as a list of `ModelMessage`.
-pub fn render<'h>(history: &'h History) -> (Fields<'h>, Vec<String>) {
+/// Renders `messages` as a list of `ModelMessage`, written in place ([`super::writer`]): each
+/// message goes to the buffer as it is read, with no tree of the whole answer in between.
+pub fn render(history: &History) -> (Fields<'_>, Vec<String>) {
     let mut warnings = Vec::new();
-    let common = Common {
+    // About 500 bytes a message for short texts; a longer history doubles its way up from there.
+    let mut buf = Vec::with_capacity(history.messages.len().saturating_mul(512) + 2);
+    buf.push(b'[');
+    let mut writer = Writer {
         history,
         conversation: history.run.conversation_id.as_deref(),
+        fallback_ns: history.models().last().map(|m| m.end_ns).unwrap_or(0),
+        seen_returns: FxHashMap::default(),
+        buf: &mut buf,
+        messages: Commas::default(),
+        request: None,
     };
-    let fallback_ns = history.models().last().map(|m| m.end_ns).unwrap_or(0);
-    let effects = &history.effects;
-    let mut seen_returns: FxHashMap<&str, usize> = FxHashMap::default();
-
-    let mut out: Vec<Out> = Vec::new();
-    // A request's parts, its time and the index of its first message.
-    let mut request: Option<(Vec<Out>, u64, usize)> = None;
-    let flush = |request: &mut Option<(Vec<Out<'h>>, u64, usize)>, out: &mut Vec<Out<'h>>| {
-        if let Some((parts, at, first)) = request.take() {
-            let mut m = obj! {
-                "kind" => "request",
-                "parts" => parts,
-                "timestamp" => Out::Timestamp(at),
-            };
-            common.stamp(&mut m, first, true);
-            out.push(m);
-        }
-    };
-
     for (index, (message, hash)) in history
         .messages
         .iter()
@@ -77,15 +43,99 @@ pub fn render<'h>(history: &'h History) -> (Fields<'h>, Vec<String>) {
             .unwrap_or("user");
         let parts = parts::parts(message);
         if role == "assistant" {
-            flush(&mut request, &mut out);
-            let mut m = response(history, hash, parts, index, &mut warnings, fallback_ns);
-            common.stamp(&mut m, index, false);
-            out.push(m);
-            continue;
+            writer.close_request();
+            writer.response(hash, parts, index, &mut warnings);
+        } else {
+            writer.request_message(role, hash, parts, index, &mut warnings);
         }
-        let at = history.first_sent(hash).unwrap_or(fallback_ns);
-        let stamp = Out::Timestamp(at);
-        let (parts_out, _, _) = request.get_or_insert_with(|| (Vec::new(), at, index));
+    }
+    writer.close_request();
+    buf.push(b']');
+    (vec![("messages", Out::Written(buf))], warnings)
+}
+
+/// The request being written: its parts array is open.
+struct OpenRequest {
+    /// Its time: when its first message was first sent.
+    at: u64,
+    /// The index of its first message.
+    first: usize,
+    /// The commas between its parts.
+    parts: Commas,
+}
+
+/// Writes the `ModelMessage` list: consecutive non-assistant messages into one open request,
+/// each assistant message as a response.
+struct Writer<'h, 'b> {
+    history: &'h History,
+    conversation: Option<&'h str>,
+    /// The time of a message no model request explains: the end of the last model request.
+    fallback_ns: u64,
+    /// Tool returns seen so far per call id (the n-th return matches the n-th ledger entry).
+    seen_returns: FxHashMap<&'h str, usize>,
+    buf: &'b mut Vec<u8>,
+    messages: Commas,
+    request: Option<OpenRequest>,
+}
+
+impl<'h> Writer<'h, '_> {
+    /// Ends the open request, if any: its time, the instructions in force when it was sent,
+    /// and what every message carries.
+    fn close_request(&mut self) {
+        let Some(request) = self.request.take() else {
+            return;
+        };
+        self.buf.extend_from_slice(b"],");
+        self.buf.extend_from_slice(key!("timestamp").as_bytes());
+        json_writer::write_timestamp(self.buf, request.at);
+        self.buf.push(b',');
+        self.buf.extend_from_slice(key!("instructions").as_bytes());
+        write_instructions(self.buf, self.history.instructions_at(request.first));
+        self.stamp(request.first);
+        self.buf.push(b'}');
+    }
+
+    /// `run_id` (of the run the message at `index` was made in) and `conversation_id`, as
+    /// fields after others of an open message.
+    fn stamp(&mut self, index: usize) {
+        if let Some(id) = self.history.run_alias_at(index) {
+            self.buf.push(b',');
+            self.buf.extend_from_slice(key!("run_id").as_bytes());
+            json_writer::write_str(self.buf, id);
+        }
+        if let Some(c) = self.conversation {
+            self.buf.push(b',');
+            self.buf
+                .extend_from_slice(key!("conversation_id").as_bytes());
+            json_writer::write_str(self.buf, c);
+        }
+    }
+
+    /// The parts of a non-assistant message, into the open request (opened first if none is).
+    fn request_message(
+        &mut self,
+        role: &str,
+        hash: &MessageHash,
+        parts: &'h [Value],
+        index: usize,
+        warnings: &mut Vec<String>,
+    ) {
+        let history = self.history;
+        let at = history.first_sent(hash).unwrap_or(self.fallback_ns);
+        let mut request = match self.request.take() {
+            Some(open) => open,
+            None => {
+                self.messages.next(self.buf);
+                let mut m = Obj::open(self.buf);
+                m.str(key!("kind"), "request");
+                m.key(key!("parts")).push(b'[');
+                OpenRequest {
+                    at,
+                    first: index,
+                    parts: Commas::default(),
+                }
+            }
+        };
         let fields: Vec<(PartFields, &Value)> =
             parts.iter().map(|p| (PartFields::of(p), p)).collect();
         // A user message with media was one multimodal user prompt (a list of text and media).
@@ -102,20 +152,23 @@ pub fn render<'h>(history: &'h History) -> (Fields<'h>, Vec<String>) {
                         f.kind
                     )),
                 },
-                "text" if role == "system" => parts_out.push(obj! {
-                    "part_kind" => "system-prompt",
-                    "content" => text_of(&f),
-                    "timestamp" => stamp.clone(),
-                }),
-                "text" => parts_out.push(obj! {
-                    "part_kind" => "user-prompt",
-                    "content" => text_of(&f),
-                    "timestamp" => stamp.clone(),
-                }),
+                "text" => {
+                    let kind = if role == "system" {
+                        "system-prompt"
+                    } else {
+                        "user-prompt"
+                    };
+                    request.parts.next(self.buf);
+                    let mut p = Obj::open(self.buf);
+                    p.str(key!("part_kind"), kind);
+                    write_text(&mut p, &f);
+                    p.timestamp(key!("timestamp"), at);
+                    p.close();
+                }
                 "tool_call_response" => {
                     let id = f.id_str();
-                    let n = seen_returns.entry(id).or_insert(0);
-                    let effect = effects.of_call(id, *n);
+                    let n = self.seen_returns.entry(id).or_insert(0);
+                    let effect = history.effects.of_call(id, *n);
                     *n += 1;
                     let tool_name = f
                         .name_str()
@@ -128,25 +181,31 @@ pub fn render<'h>(history: &'h History) -> (Fields<'h>, Vec<String>) {
                         (None, e) if e.is_some_and(|e| e.error.is_some()) => ("failed", None),
                         (None, _) => ("success", None),
                     };
-                    let mut p = obj! {
-                        "part_kind" => "tool-return",
-                        "tool_name" => tool_name,
-                        "content" => f.result(),
-                        "tool_call_id" => id,
-                        "timestamp" => stamp.clone(),
-                        "outcome" => outcome,
-                    };
+                    request.parts.next(self.buf);
+                    let mut p = Obj::open(self.buf);
+                    p.str(key!("part_kind"), "tool-return");
+                    p.str(key!("tool_name"), tool_name);
+                    p.value(key!("content"), f.result());
+                    p.str(key!("tool_call_id"), id);
+                    p.timestamp(key!("timestamp"), at);
+                    p.str(key!("outcome"), outcome);
                     if let Some(retry) = retry {
-                        p.set("retry", retry);
+                        p.value(key!("retry"), retry);
                     }
-                    parts_out.push(p);
+                    p.close();
                 }
                 "blob" | "uri" => match media_content(part) {
-                    Some(content) => parts_out.push(obj! {
-                        "part_kind" => "user-prompt",
-                        "content" => vec![content],
-                        "timestamp" => stamp.clone(),
-                    }),
+                    Some(content) => {
+                        request.parts.next(self.buf);
+                        let mut p = Obj::open(self.buf);
+                        p.str(key!("part_kind"), "user-prompt");
+                        let c = p.key(key!("content"));
+                        c.push(b'[');
+                        json_writer::write_out(c, &content);
+                        c.push(b']');
+                        p.timestamp(key!("timestamp"), at);
+                        p.close();
+                    }
                     None => warnings.push(format!(
                         "message {index}: {} part without data or uri was dropped",
                         f.kind
@@ -158,66 +217,91 @@ pub fn render<'h>(history: &'h History) -> (Fields<'h>, Vec<String>) {
             }
         }
         if !prompt_items.is_empty() {
-            parts_out.push(obj! {
-                "part_kind" => "user-prompt",
-                "content" => prompt_items,
-                "timestamp" => stamp,
-            });
+            request.parts.next(self.buf);
+            let mut p = Obj::open(self.buf);
+            p.str(key!("part_kind"), "user-prompt");
+            p.out(key!("content"), &Out::Array(prompt_items));
+            p.timestamp(key!("timestamp"), at);
+            p.close();
         }
+        self.request = Some(request);
     }
-    flush(&mut request, &mut out);
 
-    (vec![("messages", Out::Array(out))], warnings)
+    /// A `ModelResponse` for an assistant message: model name, usage and time from the model
+    /// request that produced it.
+    fn response(
+        &mut self,
+        hash: &MessageHash,
+        parts: &'h [Value],
+        index: usize,
+        warnings: &mut Vec<String>,
+    ) {
+        let producer = self.history.producer_of(hash);
+        self.messages.next(self.buf);
+        let mut m = Obj::open(self.buf);
+        m.str(key!("kind"), "response");
+        let buf = m.key(key!("parts"));
+        buf.push(b'[');
+        let mut commas = Commas::default();
+        for part in parts {
+            let f = PartFields::of(part);
+            let kind = match f.kind {
+                "text" => "text",
+                "tool_call" => "tool-call",
+                "reasoning" | "thinking" => "thinking",
+                other => {
+                    warnings.push(format!(
+                        "message {index}: part type {other:?} has no Pydantic AI response equivalent and was dropped"
+                    ));
+                    continue;
+                }
+            };
+            commas.next(buf);
+            let mut p = Obj::open(buf);
+            p.str(key!("part_kind"), kind);
+            if kind == "tool-call" {
+                write_or_empty(&mut p, key!("tool_name"), f.name);
+                match f.arguments {
+                    Some(args) => p.value(key!("args"), args),
+                    None => p.null(key!("args")),
+                }
+                write_or_empty(&mut p, key!("tool_call_id"), f.id);
+            } else {
+                write_text(&mut p, &f);
+            }
+            p.close();
+        }
+        buf.push(b']');
+        m.timestamp(
+            key!("timestamp"),
+            producer.map(|p| p.end_ns).unwrap_or(self.fallback_ns),
+        );
+        if let Some(p) = producer {
+            if let Some(model) = &p.model {
+                m.str(key!("model_name"), model);
+            }
+            let usage = m.key(key!("usage"));
+            let mut u = Obj::open(usage);
+            u.u64(key!("input_tokens"), p.input_tokens.unwrap_or(0));
+            u.u64(key!("output_tokens"), p.output_tokens.unwrap_or(0));
+            u.close();
+        }
+        self.stamp(index);
+        self.buf.push(b'}');
+    }
 }
 
-/// A `ModelResponse` for an assistant message: model name, usage and time from the model request
-/// that produced it.
-fn response<'h>(
-    history: &'h History,
-    hash: &MessageHash,
-    parts: &'h [Value],
-    index: usize,
-    warnings: &mut Vec<String>,
-    fallback_ns: u64,
-) -> Out<'h> {
-    let producer = history.producer_of(hash);
-    let mut parts_out = Vec::with_capacity(parts.len());
-    for part in parts {
-        let f = PartFields::of(part);
-        match f.kind {
-            "text" => parts_out.push(obj! {"part_kind" => "text", "content" => text_of(&f)}),
-            "tool_call" => parts_out.push(obj! {
-                "part_kind" => "tool-call",
-                "tool_name" => f.name.map_or(Out::Str(""), Out::Raw),
-                "args" => f.arguments,
-                "tool_call_id" => f.id.map_or(Out::Str(""), Out::Raw),
-            }),
-            "reasoning" | "thinking" => {
-                parts_out.push(obj! {"part_kind" => "thinking", "content" => text_of(&f)})
-            }
-            other => warnings.push(format!(
-                "message {index}: part type {other:?} has no Pydantic AI response equivalent and was dropped"
-            )),
-        }
+/// A part's `content` field: its text (any JSON value the part holds, as it is), empty if none.
+fn write_text(obj: &mut Obj<'_>, part: &PartFields<'_>) {
+    write_or_empty(obj, key!("content"), part.content);
+}
+
+/// A field holding `value` as it is, or an empty string when there is none.
+fn write_or_empty<const N: usize>(obj: &mut Obj<'_>, key: Key<N>, value: Option<&Value>) {
+    match value {
+        Some(v) => obj.value(key, v),
+        None => obj.str(key, ""),
     }
-    let mut m = obj! {
-        "kind" => "response",
-        "parts" => parts_out,
-        "timestamp" => Out::Timestamp(producer.map(|p| p.end_ns).unwrap_or(fallback_ns)),
-    };
-    if let Some(p) = producer {
-        if let Some(model) = &p.model {
-            m.set("model_name", model.as_str());
-        }
-        m.set(
-            "usage",
-            obj! {
-                "input_tokens" => p.input_tokens.unwrap_or(0),
-                "output_tokens" => p.output_tokens.unwrap_or(0),
-            },
-        );
-    }
-    m
 }
 
 fn text_of<'h>(part: &PartFields<'h>) -> Out<'h> {
@@ -246,25 +330,26 @@ fn media_content(part: &Value) -> Option<Out<'_>> {
 }
 
 /// Pydantic AI keeps instructions as one string on each request: the texts of the parts joined
-/// (borrowed when there is one, as there mostly is; null when there are none).
-fn instructions_text(parts: Option<&Value>) -> Out<'_> {
+/// (written as they are when there is one, as there mostly is; null when there are none).
+fn write_instructions(buf: &mut Vec<u8>, parts: Option<&Value>) {
     let mut texts = parts
         .and_then(Value::as_array)
         .into_iter()
         .flatten()
         .filter_map(|p| p.get("content").and_then(Value::as_str));
     let Some(first) = texts.next() else {
-        return Out::Null;
+        buf.extend_from_slice(b"null");
+        return;
     };
     match texts.next() {
-        None => Out::Str(first),
+        None => json_writer::write_str(buf, first),
         Some(second) => {
             let mut joined = [first, second].join("\n\n");
             for text in texts {
                 joined.push_str("\n\n");
                 joined.push_str(text);
             }
-            Out::String(joined)
+            json_writer::write_str(buf, &joined);
         }
     }
 }

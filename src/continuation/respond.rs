@@ -173,10 +173,10 @@ impl Continuations {
             }
             history.messages = messages.into_iter().map(Arc::new).collect();
         }
-        // The answer is handed over as soon as it is written; the rendered tree and the history
-        // are freed after that, on the rendering thread (a 1,000-step answer's tree is a few
-        // thousand allocations: freeing it is not the caller's wait). The service (and so the
-        // store) is let go before the answer is handed over, so a caller that then closes the
+        // The answer is handed over as soon as it is written; what it was rendered from (the
+        // history, when this request holds the only copy, and the rendered fields) is freed after
+        // that, on the rendering thread: freeing is not the caller's wait. The service (and so
+        // the store) is let go before the answer is handed over, so a caller that then closes the
         // store finds no other holder.
         let this = self.clone();
         let (tx, rx) = tokio::sync::oneshot::channel();
@@ -226,8 +226,8 @@ impl Continuations {
 }
 
 /// Renders the answer to `request` from the history of its snapshot (repairing it first when
-/// asked) and gives it to `deliver`, written into a buffer of `capacity` bytes; the rendered tree
-/// is freed after `deliver` returns.
+/// asked) and gives it to `deliver`, written into a buffer of `capacity` bytes; the rendered
+/// fields are freed after `deliver` returns.
 fn answer(history: &mut History, request: Request, capacity: usize, deliver: impl FnOnce(Vec<u8>)) {
     let repaired = request.repair.then(|| history.repair());
     let format = request.format;

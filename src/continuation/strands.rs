@@ -6,48 +6,61 @@
 //! `{t: content}`, so blocks stepline does not know survive the round trip. Tool results of role
 //! `tool` go into a user message, as Converse wants.
 
-use serde_json::{json, Value};
+use serde_json::Value;
 
+use super::json_writer;
+use super::parts::PartFields;
+use super::writer::{Commas, Key, Obj};
 use super::{Fields, History, Out};
-use crate::obj;
+use crate::key;
 
-/// `messages` (Converse messages) and `system_prompt` (null when there are no instructions).
+/// `messages` (Converse messages, written in place: [`super::writer`]) and `system_prompt` (null
+/// when there are no instructions).
 pub fn render(history: &History) -> (Fields<'_>, Vec<String>) {
     let mut warnings = Vec::new();
-    let mut messages: Vec<(&'static str, Vec<Out>)> = Vec::new();
+    // About 300 bytes a message for short texts; a longer history doubles its way up from there.
+    let mut buf = Vec::with_capacity(history.messages.len().saturating_mul(320) + 2);
+    buf.push(b'[');
+    let mut messages = Commas::default();
+    // The message being written (its content array open): its role and the commas between its
+    // blocks.
+    let mut open: Option<(&'static str, Commas)> = None;
     for (index, message) in history.messages.iter().enumerate() {
         let role = match message.get("role").and_then(Value::as_str) {
             Some("assistant") => "assistant",
             _ => "user",
         };
-        let blocks = message
-            .get("parts")
-            .and_then(Value::as_array)
-            .into_iter()
-            .flatten()
-            .filter_map(|part| {
-                let block = part_to_block(part);
-                if block.is_none() {
-                    warnings.push(format!(
-                        "message {index}: part of type {} has no Converse form; left out",
-                        part.get("type").unwrap_or(&Value::Null)
-                    ));
-                }
-                block
-            });
         // Converse alternates roles: consecutive messages of one role become one message.
-        match messages.last_mut() {
-            Some((last, content)) if *last == role => content.extend(blocks),
-            _ => messages.push((role, blocks.collect())),
+        let blocks = match &mut open {
+            Some((last, blocks)) if *last == role => blocks,
+            _ => {
+                if open.is_some() {
+                    buf.extend_from_slice(b"]}");
+                }
+                messages.next(&mut buf);
+                let mut m = Obj::open(&mut buf);
+                m.str(key!("role"), role);
+                m.key(key!("content")).push(b'[');
+                &mut open.insert((role, Commas::default())).1
+            }
+        };
+        let parts = message.get("parts").and_then(Value::as_array);
+        for part in parts.into_iter().flatten() {
+            if !write_block(&mut buf, blocks, part) {
+                warnings.push(format!(
+                    "message {index}: part of type {} has no Converse form; left out",
+                    part.get("type").unwrap_or(&Value::Null)
+                ));
+            }
         }
     }
-    let messages = messages
-        .into_iter()
-        .map(|(role, content)| obj! {"role" => role, "content" => content})
-        .collect();
+    if open.is_some() {
+        buf.extend_from_slice(b"]}");
+    }
+    buf.push(b']');
     (
         vec![
-            ("messages", Out::Array(messages)),
+            ("messages", Out::Written(buf)),
             (
                 "system_prompt",
                 system_prompt(history.system_instructions.as_ref()).into(),
@@ -66,62 +79,127 @@ fn system_prompt(instructions: Option<&Value>) -> Option<String> {
     (!texts.is_empty()).then(|| texts.join("\n\n"))
 }
 
-/// The Converse block of one part (none for a part without a type, or of an unknown type
-/// without content).
-fn part_to_block(part: &Value) -> Option<Out<'_>> {
-    let kind = part.get("type").and_then(Value::as_str)?;
-    let field = |k: &str| part.get(k).map_or(Out::Null, Out::Raw);
-    Some(match kind {
-        "text" => obj! {"text" => field("content")},
+/// Writes the Converse block of one part to the end of `buf` (after a comma when `blocks`
+/// says one came before). False, with nothing written, for a part without a type, or of an
+/// unknown type without content.
+fn write_block(buf: &mut Vec<u8>, blocks: &mut Commas, part: &Value) -> bool {
+    // The fields read in one pass over the part's keys (a lookup per field searches them each
+    // time); `status` and `signature` are looked up by the blocks that have them.
+    let f = PartFields::of(part);
+    let kind = match f.kind {
+        // No type, a type that is not a string, or an empty one (a block of its own).
+        "" => match part.get("type").and_then(Value::as_str) {
+            Some(kind) => kind,
+            None => return false,
+        },
+        kind => kind,
+    };
+    match kind {
+        "text" => {
+            blocks.next(buf);
+            let mut b = Obj::open(buf);
+            raw_or_null(&mut b, key!("text"), f.content);
+            b.close();
+        }
         "tool_call" => {
-            let input = match part.get("arguments") {
+            blocks.next(buf);
+            let mut b = Obj::open(buf);
+            let mut t = Obj::open(b.key(key!("toolUse")));
+            raw_or_null(&mut t, key!("toolUseId"), f.id);
+            raw_or_null(&mut t, key!("name"), f.name);
+            let input = t.key(key!("input"));
+            match f.arguments {
                 Some(Value::String(s)) => match serde_json::from_str::<Value>(s) {
-                    Ok(v) => Out::Value(v),
-                    Err(_) => Out::Str(s),
+                    Ok(v) => json_writer::write_value(input, &v),
+                    Err(_) => json_writer::write_str(input, s),
                 },
-                None | Some(Value::Null) => Out::Object(Vec::new()),
-                Some(v) => Out::Raw(v),
-            };
-            obj! {"toolUse" => obj! {
-                "toolUseId" => field("id"),
-                "name" => field("name"),
-                "input" => input,
-            }}
+                None | Some(Value::Null) => input.extend_from_slice(b"{}"),
+                Some(v) => json_writer::write_value(input, v),
+            }
+            t.close();
+            b.close();
         }
         "tool_call_response" => {
-            let response = part.get("response").or_else(|| part.get("result"));
-            let content = match response {
+            blocks.next(buf);
+            let mut b = Obj::open(buf);
+            let mut r = Obj::open(b.key(key!("toolResult")));
+            raw_or_null(&mut r, key!("toolUseId"), f.id);
+            match part.get("status") {
+                Some(status) => r.value(key!("status"), status),
+                None => r.str(key!("status"), "success"),
+            }
+            let content = r.key(key!("content"));
+            // `response`, else `result`.
+            match f.result {
                 Some(items @ Value::Array(list)) if list.iter().all(Value::is_object) => {
-                    Out::Raw(items)
+                    json_writer::write_value(content, items);
                 }
-                Some(Value::String(s)) => Out::Array(vec![obj! {"text" => s.as_str()}]),
-                None | Some(Value::Null) => Out::Array(Vec::new()),
-                Some(other) => Out::Array(vec![obj! {"json" => other}]),
-            };
-            let status = part.get("status").map_or(Out::Str("success"), Out::Raw);
-            obj! {"toolResult" => obj! {
-                "toolUseId" => field("id"),
-                "status" => status,
-                "content" => content,
-            }}
+                Some(Value::String(s)) => {
+                    content.push(b'[');
+                    let mut o = Obj::open(content);
+                    o.str(key!("text"), s);
+                    o.close();
+                    content.push(b']');
+                }
+                None | Some(Value::Null) => content.extend_from_slice(b"[]"),
+                Some(other) => {
+                    content.push(b'[');
+                    let mut o = Obj::open(content);
+                    o.value(key!("json"), other);
+                    o.close();
+                    content.push(b']');
+                }
+            }
+            r.close();
+            b.close();
         }
         "reasoning" => {
-            let mut text = obj! {"text" => field("content")};
+            blocks.next(buf);
+            let mut b = Obj::open(buf);
+            let mut c = Obj::open(b.key(key!("reasoningContent")));
+            let mut t = Obj::open(c.key(key!("reasoningText")));
+            raw_or_null(&mut t, key!("text"), f.content);
             if let Some(sig) = part.get("signature") {
-                text.set("signature", sig);
+                t.value(key!("signature"), sig);
             }
-            obj! {"reasoningContent" => obj! {"reasoningText" => text}}
+            t.close();
+            c.close();
+            b.close();
         }
         other => {
-            let content = part.get("content")?;
-            Out::Value(json!({ other: content }))
+            let Some(content) = f.content else {
+                return false;
+            };
+            blocks.next(buf);
+            buf.push(b'{');
+            json_writer::write_str(buf, other);
+            buf.push(b':');
+            json_writer::write_value(buf, content);
+            buf.push(b'}');
         }
-    })
+    }
+    true
+}
+
+/// A field holding a field of the part as it is (null when the part has none).
+fn raw_or_null<const N: usize>(obj: &mut Obj<'_>, key: Key<N>, value: Option<&Value>) {
+    match value {
+        Some(v) => obj.value(key, v),
+        None => obj.null(key),
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
+
+    /// The Converse block of one part, as [`write_block`] writes it (none for a part without a
+    /// type, or of an unknown type without content).
+    fn part_to_block(part: &Value) -> Option<Out<'_>> {
+        let mut buf = Vec::new();
+        write_block(&mut buf, &mut Commas::default(), part).then_some(Out::Written(buf))
+    }
 
     #[test]
     fn parts_round_trip_to_converse_blocks() {
@@ -150,5 +228,58 @@ mod tests {
             let back = crate::interpreter::block_to_part(block);
             assert_eq!(&back, part);
         }
+    }
+
+    #[test]
+    fn every_path_renders_to_the_recorded_bytes() {
+        // Every kind of part and field shape; the bytes and warnings are checked against those
+        // recorded from the renderer that built a tree before writing (`assert_recorded`).
+        let messages = vec![
+            json!({"role": "user", "parts": [{"type": "text", "content": "a\"b\n"}]}),
+            json!({"role": "system", "parts": [{"type": "text"}, {"content": 1}, {"type": 3}]}),
+            json!({"role": "assistant", "parts": [
+                {"type": "reasoning", "content": "hm"},
+                {"type": "reasoning", "content": "s", "signature": null},
+                {"type": "tool_call", "id": "a", "name": "f", "arguments": "{\"z\": 1, \"a\": [2]}"},
+                {"type": "tool_call", "id": "b", "arguments": "not json"},
+                {"type": "tool_call", "id": "c", "arguments": null},
+                {"type": "tool_call", "id": 4, "name": null},
+                {"type": "tool_call", "arguments": 5},
+                {"type": "weird\"kind", "content": {"x": [1, "y"]}},
+                {"type": "no_content"},
+                {"type": "", "content": "empty type"},
+                {"type": ""},
+                "not an object"]}),
+            json!({"role": "assistant"}),
+            json!({"role": "assistant", "parts": []}),
+            json!({"role": "tool", "parts": [
+                {"type": "tool_call_response", "id": "a", "response": [{"text": "5"}]},
+                {"type": "tool_call_response", "id": "b", "result": [{"text": "5"}, 6]},
+                {"type": "tool_call_response", "id": "c", "result": "five", "status": "error"},
+                {"type": "tool_call_response", "response": null, "result": "r", "status": null},
+                {"type": "tool_call_response", "result": {"k": true}},
+                {"type": "tool_call_response", "result": 7}]}),
+            json!({"parts": [{"type": "text", "content": ["not", "text"]}]}),
+            json!({"role": "assistant", "parts": "not a list"}),
+        ];
+        for instructions in [None, Some("be brief")] {
+            let h = crate::continuation::tests::history(messages.clone(), instructions);
+            crate::continuation::tests::assert_recorded(crate::continuation::Format::Strands, &h);
+            let (fields, warnings) =
+                crate::continuation::render(crate::continuation::Format::Strands, &h);
+            assert_eq!(warnings.len(), 5, "{warnings:?}");
+            let value = Out::Object(fields).to_value();
+            let roles: Vec<&str> = value["messages"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|m| m["role"].as_str().unwrap())
+                .collect();
+            assert_eq!(roles, ["user", "assistant", "user", "assistant"]);
+            assert_eq!(value["system_prompt"].as_str(), instructions);
+        }
+        let h = crate::continuation::tests::history(Vec::new(), None);
+        let (fields, _) = crate::continuation::render(crate::continuation::Format::Strands, &h);
+        assert_eq!(Out::Object(fields).to_value()["messages"], json!([]));
     }
 }

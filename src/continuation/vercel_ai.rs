@@ -9,115 +9,265 @@
 //! message of their own, placed before the rest of that message. Unanswered calls and orphan
 //! results are left out, as the SDK rejects them. The system instructions are `system`.
 
+use std::borrow::Cow;
+use std::sync::Arc;
+
 use rustc_hash::FxHashMap;
 use serde_json::Value;
 
+use super::json_writer;
 use super::parts::{self, Outcome, PartFields};
+use super::writer::{Commas, Obj};
 use super::{Fields, History, Out};
-use crate::obj;
+use crate::key;
 
 const FORMAT: &str = "the Vercel AI SDK";
 
-/// Renders `system` (null when there are no instructions) and `messages`.
+/// Renders `system` (null when there are no instructions) and `messages`, written in place
+/// ([`super::writer`]): each part goes to the buffer as it is read, with no tree of the whole
+/// answer in between (the other parts of a message with tool results wait in a small buffer of
+/// their own while the results, which come first, are written).
 pub fn render(history: &History) -> (Fields<'_>, Vec<String>) {
     let messages = &history.messages;
     let mut warnings = Vec::new();
     let (pairing, outcomes) = parts::tool_calls(history);
     pairing.warnings(messages, FORMAT, &mut warnings);
-    // Tool names by call id, for results that do not name their tool.
-    let mut names: FxHashMap<&str, &str> = FxHashMap::default();
-    for message in messages.iter() {
-        for part in parts::parts(message) {
-            let f = PartFields::of(part);
-            if f.kind == "tool_call" {
-                names.insert(f.id_str(), f.name_str().unwrap_or(""));
-            }
-        }
-    }
+    // Tool names by call id, for results that do not name their tool: read from the whole
+    // history (the last call with an id names it) when the first such result is met.
+    let mut names: Option<FxHashMap<&str, &str>> = None;
+    // The fields of the parts of the message being written (kept to hold the next one's).
+    let mut fields: Vec<PartFields<'_>> = Vec::new();
 
-    let mut out: Vec<Out> = Vec::new();
+    // About 300 bytes a message for short texts; a longer history doubles its way up from there.
+    let mut w = Writer {
+        buf: Vec::with_capacity(messages.len().saturating_mul(320) + 2),
+        deferred: Vec::new(),
+        messages: Commas::default(),
+        content_role: None,
+        content: Commas::default(),
+        results: Commas::default(),
+        defer: false,
+    };
+    w.buf.push(b'[');
     for (mi, message) in messages.iter().enumerate() {
         let role = parts::role(message);
         let assistant = role == "assistant";
-        let mut content: Vec<Out> = Vec::new();
-        let mut results: Vec<Out> = Vec::new();
-        for (pi, part) in parts::parts(message).iter().enumerate() {
-            let f = PartFields::of(part);
+        let message_parts = parts::parts(message);
+        fields.clear();
+        fields.extend(message_parts.iter().map(PartFields::of));
+        // Results come before the rest of their message: the rest waits when there may be any.
+        let defer = !assistant && fields.iter().any(|f| f.kind == "tool_call_response");
+        w.start(role, defer);
+        for (pi, (part, f)) in message_parts.iter().zip(&fields).enumerate() {
             let kind = f.kind;
             match kind {
                 "tool_call" | "tool_call_response" if pairing.skip(mi, pi) => {}
-                "tool_call" if assistant => content.push(tool_call(&f)),
-                "tool_call_response" if !assistant => {
-                    results.push(tool_result(&f, outcomes.of(mi, pi), &names));
+                "tool_call" if assistant => {
+                    if let Some(buf) = w.content_item() {
+                        write_tool_call(buf, f);
+                    }
                 }
-                "text" => content.push(obj! {"type" => "text", "text" => parts::cow_out(f.text())}),
+                "tool_call_response" if !assistant => {
+                    let name = match f.name_str().unwrap_or("") {
+                        "" => tool_name(&mut names, messages, f.id_str()),
+                        name => name,
+                    };
+                    write_tool_result(w.result_item(), f, name, outcomes.of(mi, pi));
+                }
+                "text" => {
+                    if let Some(buf) = w.content_item() {
+                        write_text(buf, "text", &f.text());
+                    }
+                }
                 "reasoning" if assistant => {
-                    content.push(obj! {"type" => "reasoning", "text" => parts::cow_out(f.text())});
+                    if let Some(buf) = w.content_item() {
+                        write_text(buf, "reasoning", &f.text());
+                    }
                 }
                 "blob" | "uri" => {
-                    let (mime, data) = parts::media(part);
-                    content.push(obj! {"type" => "file", "data" => data, "mediaType" => mime});
+                    if let Some(buf) = w.content_item() {
+                        let (mime, data) = parts::media(part);
+                        let mut p = Obj::open(buf);
+                        p.str(key!("type"), "file");
+                        p.str(key!("data"), data);
+                        p.str(key!("mediaType"), mime);
+                        p.close();
+                    }
                 }
                 _ => warnings.push(format!(
                     "message {mi}: part of type {kind:?} has no {FORMAT} form in a {role} message; left out"
                 )),
             }
         }
-        if !results.is_empty() {
-            out.push(obj! {"role" => "tool", "content" => results});
-        }
-        match role {
-            "system" => {
-                let text: Vec<String> = parts::parts(message)
-                    .iter()
-                    .map(|p| parts::text(p).into_owned())
-                    .collect();
-                out.push(obj! {"role" => "system", "content" => text.join("\n\n")});
-            }
-            _ if content.is_empty() => {}
-            "assistant" => out.push(obj! {"role" => "assistant", "content" => content}),
-            _ => out.push(obj! {"role" => "user", "content" => content}),
+        w.finish();
+        if role == "system" {
+            let text: Vec<Cow<'_, str>> = message_parts.iter().map(parts::text).collect();
+            w.messages.next(&mut w.buf);
+            let mut m = Obj::open(&mut w.buf);
+            m.str(key!("role"), "system");
+            m.str(key!("content"), &text.join("\n\n"));
+            m.close();
         }
     }
+    w.buf.push(b']');
     (
         vec![
             ("system", parts::instructions_text(history).into()),
-            ("messages", Out::Array(out)),
+            ("messages", Out::Written(w.buf)),
         ],
         warnings,
     )
 }
 
-/// A `tool-call` part: `input` is the arguments as JSON (JSON text parsed; text that is not JSON
-/// stays text).
-fn tool_call<'h>(part: &PartFields<'h>) -> Out<'h> {
-    let input = match part.arguments {
-        None | Some(Value::Null) => Out::Object(Vec::new()),
-        Some(Value::String(s)) => match serde_json::from_str::<Value>(s) {
-            Ok(v) => Out::Value(v),
-            Err(_) => Out::Str(s),
-        },
-        Some(v) => Out::Raw(v),
-    };
-    obj! {
-        "type" => "tool-call",
-        "toolCallId" => part.id_str(),
-        "toolName" => part.name_str().unwrap_or(""),
-        "input" => input,
+/// Writes the message list. One history message becomes a `tool` message of its results (if
+/// any), then a message of the rest of its parts (if any); each is opened by its first item.
+struct Writer {
+    /// The list, written so far.
+    buf: Vec<u8>,
+    /// The rest of a message that has results, while they are written: its opening and its
+    /// items.
+    deferred: Vec<u8>,
+    /// The commas between messages.
+    messages: Commas,
+    /// The role of the message of the rest of the parts (none for a system message, whose
+    /// parts make one text instead).
+    content_role: Option<&'static str>,
+    /// The commas between the rest of the parts.
+    content: Commas,
+    /// The commas between the results.
+    results: Commas,
+    /// True when the rest of the parts goes to `deferred`.
+    defer: bool,
+}
+
+impl Writer {
+    /// Starts a history message of `role`: its other parts wait in `deferred` when `defer`
+    /// (it may have results, which come first).
+    fn start(&mut self, role: &str, defer: bool) {
+        self.content_role = match role {
+            "system" => None,
+            "assistant" => Some("assistant"),
+            _ => Some("user"),
+        };
+        self.content = Commas::default();
+        self.results = Commas::default();
+        self.defer = defer;
+        self.deferred.clear();
+    }
+
+    /// Where the next part of the rest goes, after its message's opening or a comma (none for
+    /// a system message).
+    fn content_item(&mut self) -> Option<&mut Vec<u8>> {
+        let role = self.content_role?;
+        Some(if self.defer {
+            open_item(&mut self.deferred, &mut self.content, None, role);
+            &mut self.deferred
+        } else {
+            open_item(
+                &mut self.buf,
+                &mut self.content,
+                Some(&mut self.messages),
+                role,
+            );
+            &mut self.buf
+        })
+    }
+
+    /// Where the next result goes, after the `tool` message's opening or a comma.
+    fn result_item(&mut self) -> &mut Vec<u8> {
+        open_item(
+            &mut self.buf,
+            &mut self.results,
+            Some(&mut self.messages),
+            "tool",
+        );
+        &mut self.buf
+    }
+
+    /// Ends the history message: closes its `tool` message, then writes or closes the message
+    /// of the rest.
+    fn finish(&mut self) {
+        if !self.results.is_empty() {
+            self.buf.extend_from_slice(b"]}");
+        }
+        if self.content.is_empty() {
+            return;
+        }
+        if self.defer {
+            self.messages.next(&mut self.buf);
+            self.buf.extend_from_slice(&self.deferred);
+        }
+        self.buf.extend_from_slice(b"]}");
     }
 }
 
-/// A `tool-result` part with the SDK's typed `output`.
-fn tool_result<'h>(
-    part: &PartFields<'h>,
-    outcome: Outcome,
-    names: &FxHashMap<&str, &'h str>,
-) -> Out<'h> {
+/// Writes what comes before the next item of a message's `content`: a comma, or for the first
+/// item the message's opening with its `role` (after the comma between messages, when
+/// `messages` is given).
+fn open_item(buf: &mut Vec<u8>, items: &mut Commas, messages: Option<&mut Commas>, role: &str) {
+    if items.is_empty() {
+        if let Some(messages) = messages {
+            messages.next(buf);
+        }
+        let mut m = Obj::open(buf);
+        m.str(key!("role"), role);
+        m.key(key!("content")).push(b'[');
+    }
+    items.next(buf);
+}
+
+/// A `text` or `reasoning` part.
+fn write_text(buf: &mut Vec<u8>, kind: &str, text: &str) {
+    let mut p = Obj::open(buf);
+    p.str(key!("type"), kind);
+    p.str(key!("text"), text);
+    p.close();
+}
+
+/// A `tool-call` part: `input` is the arguments as JSON (JSON text parsed; text that is not JSON
+/// stays text).
+fn write_tool_call(buf: &mut Vec<u8>, part: &PartFields<'_>) {
+    let mut p = Obj::open(buf);
+    p.str(key!("type"), "tool-call");
+    p.str(key!("toolCallId"), part.id_str());
+    p.str(key!("toolName"), part.name_str().unwrap_or(""));
+    let input = p.key(key!("input"));
+    match part.arguments {
+        None | Some(Value::Null) => input.extend_from_slice(b"{}"),
+        Some(Value::String(s)) => match serde_json::from_str::<Value>(s) {
+            Ok(v) => json_writer::write_value(input, &v),
+            Err(_) => json_writer::write_str(input, s),
+        },
+        Some(v) => json_writer::write_value(input, v),
+    }
+    p.close();
+}
+
+/// The name of the tool of call `id`, from `names` (made from `messages` the first time: the
+/// last call with an id names it; empty when no call has the id).
+fn tool_name<'h>(
+    names: &mut Option<FxHashMap<&'h str, &'h str>>,
+    messages: &'h [Arc<Value>],
+    id: &str,
+) -> &'h str {
+    let names = names.get_or_insert_with(|| {
+        let mut names = FxHashMap::default();
+        for message in messages {
+            for part in parts::parts(message) {
+                let f = PartFields::of(part);
+                if f.kind == "tool_call" {
+                    names.insert(f.id_str(), f.name_str().unwrap_or(""));
+                }
+            }
+        }
+        names
+    });
+    names.get(id).copied().unwrap_or("")
+}
+
+/// A `tool-result` part named `name`, with the SDK's typed `output`.
+fn write_tool_result(buf: &mut Vec<u8>, part: &PartFields<'_>, name: &str, outcome: Outcome) {
     let id = part.id_str();
-    let name = match part.name_str().unwrap_or("") {
-        "" => names.get(id).copied().unwrap_or(""),
-        name => name,
-    };
     let value = part.result();
     let kind = match (outcome.is_error(), value) {
         (true, Value::String(_)) => "error-text",
@@ -125,12 +275,15 @@ fn tool_result<'h>(
         (false, Value::String(_)) => "text",
         (false, _) => "json",
     };
-    obj! {
-        "type" => "tool-result",
-        "toolCallId" => id,
-        "toolName" => name,
-        "output" => obj! {"type" => kind, "value" => Out::Raw(value)},
-    }
+    let mut p = Obj::open(buf);
+    p.str(key!("type"), "tool-result");
+    p.str(key!("toolCallId"), id);
+    p.str(key!("toolName"), name);
+    let mut o = Obj::open(p.key(key!("output")));
+    o.str(key!("type"), kind);
+    o.value(key!("value"), value);
+    o.close();
+    p.close();
 }
 
 #[cfg(test)]
@@ -208,5 +361,78 @@ mod tests {
         assert!(f["system"].is_null());
         assert_eq!(f["messages"], json!([]));
         assert_eq!(w.len(), 3, "{w:?}");
+    }
+
+    #[test]
+    fn every_path_renders_to_the_recorded_bytes() {
+        // Every kind of part and field shape; the bytes and warnings are checked against those
+        // recorded from the renderer that built a tree before writing (`assert_recorded`).
+        let messages = vec![
+            json!({"role": "system", "parts": [
+                {"type": "text", "content": "one"}, {"type": "text", "content": {"two": 2}},
+                {"type": "tool_call", "id": "s"}, {"type": "blob", "content": "AA"}]}),
+            json!({"parts": [{"type": "text", "content": "go\n\"now\""},
+                {"type": "uri", "uri": "https://x/y.png", "mime_type": "image/png"},
+                {"type": "reasoning", "content": "hm"}]}),
+            json!({"role": "assistant", "parts": [
+                {"type": "reasoning", "content": ["r"]},
+                {"type": "text"},
+                {"type": "tool_call", "id": "a", "name": "f", "arguments": "{\"z\": 1, \"a\": [2]}"},
+                {"type": "tool_call", "id": "b", "arguments": "not json"},
+                {"type": "tool_call", "id": "c", "arguments": null},
+                {"type": "tool_call", "id": "d", "name": "g", "arguments": 5},
+                {"type": "tool_call", "id": "e", "name": "h"},
+                {"type": "tool_call", "id": "u", "name": "unanswered"},
+                {"type": "tool_call_response", "id": "x"},
+                {"type": "blob", "content": "AA", "media_type": "audio/wav"}]}),
+            json!({"role": "tool", "parts": [
+                {"type": "tool_call_response", "id": "a", "result": "five"},
+                {"type": "tool_call_response", "id": "zz", "result": "orphan"},
+                {"type": "tool_call_response", "id": "b", "response": {"k": [1]}, "outcome": "failed"}]}),
+            json!({"role": "tool", "parts": [{"type": "tool_call_response", "id": "zz"}]}),
+            json!({"role": "user", "parts": [
+                {"type": "text", "content": "before"},
+                {"type": "tool_call_response", "id": "c", "name": "named", "response": null},
+                {"type": "server_tool", "content": 1},
+                {"type": "tool_call_response", "id": "d", "result": "no", "outcome": "retried"},
+                {"type": "text", "content": "after"}]}),
+            json!({"role": "system", "parts": [
+                {"type": "tool_call_response", "id": "e", "result": [1]}]}),
+            json!({"role": "tool", "parts": [{"type": "text", "content": "loose"}]}),
+            json!({"role": "assistant"}),
+            json!({"role": "user", "parts": []}),
+            // The last call with an id names the results that do not name their tool.
+            json!({"role": "assistant", "parts": [{"type": "tool_call", "id": "a", "name": "f2"}]}),
+        ];
+        for instructions in [None, Some("be brief")] {
+            let h = history(messages.clone(), instructions);
+            crate::continuation::tests::assert_recorded(crate::continuation::Format::VercelAi, &h);
+            let (fields, warnings) =
+                crate::continuation::render(crate::continuation::Format::VercelAi, &h);
+            assert_eq!(warnings.len(), 8, "{warnings:?}");
+            let value = Out::Object(fields).to_value();
+            let roles: Vec<&str> = value["messages"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|m| m["role"].as_str().unwrap())
+                .collect();
+            assert_eq!(
+                roles,
+                [
+                    "system",
+                    "user",
+                    "assistant",
+                    "tool",
+                    "tool",
+                    "user",
+                    "tool",
+                    "system",
+                    "user"
+                ]
+            );
+            assert_eq!(value["system"].as_str(), instructions);
+            assert_eq!(value["messages"][3]["content"][0]["toolName"], "f2");
+        }
     }
 }
