@@ -10,7 +10,8 @@ use serde_json::Value;
 
 use super::json_writer;
 use super::parts::{self, PartFields};
-use super::writer::{Commas, Obj};
+use super::turns::TurnWriter;
+use super::writer::Obj;
 use super::{Fields, History, Out};
 use crate::{key, obj};
 
@@ -18,6 +19,8 @@ const FORMAT: &str = "Anthropic Messages";
 
 /// What the user turn put before a history that starts with an assistant turn is, in warnings.
 const FILLER_TEXT: &str = "a user turn \"...\"";
+/// That user turn, as written.
+const FILLER: &[u8] = br#"{"role":"user","content":[{"type":"text","text":"..."}]}"#;
 
 /// Renders `system` (omitted when there is none) and `messages`, the messages written in place
 /// ([`super::writer`]): each block goes to the buffer as its part is read, with no tree of the
@@ -31,18 +34,12 @@ pub fn render(history: &History) -> (Fields<'_>, Vec<String>) {
     let mut system: Vec<String> = parts::instructions_text(history).into_iter().collect();
     // About 400 bytes a message for short texts; a longer history doubles its way up from there.
     let mut buf = Vec::with_capacity(messages.len().saturating_mul(400) + 2);
-    buf.push(b'[');
-    let mut turns = TurnWriter {
-        buf: &mut buf,
-        turns: Commas::default(),
-        open: None,
-        filler: false,
-    };
+    let mut turns = TurnWriter::open(&mut buf, key!("content"), "assistant", FILLER);
 
     for (mi, message) in messages.iter().enumerate() {
         let role = parts::role(message);
         if role == "system" {
-            if turns.open.is_some() {
+            if turns.started() {
                 warnings.push(format!(
                     "message {mi}: a system message inside the conversation was moved to the top-level system"
                 ));
@@ -138,8 +135,7 @@ pub fn render(history: &History) -> (Fields<'_>, Vec<String>) {
             }
         }
     }
-    turns.finish();
-    if turns.filler {
+    if turns.finish() {
         warnings.push(parts::filler_warning("assistant", FILLER_TEXT, FORMAT));
     }
 
@@ -149,96 +145,6 @@ pub fn render(history: &History) -> (Fields<'_>, Vec<String>) {
     }
     fields.push(("messages", Out::Written(buf)));
     (fields, warnings)
-}
-
-/// The turn being written: its `content` array is open.
-struct OpenTurn {
-    role: &'static str,
-    /// The commas between its blocks.
-    blocks: Commas,
-    /// Where its first block that is not a `tool_result` starts, once one is written: a
-    /// `tool_result` that comes later (a merged turn) is put there, with the others.
-    rest_at: Option<usize>,
-}
-
-/// Writes the `messages` array, one block at a time: a block of the same role as the open turn
-/// joins it (consecutive same-role turns merge), `tool_result` blocks before the others.
-struct TurnWriter<'b> {
-    buf: &'b mut Vec<u8>,
-    /// The commas between turns.
-    turns: Commas,
-    open: Option<OpenTurn>,
-    /// True when the history started with an assistant turn, so a user turn was written first.
-    filler: bool,
-}
-
-impl TurnWriter<'_> {
-    /// Writes a block (`write` writes it to the buffer it is given) in a turn of `role`;
-    /// `result` says it is a `tool_result` block.
-    fn block(&mut self, role: &'static str, result: bool, write: impl FnOnce(&mut Vec<u8>)) {
-        if self.open.as_ref().map(|turn| turn.role) != Some(role) {
-            let turn = self.open_turn(role);
-            self.open = Some(turn);
-        }
-        let Self {
-            buf,
-            open: Some(turn),
-            ..
-        } = self
-        else {
-            return; // not reached: a turn was just opened
-        };
-        match (result, turn.rest_at) {
-            (true, Some(at)) => {
-                // Rare: a result after other blocks of the turn goes before them.
-                let mut block = Vec::with_capacity(128);
-                write(&mut block);
-                block.push(b',');
-                let len = block.len();
-                buf.splice(at..at, block);
-                turn.rest_at = Some(at + len);
-            }
-            (_, rest_at) => {
-                turn.blocks.next(buf);
-                if !result && rest_at.is_none() {
-                    turn.rest_at = Some(buf.len());
-                }
-                write(buf);
-            }
-        }
-    }
-
-    /// Closes the open turn, if any, and opens one of `role` (after a user turn "..." when the
-    /// history would start with an assistant turn).
-    fn open_turn(&mut self, role: &'static str) -> OpenTurn {
-        if self.open.is_some() {
-            self.buf.extend_from_slice(b"]}");
-        } else if role == "assistant" {
-            self.turns.next(self.buf);
-            json_writer::write_out(
-                self.buf,
-                &obj! {"role" => "user", "content" => vec![obj! {"type" => "text", "text" => "..."}]},
-            );
-            self.filler = true;
-        }
-        self.turns.next(self.buf);
-        let mut m = Obj::open(self.buf);
-        m.str(key!("role"), role);
-        m.key(key!("content")).push(b'[');
-        OpenTurn {
-            role,
-            blocks: Commas::default(),
-            rest_at: None,
-        }
-    }
-
-    /// Closes the open turn, if any, and the array.
-    fn finish(&mut self) {
-        if self.open.take().is_some() {
-            self.buf.extend_from_slice(b"]}");
-        }
-        self.buf.push(b']');
-    }
 }
 
 /// A user media part as an image or document block.

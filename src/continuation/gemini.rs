@@ -14,7 +14,8 @@ use serde_json::Value;
 
 use super::json_writer;
 use super::parts::{self, PartFields};
-use super::writer::{Commas, Obj};
+use super::turns::TurnWriter;
+use super::writer::Obj;
 use super::{Fields, History, Out};
 use crate::{key, obj};
 
@@ -22,6 +23,8 @@ const FORMAT: &str = "Gemini";
 
 /// What the user turn put before a history that starts with a model turn is, in warnings.
 const FILLER_TEXT: &str = "an empty user turn";
+/// That user turn, as written.
+const FILLER: &[u8] = br#"{"role":"user","parts":[{"text":""}]}"#;
 
 /// `base64("skip_thought_signature_validator")`: the value Google documents for function calls
 /// whose thought signature is not available (histories built elsewhere).
@@ -42,13 +45,7 @@ pub fn render(history: &History) -> (Fields<'_>, Vec<String>) {
         .collect();
     // About 400 bytes a message for short texts; a longer history doubles its way up from there.
     let mut buf = Vec::with_capacity(messages.len().saturating_mul(400) + 2);
-    buf.push(b'[');
-    let mut turns = TurnWriter {
-        buf: &mut buf,
-        turns: Commas::default(),
-        open: None,
-        filler: false,
-    };
+    let mut turns = TurnWriter::open(&mut buf, key!("parts"), "model", FILLER);
     // Tool names of the open calls by id, earliest first, for responses that do not name
     // their tool (a response answers the earliest open call with its id, as in `Pairing`).
     let mut open_calls: FxHashMap<&str, VecDeque<&str>> = FxHashMap::default();
@@ -56,7 +53,7 @@ pub fn render(history: &History) -> (Fields<'_>, Vec<String>) {
     for (mi, message) in messages.iter().enumerate() {
         let role = parts::role(message);
         if role == "system" {
-            if turns.open.is_some() {
+            if turns.started() {
                 warnings.push(format!(
                     "message {mi}: a system message inside the conversation was moved to system_instruction"
                 ));
@@ -74,7 +71,7 @@ pub fn render(history: &History) -> (Fields<'_>, Vec<String>) {
         for (pi, part) in parts::parts(message).iter().enumerate() {
             let f = PartFields::of(part);
             match f.kind {
-                "text" => turns.part(turn_role, false, |b| {
+                "text" => turns.block(turn_role, false, |b| {
                     let mut o = Obj::open(b);
                     o.str(key!("text"), &f.text());
                     o.close();
@@ -97,7 +94,7 @@ pub fn render(history: &History) -> (Fields<'_>, Vec<String>) {
                             }
                         });
                         signed_call = true;
-                        turns.part(turn_role, false, |b| {
+                        turns.block(turn_role, false, |b| {
                             let mut o = Obj::open(b);
                             let mut call = Obj::open(o.key(key!("functionCall")));
                             call.str(key!("id"), id);
@@ -123,7 +120,7 @@ pub fn render(history: &History) -> (Fields<'_>, Vec<String>) {
                         continue;
                     }
                     let value = f.result();
-                    turns.part(turn_role, true, |b| {
+                    turns.block(turn_role, true, |b| {
                         let mut o = Obj::open(b);
                         let mut response = Obj::open(o.key(key!("functionResponse")));
                         response.str(key!("id"), f.id_str());
@@ -155,7 +152,7 @@ pub fn render(history: &History) -> (Fields<'_>, Vec<String>) {
                             "message {mi}: thinking without a thought signature was dropped ({FORMAT} needs it returned unchanged)"
                         ));
                     } else {
-                        turns.part(turn_role, false, |b| {
+                        turns.block(turn_role, false, |b| {
                             let mut o = Obj::open(b);
                             o.str(key!("text"), &f.text());
                             o.key(key!("thought")).extend_from_slice(b"true");
@@ -175,10 +172,10 @@ pub fn render(history: &History) -> (Fields<'_>, Vec<String>) {
                             "message {mi}: media given only by reference ({data}); the provider must be able to fetch it"
                         ));
                         let p = obj! {"fileData" => obj! {"fileUri" => data, "mimeType" => mime}};
-                        turns.part(turn_role, false, |b| json_writer::write_out(b, &p));
+                        turns.block(turn_role, false, |b| json_writer::write_out(b, &p));
                     } else {
                         let p = obj! {"inlineData" => obj! {"mimeType" => mime, "data" => data}};
-                        turns.part(turn_role, false, |b| json_writer::write_out(b, &p));
+                        turns.block(turn_role, false, |b| json_writer::write_out(b, &p));
                     }
                 }
                 other => warnings.push(format!(
@@ -187,8 +184,7 @@ pub fn render(history: &History) -> (Fields<'_>, Vec<String>) {
             }
         }
     }
-    turns.finish();
-    if turns.filler {
+    if turns.finish() {
         warnings.push(parts::filler_warning("model", FILLER_TEXT, FORMAT));
     }
 
@@ -204,96 +200,6 @@ pub fn render(history: &History) -> (Fields<'_>, Vec<String>) {
         ],
         warnings,
     )
-}
-
-/// The turn being written: its `parts` array is open.
-struct OpenTurn {
-    role: &'static str,
-    /// The commas between its parts.
-    parts: Commas,
-    /// Where its first part that is not a `functionResponse` starts, once one is written: a
-    /// `functionResponse` that comes later (a merged turn) is put there, with the others.
-    rest_at: Option<usize>,
-}
-
-/// Writes the `contents` array, one part at a time: a part of the same role as the open turn
-/// joins it (consecutive same-role turns merge), `functionResponse` parts before the others.
-struct TurnWriter<'b> {
-    buf: &'b mut Vec<u8>,
-    /// The commas between turns.
-    turns: Commas,
-    open: Option<OpenTurn>,
-    /// True when the history started with a model turn, so a user turn was written first.
-    filler: bool,
-}
-
-impl TurnWriter<'_> {
-    /// Writes a part (`write` writes it to the buffer it is given) in a turn of `role`;
-    /// `response` says it is a `functionResponse` part.
-    fn part(&mut self, role: &'static str, response: bool, write: impl FnOnce(&mut Vec<u8>)) {
-        if self.open.as_ref().map(|turn| turn.role) != Some(role) {
-            let turn = self.open_turn(role);
-            self.open = Some(turn);
-        }
-        let Self {
-            buf,
-            open: Some(turn),
-            ..
-        } = self
-        else {
-            return; // not reached: a turn was just opened
-        };
-        match (response, turn.rest_at) {
-            (true, Some(at)) => {
-                // Rare: a response after other parts of the turn goes before them.
-                let mut part = Vec::with_capacity(128);
-                write(&mut part);
-                part.push(b',');
-                let len = part.len();
-                buf.splice(at..at, part);
-                turn.rest_at = Some(at + len);
-            }
-            (_, rest_at) => {
-                turn.parts.next(buf);
-                if !response && rest_at.is_none() {
-                    turn.rest_at = Some(buf.len());
-                }
-                write(buf);
-            }
-        }
-    }
-
-    /// Closes the open turn, if any, and opens one of `role` (after an empty user turn when the
-    /// history would start with a model turn).
-    fn open_turn(&mut self, role: &'static str) -> OpenTurn {
-        if self.open.is_some() {
-            self.buf.extend_from_slice(b"]}");
-        } else if role == "model" {
-            self.turns.next(self.buf);
-            json_writer::write_out(
-                self.buf,
-                &obj! {"role" => "user", "parts" => vec![obj! {"text" => ""}]},
-            );
-            self.filler = true;
-        }
-        self.turns.next(self.buf);
-        let mut m = Obj::open(self.buf);
-        m.str(key!("role"), role);
-        m.key(key!("parts")).push(b'[');
-        OpenTurn {
-            role,
-            parts: Commas::default(),
-            rest_at: None,
-        }
-    }
-
-    /// Closes the open turn, if any, and the array.
-    fn finish(&mut self) {
-        if self.open.take().is_some() {
-            self.buf.extend_from_slice(b"]}");
-        }
-        self.buf.push(b']');
-    }
 }
 
 /// The tool name of a response: its own, else the name of the call it answers (`answered`:

@@ -19,6 +19,7 @@ mod rendered;
 mod repair;
 mod respond;
 mod strands;
+mod turns;
 mod vercel_ai;
 pub mod writer;
 
