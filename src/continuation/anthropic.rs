@@ -182,18 +182,15 @@ fn media<'a>(part: &'a Value, mi: usize, warnings: &mut Vec<String>) -> Option<O
 #[cfg(test)]
 mod tests {
     //! Each render here is also checked byte for byte against the one recorded from the
-    //! renderer that built a tree before writing (`continuation::tests::assert_recorded`).
+    //! renderer that built a tree before writing (`continuation::tests::rendered_as_recorded`).
 
     use serde_json::{json, Value};
 
-    use super::super::tests::history;
-    use super::super::{render, Format, Out};
+    use super::super::tests::{history, rendered_as_recorded};
+    use super::super::Format;
 
     fn rendered(messages: Vec<Value>, instructions: Option<&str>) -> (Value, Vec<String>) {
-        let h = history(messages, instructions);
-        crate::continuation::tests::assert_recorded(Format::Anthropic, &h);
-        let (fields, warnings) = render(Format::Anthropic, &h);
-        (Out::Object(fields).to_value(), warnings)
+        rendered_as_recorded(Format::Anthropic, &history(messages, instructions))
     }
 
     #[test]

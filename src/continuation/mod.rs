@@ -191,12 +191,7 @@ mod tests {
             Some("be brief"),
         );
         let (f, w) = render(Format::OpenAiChat, &h);
-        let roles: Vec<&str> = f["messages"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|m| m["role"].as_str().unwrap())
-            .collect();
+        let roles = roles(&f["messages"]);
         assert_eq!(roles, ["system", "user", "assistant", "tool", "user"]);
         assert!(w.is_empty(), "{w:?}");
     }
@@ -459,7 +454,7 @@ mod tests {
         history(messages, instructions)
     }
 
-    /// Where the digests of recorded renders are kept ([`assert_recorded`]).
+    /// Where the digests of recorded renders are kept ([`rendered_as_recorded`]).
     const DIGESTS: &str = concat!(
         env!("CARGO_MANIFEST_DIR"),
         "/src/continuation/testdata/render_digests.tsv"
@@ -492,12 +487,13 @@ mod tests {
         })
     }
 
-    /// Checks that `format` renders `history` to the bytes and warnings recorded for it in
+    /// Renders `history` in `format`, checking that it gives the bytes and warnings recorded for it in
     /// [`DIGESTS`] (keyed by a digest of the messages and instructions). The digests were taken
     /// from the renderers that built a tree of the whole answer before writing it, checked byte
     /// for byte against the renderers that write in place. `STEPLINE_RECORD_RENDERS=1` records
-    /// them again, after a change to a format that is meant.
-    pub(crate) fn assert_recorded(format: Format, history: &History) {
+    /// them again, after a change to a format that is meant. Gives the rendered fields as one JSON
+    /// object, and the warnings.
+    pub(crate) fn rendered_as_recorded(format: Format, history: &History) -> (Value, Vec<String>) {
         let messages: Vec<u8> = history
             .messages
             .iter()
@@ -517,14 +513,25 @@ mod tests {
             map.insert(key, output);
             let text: String = map.iter().map(|(k, v)| format!("{k}\t{v}\n")).collect();
             std::fs::write(DIGESTS, text).unwrap();
-            return;
+        } else {
+            assert_eq!(
+                map.get(&key),
+                Some(&output),
+                "{key}: not what was recorded; rendered now: {} {warnings:?}",
+                String::from_utf8_lossy(&json)
+            );
         }
-        assert_eq!(
-            map.get(&key),
-            Some(&output),
-            "{key}: not what was recorded; rendered now: {} {warnings:?}",
-            String::from_utf8_lossy(&json)
-        );
+        (serde_json::from_slice(&json).unwrap(), warnings)
+    }
+
+    /// The `role` of each message of a rendered list.
+    pub(crate) fn roles(messages: &Value) -> Vec<&str> {
+        messages
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|m| m["role"].as_str().unwrap())
+            .collect()
     }
 
     /// Every format renders 200 generated histories to the bytes and warnings recorded for them.
@@ -533,7 +540,7 @@ mod tests {
         for seed in 0..200u64 {
             let h = generated_history(seed);
             for name in Format::NAMES {
-                assert_recorded(Format::parse(name).unwrap(), &h);
+                rendered_as_recorded(Format::parse(name).unwrap(), &h);
             }
         }
     }

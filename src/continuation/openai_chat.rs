@@ -305,7 +305,7 @@ fn media<'a>(part: &'a Value, mi: usize, warnings: &mut Vec<String>) -> Option<O
 mod tests {
     use serde_json::{json, Value};
 
-    use super::super::tests::history;
+    use super::super::tests::{history, rendered_as_recorded, roles};
     use super::super::{render, Format, Out};
 
     /// A history that walks every path of the renderer: deferred messages flushed by an
@@ -348,18 +348,11 @@ mod tests {
     #[test]
     fn every_path_renders_to_the_recorded_bytes() {
         // Every path of the renderer; the bytes and warnings are checked against those recorded
-        // from the renderer that built a tree before writing (`assert_recorded`).
+        // from the renderer that built a tree before writing (`rendered_as_recorded`).
         for instructions in [None, Some("be brief")] {
             let h = history(messages(), instructions);
-            crate::continuation::tests::assert_recorded(Format::OpenAiChat, &h);
-            let (fields, warnings) = render(Format::OpenAiChat, &h);
-            let f = Out::Object(fields).to_value();
-            let roles: Vec<&str> = f["messages"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .map(|m| m["role"].as_str().unwrap())
-                .collect();
+            let (f, warnings) = rendered_as_recorded(Format::OpenAiChat, &h);
+            let roles = roles(&f["messages"]);
             assert_eq!(f["messages"][0]["role"], "system");
             assert!(roles.ends_with(&["assistant", "tool", "user"]), "{roles:?}");
             assert!(!warnings.is_empty());

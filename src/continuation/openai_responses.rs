@@ -204,7 +204,7 @@ fn media<'a>(part: &'a Value, mi: usize, warnings: &mut Vec<String>) -> Option<O
 mod tests {
     use serde_json::{json, Value};
 
-    use super::super::tests::history;
+    use super::super::tests::{history, rendered_as_recorded};
     use super::super::{render, Format, Out};
 
     /// A history that walks every path of the renderer: content flushed by tool items and at a
@@ -239,12 +239,10 @@ mod tests {
     #[test]
     fn every_path_renders_to_the_recorded_bytes() {
         // Every path of the renderer; the bytes and warnings are checked against those recorded
-        // from the renderer that built a tree before writing (`assert_recorded`).
+        // from the renderer that built a tree before writing (`rendered_as_recorded`).
         for instructions in [None, Some("be brief")] {
             let h = history(messages(), instructions);
-            crate::continuation::tests::assert_recorded(Format::OpenAiResponses, &h);
-            let (fields, warnings) = render(Format::OpenAiResponses, &h);
-            let f = Out::Object(fields).to_value();
+            let (f, warnings) = rendered_as_recorded(Format::OpenAiResponses, &h);
             assert_eq!(f["instructions"], json!(instructions));
             assert_eq!(
                 f["input"][0]["content"],

@@ -192,6 +192,7 @@ fn raw_or_null<const N: usize>(obj: &mut Obj<'_>, key: Key<N>, value: Option<&Va
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::continuation::tests::{rendered_as_recorded, roles};
     use serde_json::json;
 
     /// The Converse block of one part, as [`write_block`] writes it (none for a part without a
@@ -233,7 +234,7 @@ mod tests {
     #[test]
     fn every_path_renders_to_the_recorded_bytes() {
         // Every kind of part and field shape; the bytes and warnings are checked against those
-        // recorded from the renderer that built a tree before writing (`assert_recorded`).
+        // recorded from the renderer that built a tree before writing (`rendered_as_recorded`).
         let messages = vec![
             json!({"role": "user", "parts": [{"type": "text", "content": "a\"b\n"}]}),
             json!({"role": "system", "parts": [{"type": "text"}, {"content": 1}, {"type": 3}]}),
@@ -264,17 +265,9 @@ mod tests {
         ];
         for instructions in [None, Some("be brief")] {
             let h = crate::continuation::tests::history(messages.clone(), instructions);
-            crate::continuation::tests::assert_recorded(crate::continuation::Format::Strands, &h);
-            let (fields, warnings) =
-                crate::continuation::render(crate::continuation::Format::Strands, &h);
+            let (value, warnings) = rendered_as_recorded(crate::continuation::Format::Strands, &h);
             assert_eq!(warnings.len(), 5, "{warnings:?}");
-            let value = Out::Object(fields).to_value();
-            let roles: Vec<&str> = value["messages"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .map(|m| m["role"].as_str().unwrap())
-                .collect();
+            let roles = roles(&value["messages"]);
             assert_eq!(roles, ["user", "assistant", "user", "assistant"]);
             assert_eq!(value["system_prompt"].as_str(), instructions);
         }

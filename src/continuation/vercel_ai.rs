@@ -291,7 +291,7 @@ mod tests {
     use serde_json::json;
 
     use super::*;
-    use crate::continuation::tests::history;
+    use crate::continuation::tests::{history, rendered_as_recorded, roles};
 
     fn rendered(messages: Vec<Value>, instructions: Option<&str>) -> (Value, Vec<String>) {
         let h = history(messages, instructions);
@@ -320,7 +320,7 @@ mod tests {
         assert!(w.is_empty(), "{w:?}");
         assert_eq!(f["system"], "be brief");
         let m = f["messages"].as_array().unwrap();
-        let roles: Vec<&str> = m.iter().map(|m| m["role"].as_str().unwrap()).collect();
+        let roles = roles(&f["messages"]);
         assert_eq!(roles, ["user", "assistant", "tool", "user"]);
         assert_eq!(
             m[1]["content"][0],
@@ -366,7 +366,7 @@ mod tests {
     #[test]
     fn every_path_renders_to_the_recorded_bytes() {
         // Every kind of part and field shape; the bytes and warnings are checked against those
-        // recorded from the renderer that built a tree before writing (`assert_recorded`).
+        // recorded from the renderer that built a tree before writing (`rendered_as_recorded`).
         let messages = vec![
             json!({"role": "system", "parts": [
                 {"type": "text", "content": "one"}, {"type": "text", "content": {"two": 2}},
@@ -406,17 +406,9 @@ mod tests {
         ];
         for instructions in [None, Some("be brief")] {
             let h = history(messages.clone(), instructions);
-            crate::continuation::tests::assert_recorded(crate::continuation::Format::VercelAi, &h);
-            let (fields, warnings) =
-                crate::continuation::render(crate::continuation::Format::VercelAi, &h);
+            let (value, warnings) = rendered_as_recorded(crate::continuation::Format::VercelAi, &h);
             assert_eq!(warnings.len(), 8, "{warnings:?}");
-            let value = Out::Object(fields).to_value();
-            let roles: Vec<&str> = value["messages"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .map(|m| m["role"].as_str().unwrap())
-                .collect();
+            let roles = roles(&value["messages"]);
             assert_eq!(
                 roles,
                 [
