@@ -14,8 +14,9 @@
 //! --toggle-collect='stepline::continuation::respond::answer'
 //! --toggle-collect='stepline::continuation::respond::Continuations::kept_or_loaded'
 //! --toggle-collect='stepline::continuation::context::ContextCache::get' history_bench --store
-//! DIR ...` (the context is read on a thread of its own; the untimed loads of `next-step`,
-//! `restart-prefetched` and `restart-asked-before` read it too).
+//! DIR ...` (the context is read on a thread of its own; the untimed loads of
+//! `restart-prefetched` and `restart-asked-before` read it too, and `next-step`'s untimed
+//! ingest writes through the same paths).
 //!
 //! Each step is one OTLP export request holding a Pydantic-AI-shaped `chat` span (the whole history
 //! so far in `gen_ai.input.messages`, one tool call out) and the `execute_tool` span answering it.
@@ -27,7 +28,9 @@
 //!   early vs late, the time of interpreting the same spans alone, and of applying them to a
 //!   second store alone (the store's part: merge, append or derive, durable commit);
 //! - continuation: the answer for the latest snapshot, through the API's own path, p50/p99 per
-//!   format: cold, with the history of the step before in memory, right after the service loaded
+//!   format: cold, right after one more step was ingested (on a copy of the store, the read
+//!   before it having left the history and context of the step before in memory), right after
+//!   the service loaded
 //!   the run ahead, rendered from cached history, and kept from an earlier request; and, after
 //!   the run (the store closed and opened again before each read, so RocksDB's block cache and
 //!   every cache of the process start empty), the first read after a restart, without the load
@@ -42,7 +45,7 @@ use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
 use opentelemetry_proto::tonic::common::v1::{any_value, AnyValue, KeyValue};
 use opentelemetry_proto::tonic::trace::v1::{ResourceSpans, ScopeSpans, Span};
 use serde_json::{json, Value};
-use stepline::continuation::{self, prefetch, Continuations, Format, Selector};
+use stepline::continuation::{self, prefetch, Continuations, Format};
 use stepline::domain::{IdMap, MessageHash, SnapshotState};
 use stepline::exporter::Outbox;
 use stepline::ingest::{apply_group, Ingest, Work};
@@ -69,6 +72,9 @@ struct Args {
     /// callgrind.
     store: Option<std::path::PathBuf>,
 }
+
+/// Steps ingested and read, not timed, before `next-step`'s timed ones (see [`next_steps`]).
+const NEXT_STEP_WARMUP: usize = 5;
 
 /// The continuation modes, in the order they are measured.
 const MODES: [&str; 8] = [
@@ -380,14 +386,38 @@ impl BenchRun {
 
     /// The spans of one step: a `chat` span carrying the whole history so far and asking for
     /// one tool call, and the `execute_tool` span answering it. The history then holds both.
+    /// The history after `steps` steps, without making their spans (to go on with a run stored
+    /// by an earlier bench).
+    fn after(trace: [u8; 16], alias: &'static str, filler: &str, steps: usize) -> Self {
+        let mut run = Self::new(trace, alias, filler);
+        for step in 1..=steps {
+            let (call, answer) = Self::step_messages(step, filler);
+            run.history.push(call);
+            run.history.push(answer);
+        }
+        run
+    }
+
+    /// The two messages a step adds to the history: the model's tool call and its answer.
+    fn step_messages(step: usize, filler: &str) -> (Value, Value) {
+        let call_id = format!("call_{step}");
+        let call = json!({"role": "assistant", "parts": [
+            {"type": "text", "content": format!("Step {step}: working. {filler}")},
+            {"type": "tool_call", "id": call_id, "name": "work", "arguments": {"step": step}}
+        ]});
+        let answer = json!({"role": "user", "parts": [
+            {"type": "tool_call_response", "id": call_id, "name": "work",
+             "result": format!("result of step {step}: {filler}")}
+        ]});
+        (call, answer)
+    }
+
     fn step(&mut self, step: usize, filler: &str) -> (Span, Span) {
         const AGENT_SPAN: u64 = 1;
         let t = self.time_of(step);
         let call_id = format!("call_{step}");
-        let output = json!([{"role": "assistant", "parts": [
-            {"type": "text", "content": format!("Step {step}: working. {filler}")},
-            {"type": "tool_call", "id": call_id, "name": "work", "arguments": {"step": step}}
-        ]}]);
+        let (call, answer) = Self::step_messages(step, filler);
+        let output = Value::Array(vec![call.clone()]);
         let result = format!("result of step {step}: {filler}");
         let chat = span(
             self.trace,
@@ -419,10 +449,8 @@ impl BenchRun {
                 kv("gen_ai.tool.call.result", result.clone()),
             ],
         );
-        self.history.push(output[0].clone());
-        self.history.push(json!({"role": "user", "parts": [
-            {"type": "tool_call_response", "id": call_id, "name": "work", "result": result}
-        ]}));
+        self.history.push(call);
+        self.history.push(answer);
         (chat, tool)
     }
 }
@@ -602,6 +630,72 @@ async fn report(
     continuation_report(store, args).await
 }
 
+/// The next-step reads of the bench run in one format: on a copy of the store (so the run
+/// measured by the other modes is left as it is), each of `--iterations` more steps (after
+/// [`NEXT_STEP_WARMUP`] untimed ones) is ingested
+/// through the ingest service (not timed) and the continuation at the new revision read right
+/// after it, as an orchestrator asks once a step is done. What the read before left in memory
+/// (the history of the step before, the context read at the revision before) stays, as in the
+/// service. Gives the times and the size of the last answer.
+async fn next_steps(
+    store: &Arc<Store>,
+    run_id: &str,
+    asked: continuation::Request,
+    args: &Args,
+) -> anyhow::Result<(Vec<Duration>, usize)> {
+    let dir = tempfile::tempdir()?;
+    let path = dir.path().join("next-step");
+    if !store.checkpoint(&path)? {
+        bail!("the store cannot be copied");
+    }
+    let copy = Arc::new(Store::open(&path, false)?);
+    let ingest = Ingest::new(copy.clone(), Arc::new(Outbox::disabled()));
+    let continuations = Arc::new(Continuations::new(
+        copy.clone(),
+        Arc::new(Media::in_memory(None)),
+    ));
+    let filler = "x".repeat(args.text_bytes);
+    let steps = copy.model_requests(run_id)?.len();
+    let mut run = BenchRun::after(TRACE, ALIAS, &filler, steps);
+    // The read after the last step stored, as the one before the first step measured; then a
+    // few steps not timed: the copy is a store just opened, whose first reads fill RocksDB's
+    // block cache and contend with its first compactions (6-15 ms here, where a store open for
+    // a while takes under 1 ms; the restart modes measure a store just opened).
+    continuations.respond(run_id, asked).await?;
+    let mut times = Vec::with_capacity(args.iterations);
+    let mut size = 0;
+    let measured = steps + NEXT_STEP_WARMUP + 1;
+    for step in steps + 1..measured + args.iterations {
+        let (chat, tool) = run.step(step, &filler);
+        ingest
+            .export_traces(request(vec![chat, tool]))
+            .await
+            .map_err(|e| anyhow!("step {step}: {e}"))?;
+        let started = Instant::now();
+        let body = continuations.respond(run_id, asked).await?;
+        if step >= measured {
+            times.push(started.elapsed());
+        }
+        size = body.len();
+    }
+    // The steps went on from the stored run's history: the latest snapshot holds all of it.
+    let latest = copy
+        .snapshots(run_id)?
+        .iter()
+        .filter(|s| s.meta.state == SnapshotState::Complete)
+        .map(|s| s.meta.message_count as usize)
+        .max();
+    if latest != Some(run.history.len()) {
+        bail!(
+            "next-step: the copy's latest snapshot holds {latest:?} messages, the bench run {}",
+            run.history.len()
+        );
+    }
+    times.sort();
+    drop((continuations, ingest));
+    Ok((times, size))
+}
+
 /// Prints the continuation figures for the bench run as it stands.
 async fn continuation_report(store: &Arc<Store>, args: &Args) -> anyhow::Result<()> {
     let iterations = args.iterations;
@@ -612,7 +706,7 @@ async fn continuation_report(store: &Arc<Store>, args: &Args) -> anyhow::Result<
     println!(
         "continuation of the latest snapshot ({} iterations each; the whole answer: load + render + \
          JSON, as the API gives it). cold: every cache emptied before each read (RocksDB's block \
-         cache stays warm); next-step: emptied but for the history of the step before, and the context held as read one revision ago (the ledger read again, decoding only what changed); prefetched: emptied, then the run loaded ahead as the service does \
+         cache stays warm); next-step: one more step ingested before each read, on a copy of the store (the run grows by one step a read), with what the read before left in memory; prefetched: emptied, then the run loaded ahead as the service does \
          once a run is quiet (history, effects, provenance, and the answers to the requests seen \
          most recently, this format's among them), and the first read after it timed; render: \
          history and context cached, the answer rendered again each time; warm: the kept answer:",
@@ -622,20 +716,6 @@ async fn continuation_report(store: &Arc<Store>, args: &Args) -> anyhow::Result<
         store.clone(),
         Arc::new(Media::in_memory(None)),
     ));
-    let run = store
-        .run(&run_id)?
-        .ok_or_else(|| anyhow!("run {run_id} missing"))?;
-    // The complete snapshot of the step before the last one.
-    let complete: Vec<u32> = store
-        .snapshots(&run_id)?
-        .iter()
-        .filter(|s| s.meta.state == SnapshotState::Complete)
-        .map(|s| s.meta.seq)
-        .collect();
-    let previous = Selector {
-        at: complete.len().checked_sub(2).map(|i| complete[i]),
-        ..Selector::default()
-    };
     for &format in &args.formats {
         let name = format.as_str();
         let request = continuation::Request::latest(format);
@@ -647,22 +727,19 @@ async fn continuation_report(store: &Arc<Store>, args: &Args) -> anyhow::Result<
         {
             let mut times = Vec::with_capacity(iterations);
             let mut size = 0;
+            if mode == "next-step" {
+                (times, size) = next_steps(store, &run_id, request, args).await?;
+            }
             for _ in 0..iterations {
+                if mode == "next-step" {
+                    break;
+                }
                 if mode != "warm" {
                     continuations.rendered().clear();
                 }
                 if mode == "cold" || mode == "prefetched" {
                     store.clear_history_cache();
                     continuations.contexts().clear();
-                }
-                if mode == "next-step" {
-                    // The history of the step before in memory, as after a read or a load
-                    // ahead one step earlier, and the run's context held as read one revision
-                    // ago: the ledger is read again (decoding only entries whose bytes changed
-                    // since) and provenance anew (not timed).
-                    store.clear_history_cache();
-                    continuation::load(store, continuations.contexts(), run.clone(), previous)?;
-                    continuations.contexts().outdate();
                 }
                 if mode == "prefetched" {
                     // What the service does once the run has been quiet (not timed).

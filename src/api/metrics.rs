@@ -594,22 +594,23 @@ pub struct CacheGauge {
     pub cache: &'static str,
     /// Estimated bytes held.
     pub bytes: usize,
-    /// The byte budget (`processors.stepline.memory`; fixed for `run_keys`).
+    /// The byte budget (`processors.stepline.memory`; fixed for `run_keys` and `changes`).
     pub budget: usize,
 }
 
 /// The `cache` label of each in-memory cache on `/metrics`, in the order [`cache_gauges`] gives.
-pub const CACHE_LABELS: [&str; 6] = [
+pub const CACHE_LABELS: [&str; 7] = [
     "history",
     "rendered",
     "context",
     "prefix_memo",
     "chain",
     "run_keys",
+    "changes",
 ];
 
 /// The gauges of every cache continuations and ingest keep in memory.
-pub fn cache_gauges(continuations: &Continuations) -> [CacheGauge; 6] {
+pub fn cache_gauges(continuations: &Continuations) -> [CacheGauge; 7] {
     let store = continuations.store();
     let gauge = |cache, (bytes, budget)| CacheGauge {
         cache,
@@ -638,6 +639,7 @@ pub fn cache_gauges(continuations: &Continuations) -> [CacheGauge; 6] {
         ),
         gauge("chain", store.chain_cache_bytes()),
         gauge("run_keys", store.run_key_cache_bytes()),
+        gauge("changes", store.change_log_bytes()),
     ]
 }
 
@@ -652,7 +654,7 @@ fn encode_caches(encoder: &mut DescriptorEncoder, gauges: &[CacheGauge]) -> Resu
         ),
         (
             "stepline_cache_budget_bytes",
-            "Byte budget of an in-memory cache (processors.stepline.memory; run_keys is fixed).",
+            "Byte budget of an in-memory cache (processors.stepline.memory; run_keys and changes are fixed).",
             |g| g.budget,
         ),
     ];

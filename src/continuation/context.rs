@@ -6,10 +6,13 @@
 //! run's revision ([`RunMeta::revision`](crate::interpreter::RunMeta), raised by every write of
 //! the run's derived state): an entry is used only while the revision it was read at is the
 //! run's current one, so a cached context is never older than what a read without the cache
-//! would give. When the revision has moved on, the ledger is read again, but the entries whose
-//! stored bytes are unchanged keep the outcomes decoded before ([`Effects`]). Bounded by a byte
-//! budget (by default [`CONTEXT_CACHE_BYTES`]) over the estimated bytes of every context held
-//! ([`ByteCache`]); in memory only.
+//! would give. When the revision has moved on, only the ledger entries and model-request records
+//! from the first one a commit changed since are read again (the store notes where its commits
+//! changed each run: [`Store::ledger_changes`], [`Store::model_request_changes`]); when the
+//! store no longer knows, every one is read, and those whose stored bytes are unchanged keep
+//! the outcomes decoded before ([`Effects`]). Bounded by a byte budget (by default
+//! [`CONTEXT_CACHE_BYTES`]) over the estimated bytes of every context held ([`ByteCache`]); in
+//! memory only.
 
 use std::hash::BuildHasher;
 use std::mem::size_of;
@@ -19,7 +22,9 @@ use rustc_hash::{FxBuildHasher, FxHashMap};
 
 use crate::cache_budget::{json_bytes, ByteCache, ENTRY_OVERHEAD};
 use crate::domain::{EffectOutcome, HistoryNode, IdMap, IdSet, MessageHash, NodeId, ToolEffect};
-use crate::store::{model_requests, ModelRequestRecord, RunNodes, Store, StoreError};
+use crate::store::{
+    model_requests, ChangeMark, Changed, ModelRequestRecord, RunNodes, Store, StoreError,
+};
 
 /// Default byte budget of [`ContextCache`]: the context share of the default cache budget.
 pub const CONTEXT_CACHE_BYTES: usize = 38 << 20;
@@ -110,13 +115,63 @@ impl Provenance {
         run_id: &str,
         prior: Option<&Provenance>,
     ) -> Result<Provenance, StoreError> {
+        Self::read_after_from(store, run_id, prior, None)
+    }
+
+    /// The provenance of the run now, given `prior` (read at `mark`) when there is one: the
+    /// prior itself when no record changed since, else [`Provenance::read_after`] reading only
+    /// the records from the first one changed since on (see [`Store::model_request_changes`]).
+    fn read_since(
+        store: &Store,
+        run_id: &str,
+        prior: Option<(&Arc<Provenance>, ChangeMark)>,
+    ) -> Result<Arc<Provenance>, StoreError> {
+        let Some((prior, mark)) = prior else {
+            return Ok(Arc::new(Self::read_after(store, run_id, None)?));
+        };
+        let from = match store.model_request_changes(run_id, mark)? {
+            Changed::Nothing => return Ok(prior.clone()),
+            Changed::From(from) => Some(from),
+            Changed::Unknown => None,
+        };
+        let from = from.as_ref().map(|(start, span_id)| {
+            let key = (*start, span_id.as_bytes());
+            let held = prior
+                .models
+                .partition_point(|m| (m.start_ns, m.span_id.as_bytes()) < key);
+            (held, *start, span_id.as_str())
+        });
+        Ok(Arc::new(Self::read_after_from(
+            store,
+            run_id,
+            Some(prior),
+            from,
+        )?))
+    }
+
+    /// [`Provenance::read_after`], taking the first `held` records of `prior` as they are and
+    /// reading the records from `(start, span_id)` on, when `from` gives them (the records
+    /// before it are known unchanged since `prior` was read).
+    fn read_after_from(
+        store: &Store,
+        run_id: &str,
+        prior: Option<&Provenance>,
+        from: Option<(usize, u64, &str)>,
+    ) -> Result<Provenance, StoreError> {
         let prior = prior.filter(|p| !p.broken && p.stored.len() == p.models.len());
-        let mut stored: Vec<(u64, usize)> = Vec::new();
+        // Records before the first changed ones are the prior's (a `from` without a prior to
+        // take them from reads everything).
+        let from = from.filter(|(held, _, _)| prior.is_some_and(|p| *held <= p.stored.len()));
+        let mut stored: Vec<(u64, usize)> = match (prior, from) {
+            (Some(p), Some((held, _, _))) => p.stored[..held].to_vec(),
+            _ => Vec::new(),
+        };
         let mut added: Vec<ModelRequestRecord> = Vec::new();
         let mut all: Vec<ModelRequestRecord> = Vec::new();
         // Whether the records so far are the prior's; once not, every record is decoded.
         let mut extends = prior.is_some();
-        store.model_request_bytes(run_id, |bytes| {
+        let start = from.map(|(_, start, span_id)| (start, span_id));
+        store.model_request_bytes_from(run_id, start, |bytes| {
             let at = stored.len();
             let seen = (FxBuildHasher.hash_one(bytes), bytes.len());
             stored.push(seen);
@@ -290,8 +345,25 @@ impl Effects {
         run_id: &str,
         prior: Option<&Arc<Effects>>,
     ) -> Result<(Arc<Self>, Vec<ToolEffect>), StoreError> {
-        let mut stored: Vec<(u64, usize)> = Vec::new();
-        let (outcomes, unresolved) = store.effect_outcomes_with(run_id, |bytes| {
+        Self::read_from(store, run_id, prior, 0)
+    }
+
+    /// [`Effects::read`], taking the entries of `prior` before position `from` as they are (they
+    /// are known unchanged since it was read) and reading the ledger from `from` on; `from` is
+    /// taken as 0 unless `prior` holds that many entries with their fingerprints. Gives the
+    /// whole entries of the unresolved calls from that position on.
+    fn read_from(
+        store: &Store,
+        run_id: &str,
+        prior: Option<&Arc<Effects>>,
+        from: usize,
+    ) -> Result<(Arc<Self>, Vec<ToolEffect>), StoreError> {
+        let from = prior
+            .filter(|p| from <= p.outcomes.len() && p.stored.len() == p.outcomes.len())
+            .map_or(0, |_| from);
+        let mut stored: Vec<(u64, usize)> = prior.map_or(Vec::new(), |p| p.stored[..from].to_vec());
+        let at_from = u32::try_from(from).unwrap_or(u32::MAX);
+        let (tail, unresolved) = store.effect_outcomes_with(run_id, at_from, |bytes| {
             let at = stored.len();
             let seen = (FxBuildHasher.hash_one(bytes), bytes.len());
             stored.push(seen);
@@ -305,9 +377,58 @@ impl Effects {
         if let Some(prior) = prior.filter(|p| p.stored == stored) {
             return Ok((prior.clone(), unresolved));
         }
+        let outcomes = match prior {
+            Some(p) if from > 0 => p.outcomes[..from].iter().cloned().chain(tail).collect(),
+            _ => tail,
+        };
         let mut effects = Self::new(outcomes);
         effects.stored = stored;
         Ok((Arc::new(effects), unresolved))
+    }
+
+    /// The ledger now and the whole entries of its unresolved calls, given `prior` (the context
+    /// read earlier, with the ledger and unresolved entries read at its mark) when there is one: the prior itself when no entry
+    /// changed since, else read from the first entry changed since (see
+    /// [`Store::ledger_changes`]), the prior's entries before it taken as they are.
+    fn read_since(
+        store: &Store,
+        run_id: &str,
+        prior: Option<&RunContext>,
+    ) -> Result<(Arc<Self>, Arc<[ToolEffect]>), StoreError> {
+        let Some(RunContext {
+            effects,
+            unresolved,
+            mark,
+            ..
+        }) = prior
+        else {
+            let (effects, unresolved) = Self::read(store, run_id, None)?;
+            return Ok((effects, unresolved.into()));
+        };
+        let from = match store.ledger_changes(run_id, *mark) {
+            Changed::Nothing => return Ok((effects.clone(), unresolved.clone())),
+            Changed::From(from) => from as usize,
+            Changed::Unknown => 0,
+        };
+        // Entries are taken from the prior only when it has their fingerprints (as
+        // `read_from` requires); its unresolved calls before `from` are its first ones.
+        let whole = effects.stored.len() == effects.outcomes.len();
+        let held = effects
+            .outcomes
+            .get(..from)
+            .filter(|_| whole)
+            .map(|kept| kept.iter().filter(|o| o.status.is_unresolved()).count())
+            .filter(|&held| held <= unresolved.len());
+        let (from, held) = held.map_or((0, 0), |held| (from, held));
+        let (read, tail) = Self::read_from(store, run_id, Some(effects), from)?;
+        if Arc::ptr_eq(&read, effects) {
+            // The same stored bytes throughout: the same unresolved entries too.
+            return Ok((read, unresolved.clone()));
+        }
+        Ok((
+            read,
+            unresolved[..held].iter().cloned().chain(tail).collect(),
+        ))
     }
 
     /// Indexes the ledger outcomes, given in request order.
@@ -382,6 +503,8 @@ impl Effects {
 /// A run's context at one revision.
 #[derive(Debug, Clone)]
 pub struct RunContext {
+    /// The store's commits reached before the context was read (see [`Store::change_mark`]).
+    pub mark: ChangeMark,
     /// How each entry of the tool-effect ledger ended, in request order, indexed by call id.
     pub effects: Arc<Effects>,
     /// The whole ledger entries of the calls whose outcome is not known, in request order.
@@ -441,29 +564,33 @@ impl ContextCache {
         provenance: bool,
     ) -> Result<RunContext, StoreError> {
         let cached = self.lookup(run_id, revision);
-        // The context read at an earlier revision, if any, spares decoding what is unchanged.
+        // The context read at an earlier revision, if any: only what changed since is read.
         let prior = match &cached {
             Some(_) => None,
             None => self.prior(run_id),
         };
-        let (effects, unresolved, held_provenance) = match cached {
-            Some(c) => (c.effects, c.unresolved, c.provenance),
+        // Taken before anything is read: what commits after it change is read again next time.
+        let mark = store.change_mark();
+        let (mark, effects, unresolved, held_provenance) = match cached {
+            Some(c) => (c.mark, c.effects, c.unresolved, c.provenance),
             None => {
-                let (effects, unresolved) =
-                    Effects::read(store, run_id, prior.as_ref().map(|p| &p.effects))?;
-                (effects, Arc::from(unresolved), None)
+                let (effects, unresolved) = Effects::read_since(store, run_id, prior.as_ref())?;
+                (mark, effects, unresolved, None)
             }
         };
         let provenance = match (provenance, held_provenance) {
             (_, Some(p)) => Some(p),
             (true, None) => {
-                let prior = prior.as_ref().and_then(|p| p.provenance.as_deref());
-                Some(Arc::new(Provenance::read_after(store, run_id, prior)?))
+                let held = prior
+                    .as_ref()
+                    .and_then(|p| p.provenance.as_ref().map(|prov| (prov, p.mark)));
+                Some(Provenance::read_since(store, run_id, held)?)
             }
             (false, None) => None,
         };
         drop(prior);
         let context = RunContext {
+            mark,
             effects,
             unresolved,
             provenance,
@@ -519,20 +646,6 @@ impl ContextCache {
         };
         // Dropped after the lock: the last holder of a context frees it all.
         drop(left);
-    }
-
-    /// Marks every context held as read at the revision before the one it was read at, as if
-    /// its run had been written since (for benchmarks measuring the read after a run's next
-    /// step: the context is read again, with what it held to go on).
-    pub fn outdate(&self) {
-        if let Ok(mut entries) = self.entries.lock() {
-            let runs: Vec<String> = entries.iter().map(|(run, _)| run.clone()).collect();
-            for run in runs {
-                entries.update(run.as_str(), |entry| {
-                    entry.revision = entry.revision.wrapping_sub(1)
-                });
-            }
-        }
     }
 
     /// Empties the cache (for benchmarks measuring cold reads).
@@ -781,6 +894,181 @@ mod tests {
         assert_eq!(moved, Provenance::read_after(&store, &run, None).unwrap());
         assert_eq!(moved, read_from_facts(&store, &run));
         assert_eq!(moved.models[0].start_ns, 90);
+    }
+
+    /// Model request `n` of a tool-calling run (agent span 1), span `2n + 8`, at `100n`: it
+    /// sends the conversation so far (every earlier call answered) and calls tool `c{n}`.
+    fn calling(n: u8, tokens: &str) -> Span {
+        let call = |i: u8| {
+            format!(
+                r#"{{"role":"assistant","parts":[{{"type":"tool_call","id":"c{i}","name":"t","arguments":{{"i":{i}}}}}]}}"#
+            )
+        };
+        let mut input = vec![user(0)];
+        for i in 1..n {
+            input.push(call(i));
+            input.push(format!(
+                r#"{{"role":"user","parts":[{{"type":"tool_call_response","id":"c{i}","name":"t","result":"r{i}"}}]}}"#
+            ));
+        }
+        span(
+            2 * n + 8,
+            1,
+            "chat m",
+            100 * n as u64,
+            vec![
+                kv("gen_ai.operation.name", "chat"),
+                kv("gen_ai.request.model", "m"),
+                kv("gen_ai.usage.input_tokens", tokens),
+                kv("gen_ai.input.messages", &format!("[{}]", input.join(","))),
+                kv("gen_ai.output.messages", &format!("[{}]", call(n))),
+            ],
+        )
+    }
+
+    /// The tool span answering call `c{n}` of [`calling`].
+    fn answering(n: u8) -> Span {
+        span(
+            2 * n + 9,
+            1,
+            "execute_tool t",
+            100 * n as u64 + 50,
+            vec![
+                kv("gen_ai.operation.name", "execute_tool"),
+                kv("gen_ai.tool.call.id", &format!("c{n}")),
+                kv("gen_ai.tool.name", "t"),
+                kv("gen_ai.tool.call.result", &format!("r{n}")),
+            ],
+        )
+    }
+
+    fn agent() -> Span {
+        span(
+            1,
+            0,
+            "invoke_agent a",
+            50,
+            vec![
+                kv("gen_ai.operation.name", "invoke_agent"),
+                kv("gen_ai.agent.name", "a"),
+            ],
+        )
+    }
+
+    /// The run's context as `contexts` gives it at the run's current revision.
+    fn context_now(store: &Store, contexts: &ContextCache, run: &str) -> RunContext {
+        let revision = store.run_meta(run).unwrap().map_or(0, |m| m.revision);
+        contexts.get(store, run, revision, true).unwrap()
+    }
+
+    fn same_context(a: &RunContext, b: &RunContext) -> bool {
+        a.effects.outcomes() == b.effects.outcomes()
+            && a.effects.stored == b.effects.stored
+            && a.unresolved == b.unresolved
+            && a.provenance == b.provenance
+            && a.provenance.as_ref().map(|p| &p.stored) == b.provenance.as_ref().map(|p| &p.stored)
+    }
+
+    #[test]
+    fn a_context_read_at_each_step_is_the_one_read_from_nothing() {
+        let store = Store::in_memory();
+        let run = run_id(1);
+        let contexts = ContextCache::default();
+        let groups: Vec<Vec<Span>> = vec![
+            vec![agent(), calling(1, "10"), answering(1)],
+            // A call left unanswered, then answered with the next step: an earlier entry changes.
+            vec![calling(2, "20")],
+            vec![answering(2), calling(3, "30")],
+            vec![answering(3)],
+            // A model request sent again with other tokens: a record before the last changes.
+            vec![calling(2, "21")],
+            vec![calling(4, "40"), answering(4)],
+            // Sent again unchanged: the same bytes rewritten.
+            vec![calling(4, "40")],
+            vec![calling(5, "50")],
+        ];
+        for (n, group) in groups.iter().enumerate() {
+            apply(&store, group);
+            let read = context_now(&store, &contexts, &run);
+            let fresh = context_now(&store, &ContextCache::default(), &run);
+            assert!(
+                same_context(&read, &fresh),
+                "after group {n}: {read:?} vs {fresh:?}"
+            );
+            assert_eq!(
+                (read.effects.outcomes().to_vec(), read.unresolved.to_vec()),
+                store.effect_outcomes(&run).unwrap(),
+                "after group {n}"
+            );
+        }
+        assert_eq!(context_now(&store, &contexts, &run).effects.len(), 5);
+        assert_eq!(context_now(&store, &contexts, &run).unresolved.len(), 1);
+    }
+
+    #[test]
+    fn a_context_read_at_the_next_step_reads_only_the_entries_changed_since() {
+        let store = Store::in_memory();
+        let run = run_id(1);
+        let contexts = ContextCache::default();
+        apply(
+            &store,
+            &[agent(), calling(1, "10"), answering(1), calling(2, "20")],
+        );
+        let read = context_now(&store, &contexts, &run);
+        // The first entry and record planted in what is held: read again, they would be lost.
+        let mut outcomes = read.effects.outcomes().to_vec();
+        outcomes[0].tool_name = "planted".into();
+        let mut effects = Effects::new(outcomes);
+        effects.stored = read.effects.stored.clone();
+        let held = read.provenance.clone().unwrap();
+        let mut models = held.models.clone();
+        models[0].model = Some("planted".into());
+        let provenance = Provenance {
+            models,
+            sent_at: held.sent_at.clone(),
+            produced_by: held.produced_by.clone(),
+            stored: held.stored.clone(),
+            seen: held.seen.clone(),
+            broken: held.broken,
+        };
+        let revision = store.run_meta(&run).unwrap().unwrap().revision;
+        let planted = RunContext {
+            effects: Arc::new(effects),
+            provenance: Some(Arc::new(provenance)),
+            ..read
+        };
+        contexts.keep(&run, revision, &planted);
+        // The next step answers call 2 and makes call 3: entries 1 and 2, record 3.
+        apply(&store, &[answering(2), calling(3, "30")]);
+        let next = context_now(&store, &contexts, &run);
+        let fresh = context_now(&store, &ContextCache::default(), &run);
+        assert_eq!(next.effects.outcomes()[0].tool_name, "planted");
+        assert_eq!(next.effects.outcomes()[1..], fresh.effects.outcomes()[1..]);
+        assert_eq!(next.effects.stored, fresh.effects.stored);
+        assert_eq!(next.unresolved, fresh.unresolved);
+        let (next_p, fresh_p) = (
+            next.provenance.clone().unwrap(),
+            fresh.provenance.clone().unwrap(),
+        );
+        assert_eq!(next_p.models[0].model.as_deref(), Some("planted"));
+        assert_eq!(next_p.models[1..], fresh_p.models[1..]);
+        assert_eq!(next_p.sent_at, fresh_p.sent_at);
+        assert_eq!(next_p.produced_by, fresh_p.produced_by);
+        // Nothing written since: what is held is given as it is.
+        let again = context_now(&store, &contexts, &run);
+        assert!(Arc::ptr_eq(&again.effects, &next.effects));
+        // Past what the store remembers (another store's mark here), every entry is read again:
+        // the planted one, its fingerprint altered, is decoded anew.
+        let mut forgotten = contexts.prior(&run).unwrap();
+        let mut effects = Effects::new(forgotten.effects.outcomes().to_vec());
+        effects.stored = forgotten.effects.stored.clone();
+        effects.stored[0].0 ^= 1;
+        forgotten.effects = Arc::new(effects);
+        forgotten.mark = Store::in_memory().change_mark();
+        contexts.keep(&run, 0, &forgotten);
+        let whole = context_now(&store, &contexts, &run);
+        assert_eq!(whole.effects.outcomes(), fresh.effects.outcomes());
+        assert_eq!(whole.effects.stored, fresh.effects.stored);
     }
 
     #[test]

@@ -13,6 +13,7 @@ use serde::Serialize;
 
 use super::activity::{RecentWrites, WrittenRun};
 use super::chain_cache::ChainCache;
+use super::changes::{ChangeLog, Touched};
 use super::column::Cf;
 use super::error::StoreError;
 use super::history_cache::HistoryCache;
@@ -44,6 +45,9 @@ pub struct Store {
     pub(super) run_keys: Mutex<RunKeyCache>,
     /// Runs written recently (see [`super::activity`]).
     pub(super) recent: Mutex<RecentWrites>,
+    /// Where recent commits changed each run's ledger and model-request records (see
+    /// [`super::changes`]).
+    pub(super) changes: Mutex<ChangeLog>,
     /// Claims of an alias another run owns, refused since opening (see [`super::aliases`]).
     pub(super) alias_conflicts: AtomicU64,
     /// Where lineage is looked for (see `store::lineage_index`).
@@ -152,6 +156,7 @@ impl Store {
             next_run_key: AtomicU64::new(0),
             run_keys: Mutex::new(Default::default()),
             recent: Mutex::new(Default::default()),
+            changes: Mutex::new(Default::default()),
             alias_conflicts: AtomicU64::new(0),
             lineage_mode: AtomicU8::new(0),
             span_logs_stored: AtomicBool::new(false),
@@ -187,11 +192,17 @@ impl Store {
         Ok(())
     }
 
-    /// Writes a batch (durably when `sync`), then applies its run keys to the cache.
+    /// Writes a batch (durably when `sync`), then applies its run keys to the cache and notes
+    /// where it changed runs' ledgers and model-request records (also when the write failed: a
+    /// reader then only reads those again).
     pub(super) fn write_batch(&self, batch: WriteBatch<'_>, sync: bool) -> Result<(), StoreError> {
+        let touched = Touched::of(batch.batch.ops());
         let started = Instant::now();
         let written = self.kv.write(batch.batch, sync);
         WRITING.with(|spent| spent.set(spent.get().saturating_add(started.elapsed())));
+        if let Some(touched) = touched {
+            lock_cache(&self.changes).note(touched);
+        }
         let bytes = written?;
         lock_cache(&self.run_keys).settle(batch.run_keys);
         self.committed.fetch_add(bytes, Ordering::Relaxed);

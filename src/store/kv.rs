@@ -168,6 +168,14 @@ pub trait KvStore: Send + Sync {
     /// Compacts every column family fully (a no-op in memory).
     fn compact(&self) -> Result<(), StoreError>;
 
+    /// Writes a consistent copy of the database to the directory `dir` (which must not exist
+    /// yet), its data files hard-linked where the file system allows; false where the backend
+    /// keeps no files (in memory).
+    fn checkpoint(&self, dir: &std::path::Path) -> Result<bool, StoreError> {
+        let _ = dir;
+        Ok(false)
+    }
+
     /// Compacts the keys of `cf` from `from` (inclusive) to `to` (exclusive), so the space of
     /// what was deleted there comes back (a no-op in memory, where a delete frees at once).
     fn compact_range(&self, cf: Cf, from: &[u8], to: &[u8]) -> Result<(), StoreError>;

@@ -4,14 +4,15 @@
 //!
 //! Layers, each importing only those before it: the column families ([`Cf`]), errors and key
 //! layout; the key-value trait and its two implementations (`rocks`, `memory`); the in-memory
-//! caches (`chain_cache`, `history_cache`, `run_key_cache`, `activity`), which know nothing of
-//! the store; the store itself (`core`); then the modules that read and write one kind of record
-//! through it. The persisted types and their codecs are in [`crate::records`].
+//! caches (`chain_cache`, `history_cache`, `run_key_cache`, `activity`, `changes`), which know
+//! nothing of the store; the store itself (`core`); then the modules that read and write one
+//! kind of record through it. The persisted types and their codecs are in [`crate::records`].
 
 mod activity;
 mod aliases;
 mod attribute_index;
 mod chain_cache;
+mod changes;
 mod column;
 mod core;
 mod damage;
@@ -47,6 +48,7 @@ mod suite;
 
 pub use activity::WrittenRun;
 pub use aliases::{conflict_warning, AliasClaims};
+pub use changes::{ChangeMark, Changed};
 pub use column::Cf;
 pub use core::{encode_json, Store, WriteBatch};
 pub use damage::DAMAGED_WARNING;

@@ -2,7 +2,8 @@
 //! [`crate::records::model_request`]): written in step with the facts, read in start order,
 //! and written from the facts of a schema-3 store when it is opened.
 
-use super::core::{decode as decode_json, Store, WriteBatch};
+use super::changes::{ChangeMark, Changed};
+use super::core::{decode as decode_json, lock_cache, Store, WriteBatch};
 use super::error::StoreError;
 use super::keys::{cf, model_request_key, Cf};
 use crate::records::model_request;
@@ -84,12 +85,56 @@ impl Store {
     pub fn model_request_bytes(
         &self,
         run_id: &str,
+        visit: impl FnMut(&[u8]) -> Result<bool, StoreError>,
+    ) -> Result<(), StoreError> {
+        self.model_request_bytes_from(run_id, None, visit)
+    }
+
+    /// [`Store::model_request_bytes`] of the records from `from` on (the start and span id of
+    /// the first one given, as [`Store::model_request_changes`] gives them), all when `None`.
+    pub fn model_request_bytes_from(
+        &self,
+        run_id: &str,
+        from: Option<(u64, &str)>,
         mut visit: impl FnMut(&[u8]) -> Result<bool, StoreError>,
     ) -> Result<(), StoreError> {
         let Some(run) = self.run_key(run_id)? else {
             return Ok(());
         };
-        self.scan(cf::MODEL_REQUESTS, &run.0, &run.0, |_, value| visit(value))
+        let start = match from {
+            Some((start, span_id)) => model_request_key(run, start, span_id),
+            None => run.0.to_vec(),
+        };
+        self.scan(cf::MODEL_REQUESTS, &run.0, &start, |_, value| visit(value))
+    }
+
+    /// What commits after `mark` changed of the run's model-request records: from which record
+    /// on (its start and span id, the order they are read in) records were put or deleted.
+    pub fn model_request_changes(
+        &self,
+        run_id: &str,
+        mark: ChangeMark,
+    ) -> Result<Changed<(u64, String)>, StoreError> {
+        let Some(run) = self.run_key(run_id)? else {
+            // No run key: nothing stored under one, and none to tell changes by.
+            return Ok(Changed::Unknown);
+        };
+        Ok(
+            match lock_cache(&self.changes).since(cf::MODEL_REQUESTS, &run.0, mark) {
+                Changed::From(key) => {
+                    let start = key.get(8..16).and_then(|b| <[u8; 8]>::try_from(b).ok());
+                    let span = key.get(16..).and_then(|b| std::str::from_utf8(b).ok());
+                    match (start, span) {
+                        (Some(start), Some(span)) => {
+                            Changed::From((u64::from_be_bytes(start), span.to_string()))
+                        }
+                        _ => Changed::Unknown,
+                    }
+                }
+                Changed::Nothing => Changed::Nothing,
+                Changed::Unknown => Changed::Unknown,
+            },
+        )
     }
 
     /// Writes the model-request record of every stored model-request fact (a schema-3 store

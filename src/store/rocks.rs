@@ -469,6 +469,11 @@ impl KvStore for RocksKv {
         Ok(())
     }
 
+    fn checkpoint(&self, dir: &Path) -> Result<bool, StoreError> {
+        rocksdb::checkpoint::Checkpoint::new(&self.db)?.create_checkpoint(dir)?;
+        Ok(true)
+    }
+
     fn compact_range(&self, cf: Cf, from: &[u8], to: &[u8]) -> Result<(), StoreError> {
         if from < to {
             self.db
@@ -576,6 +581,24 @@ mod tests {
                 after_name.split(' ').nth(16)?.parse().ok()
             })
             .collect()
+    }
+
+    #[test]
+    fn a_checkpoint_is_a_copy_to_open_beside_the_store_and_write_apart() {
+        let dir = tempfile::tempdir().unwrap();
+        let kv = RocksKv::open(dir.path()).unwrap();
+        let mut batch = KvBatch::default();
+        batch.put(Cf::Runs, b"kept", b"1".to_vec());
+        kv.write(batch, true).unwrap();
+        let copy = dir.path().join("copy");
+        assert!(kv.checkpoint(&copy).unwrap());
+        let copied = RocksKv::open(&copy).unwrap();
+        assert_eq!(copied.get(Cf::Runs, b"kept").unwrap(), Some(b"1".to_vec()));
+        let mut batch = KvBatch::default();
+        batch.put(Cf::Runs, b"only-in-copy", b"2".to_vec());
+        copied.write(batch, true).unwrap();
+        assert_eq!(kv.get(Cf::Runs, b"only-in-copy").unwrap(), None);
+        assert!(!crate::store::MemoryKv::default().checkpoint(&copy).unwrap());
     }
 
     #[test]

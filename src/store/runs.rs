@@ -4,6 +4,7 @@
 use std::time::Duration;
 
 use super::activity::WrittenRun;
+use super::changes::{ChangeMark, Changed};
 use super::core::{decode, lock_cache, Store};
 use super::damage;
 use super::error::StoreError;
@@ -122,21 +123,50 @@ impl Store {
         &self,
         run_id: &str,
     ) -> Result<(Vec<EffectOutcome>, Vec<ToolEffect>), StoreError> {
-        self.effect_outcomes_with(run_id, |_| None)
+        self.effect_outcomes_with(run_id, 0, |_| None)
     }
 
-    /// [`Store::effect_outcomes`], first asking `known` about each entry's stored bytes (called
-    /// once per entry, in request order): an outcome it gives is taken instead of decoding the
+    /// The point the store's commits have reached. Taken before reading a run's ledger (or its
+    /// model-request records), it lets a later reader ask what changed since
+    /// ([`Store::ledger_changes`], [`Store::model_request_changes`]).
+    pub fn change_mark(&self) -> ChangeMark {
+        lock_cache(&self.changes).mark()
+    }
+
+    /// Estimated bytes held by the log of where recent commits changed runs' ledgers and
+    /// model-request records, and its fixed bound.
+    pub fn change_log_bytes(&self) -> (usize, usize) {
+        (lock_cache(&self.changes).bytes(), super::changes::BYTES)
+    }
+
+    /// What commits after `mark` changed of the run's ledger: from which entry (its position,
+    /// from 0) entries were put or deleted.
+    pub fn ledger_changes(&self, run_id: &str, mark: ChangeMark) -> Changed<u32> {
+        let prefix = keys::run_prefix(run_id);
+        match lock_cache(&self.changes).since(cf::EFFECTS, &prefix, mark) {
+            Changed::From(key) => key
+                .get(prefix.len()..)
+                .and_then(|n| <[u8; 4]>::try_from(n).ok())
+                .map_or(Changed::Unknown, |n| Changed::From(u32::from_be_bytes(n))),
+            Changed::Nothing => Changed::Nothing,
+            Changed::Unknown => Changed::Unknown,
+        }
+    }
+
+    /// [`Store::effect_outcomes`] of the entries from position `from` on, first asking `known`
+    /// about each entry's stored bytes (called once per entry, in request order): an outcome it gives is taken instead of decoding the
     /// entry, so a caller that read the ledger before decodes only what changed since. The others
     /// are read by [`effect_outcome::read`], and by serde when that gives up.
     pub fn effect_outcomes_with(
         &self,
         run_id: &str,
+        from: u32,
         mut known: impl FnMut(&[u8]) -> Option<EffectOutcome>,
     ) -> Result<(Vec<EffectOutcome>, Vec<ToolEffect>), StoreError> {
         let prefix = keys::run_prefix(run_id);
+        let start = keys::run_seq(run_id, from);
         let (mut outcomes, mut unresolved) = (Vec::new(), Vec::new());
-        self.scan(cf::EFFECTS, &prefix, &prefix, |_, v| {
+        self.scan(cf::EFFECTS, &prefix, &start, |_, v| {
             let outcome: EffectOutcome = match known(v).or_else(|| effect_outcome::read(v)) {
                 Some(outcome) => outcome,
                 None => decode(cf::EFFECTS, v)?,
