@@ -119,8 +119,9 @@ impl Provenance {
     }
 
     /// The provenance of the run now, given `prior` (read at `mark`) when there is one: the
-    /// prior itself when no record changed since, else [`Provenance::read_after`] reading only
-    /// the records from the first one changed since on (see [`Store::model_request_changes`]).
+    /// prior itself when no record changed since (and no input chain of it was broken), else
+    /// [`Provenance::read_after`] reading only the records from the first one changed since on
+    /// (see [`Store::model_request_changes`]).
     fn read_since(
         store: &Store,
         run_id: &str,
@@ -130,7 +131,9 @@ impl Provenance {
             return Ok(Arc::new(Self::read_after(store, run_id, None)?));
         };
         let from = match store.model_request_changes(run_id, mark)? {
-            Changed::Nothing => return Ok(prior.clone()),
+            // A broken prior waits on a history node, not a record: it is read anew.
+            Changed::Nothing if !prior.broken => return Ok(prior.clone()),
+            Changed::Nothing => None,
             Changed::From(from) => Some(from),
             Changed::Unknown => None,
         };
@@ -387,8 +390,8 @@ impl Effects {
     }
 
     /// The ledger now and the whole entries of its unresolved calls, given `prior` (the context
-    /// read earlier, with the ledger and unresolved entries read at its mark) when there is one: the prior itself when no entry
-    /// changed since, else read from the first entry changed since (see
+    /// read earlier, its ledger and unresolved entries read at its mark) when there is one: the
+    /// prior's when no entry changed since, else read from the first entry changed since (see
     /// [`Store::ledger_changes`]), the prior's entries before it taken as they are.
     fn read_since(
         store: &Store,
@@ -1069,6 +1072,25 @@ mod tests {
         let whole = context_now(&store, &contexts, &run);
         assert_eq!(whole.effects.outcomes(), fresh.effects.outcomes());
         assert_eq!(whole.effects.stored, fresh.effects.stored);
+        // A provenance whose input chain was broken waits on a node, not a record: with no
+        // record changed since, it is still read anew.
+        let mut held = contexts.prior(&run).unwrap();
+        let p = held.provenance.clone().unwrap();
+        let mut models = p.models.clone();
+        models[0].model = Some("planted".into());
+        held.provenance = Some(Arc::new(Provenance {
+            models,
+            sent_at: p.sent_at.clone(),
+            produced_by: p.produced_by.clone(),
+            stored: p.stored.clone(),
+            seen: p.seen.clone(),
+            broken: true,
+        }));
+        held.mark = store.change_mark();
+        contexts.keep(&run, 0, &held);
+        let anew = context_now(&store, &contexts, &run).provenance.unwrap();
+        assert_eq!(anew.models[0].model.as_deref(), Some("m"));
+        assert_eq!(*anew, *fresh.provenance.unwrap());
     }
 
     #[test]

@@ -291,14 +291,16 @@ mod tests {
         super::super::keys::run_prefix(run)
     }
 
+    /// What changed of `run`'s ledger since `mark`.
+    fn ledger(log: &ChangeLog, run: &str, mark: ChangeMark) -> Changed {
+        log.since(Cf::Effects, &prefix(run), mark)
+    }
+
     #[test]
     fn a_reader_is_told_the_first_key_changed_since_its_mark() {
         let mut log = ChangeLog::default();
         let start = log.mark();
-        assert_eq!(
-            log.since(Cf::Effects, &prefix("a"), start),
-            Changed::Nothing
-        );
+        assert_eq!(ledger(&log, "a", start), Changed::Nothing);
         commit(
             &mut log,
             &[
@@ -315,20 +317,14 @@ mod tests {
             }],
         );
         commit(&mut log, &[put(Cf::Effects, effect("b", 1))]);
+        assert_eq!(ledger(&log, "a", start), Changed::From(effect("a", 5)));
         assert_eq!(
-            log.since(Cf::Effects, &prefix("a"), start),
-            Changed::From(effect("a", 5))
-        );
-        assert_eq!(
-            log.since(Cf::Effects, &prefix("a"), after_first),
+            ledger(&log, "a", after_first),
             Changed::From(effect("a", 9))
         );
+        assert_eq!(ledger(&log, "a", log.mark()), Changed::Nothing);
         assert_eq!(
-            log.since(Cf::Effects, &prefix("a"), log.mark()),
-            Changed::Nothing
-        );
-        assert_eq!(
-            log.since(Cf::Effects, &prefix("b"), after_first),
+            ledger(&log, "b", after_first),
             Changed::From(effect("b", 1))
         );
         // Another column family's records of the run are apart.
@@ -345,10 +341,7 @@ mod tests {
         commit(&mut log, &[put(Cf::Runs, b"a".to_vec())]);
         assert_eq!(log.mark(), before);
         let other = ChangeLog::default();
-        assert_eq!(
-            log.since(Cf::Effects, &prefix("a"), other.mark()),
-            Changed::Unknown
-        );
+        assert_eq!(ledger(&log, "a", other.mark()), Changed::Unknown);
     }
 
     #[test]
@@ -366,19 +359,10 @@ mod tests {
             commit(&mut log, &[put(Cf::Effects, effect("a", 1))]);
             let before = log.mark();
             commit(&mut log, &[op]);
-            assert_eq!(
-                log.since(Cf::Effects, &prefix("a"), before),
-                Changed::Unknown
-            );
-            assert_eq!(
-                log.since(Cf::Effects, &prefix("z"), before),
-                Changed::Unknown
-            );
+            assert_eq!(ledger(&log, "a", before), Changed::Unknown);
+            assert_eq!(ledger(&log, "z", before), Changed::Unknown);
             let after = log.mark();
-            assert_eq!(
-                log.since(Cf::Effects, &prefix("a"), after),
-                Changed::Nothing
-            );
+            assert_eq!(ledger(&log, "a", after), Changed::Nothing);
         }
     }
 
@@ -398,7 +382,7 @@ mod tests {
                 .map(|m| if m % 2 == 0 { 100 - m } else { 100 + m })
                 .min()
                 .unwrap();
-            let Changed::From(first) = log.since(Cf::Effects, &prefix("a"), mark) else {
+            let Changed::From(first) = ledger(&log, "a", mark) else {
                 panic!("changes after commit {n} not given");
             };
             assert!(first <= effect("a", exact), "after commit {n}");
@@ -418,24 +402,12 @@ mod tests {
             );
         }
         assert!(log.runs[0].len() <= RUNS);
-        assert_eq!(
-            log.since(Cf::Effects, &prefix("first"), start),
-            Changed::Unknown
-        );
-        assert_eq!(
-            log.since(Cf::Effects, &prefix("first"), after_first),
-            Changed::Unknown
-        );
+        assert_eq!(ledger(&log, "first", start), Changed::Unknown);
+        assert_eq!(ledger(&log, "first", after_first), Changed::Unknown);
         let now = log.mark();
-        assert_eq!(
-            log.since(Cf::Effects, &prefix("first"), now),
-            Changed::Nothing
-        );
+        assert_eq!(ledger(&log, "first", now), Changed::Nothing);
         let last = format!("run-{}", RUNS - 1);
-        assert_eq!(
-            log.since(Cf::Effects, &prefix(&last), now),
-            Changed::Nothing
-        );
+        assert_eq!(ledger(&log, &last, now), Changed::Nothing);
         assert!(log.bytes() > 0);
     }
 
@@ -461,7 +433,7 @@ mod tests {
             ..log.mark()
         };
         assert_eq!(
-            log.since(Cf::Effects, &prefix(&newest), before),
+            ledger(&log, &newest, before),
             Changed::From(effect(&newest, 1999))
         );
     }
