@@ -630,13 +630,13 @@ async fn report(
     continuation_report(store, args).await
 }
 
-/// The next-step reads of the bench run in one format: on a copy of the store (so the run
-/// measured by the other modes is left as it is), each of `--iterations` more steps (after
-/// [`NEXT_STEP_WARMUP`] untimed ones) is ingested
-/// through the ingest service (not timed) and the continuation at the new revision read right
-/// after it, as an orchestrator asks once a step is done. What the read before left in memory
-/// (the history of the step before, the context read at the revision before) stays, as in the
-/// service. Gives the times and the size of the last answer.
+/// The next-step reads of the bench run in one format, on a copy of the store (so the run
+/// measured by the other modes is left as it is): each of `--iterations` more steps (after
+/// [`NEXT_STEP_WARMUP`] untimed ones) is ingested through the ingest service (not timed), and
+/// the continuation at the new revision is read right after it, as an orchestrator asks once a
+/// step is done. What the read before left in memory (the history of the step before, the
+/// context read at the revision before) stays, as in the service. Gives the times and the size
+/// of the last answer.
 async fn next_steps(
     store: &Arc<Store>,
     run_id: &str,
