@@ -112,21 +112,6 @@ impl<K: Eq + Hash, V> ByteCache<K, V> {
         self.cache.contains_key(key)
     }
 
-    /// Changes the value of `key` in place (its weight stays), not marking it used; false when
-    /// `key` is not held.
-    pub fn update<Q>(&mut self, key: &Q, change: impl FnOnce(&mut V)) -> bool
-    where
-        Q: Hash + Equivalent<K> + ?Sized,
-    {
-        match self.cache.peek_mut(key) {
-            Some(mut held) => {
-                change(&mut held.value);
-                true
-            }
-            None => false,
-        }
-    }
-
     /// Takes the entry of `key` out.
     pub fn remove<Q>(&mut self, key: &Q) -> Option<(K, V)>
     where
@@ -269,9 +254,8 @@ mod tests {
         let heavy = cache.insert("heavy".to_string(), 1, 20_000);
         assert_eq!(heavy, vec![("heavy".to_string(), 1)]);
         assert!(!cache.contains("heavy"));
-        assert!(cache.update("hot", |v| *v = 8));
-        assert_eq!(cache.peek("hot"), Some(&8));
-        assert_eq!(cache.remove("hot"), Some(("hot".to_string(), 8)));
+        assert_eq!(cache.peek("hot"), Some(&7));
+        assert_eq!(cache.remove("hot"), Some(("hot".to_string(), 7)));
         // A smaller budget evicts now and says what went.
         let before = cache.bytes();
         let left: usize = cache.set_budget(1_000).iter().map(|(_, s)| s).sum();

@@ -974,7 +974,14 @@ mod tests {
 
     #[test]
     fn a_context_read_at_each_step_is_the_one_read_from_nothing() {
-        let store = Store::in_memory();
+        // In memory and in RocksDB (whose scans from a key seek).
+        let dir = tempfile::tempdir().unwrap();
+        for store in [Store::in_memory(), Store::open(dir.path(), false).unwrap()] {
+            context_read_at_each_step(&store);
+        }
+    }
+
+    fn context_read_at_each_step(store: &Store) {
         let run = run_id(1);
         let contexts = ContextCache::default();
         let groups: Vec<Vec<Span>> = vec![
@@ -991,9 +998,9 @@ mod tests {
             vec![calling(5, "50")],
         ];
         for (n, group) in groups.iter().enumerate() {
-            apply(&store, group);
-            let read = context_now(&store, &contexts, &run);
-            let fresh = context_now(&store, &ContextCache::default(), &run);
+            apply(store, group);
+            let read = context_now(store, &contexts, &run);
+            let fresh = context_now(store, &ContextCache::default(), &run);
             assert!(
                 same_context(&read, &fresh),
                 "after group {n}: {read:?} vs {fresh:?}"
@@ -1004,8 +1011,8 @@ mod tests {
                 "after group {n}"
             );
         }
-        assert_eq!(context_now(&store, &contexts, &run).effects.len(), 5);
-        assert_eq!(context_now(&store, &contexts, &run).unresolved.len(), 1);
+        assert_eq!(context_now(store, &contexts, &run).effects.len(), 5);
+        assert_eq!(context_now(store, &contexts, &run).unresolved.len(), 1);
     }
 
     #[test]

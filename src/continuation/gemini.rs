@@ -220,6 +220,7 @@ mod tests {
 
     use serde_json::{json, Value};
 
+    use super::super::tests::parts::{call, result, text};
     use super::super::tests::{history, rendered_as_recorded};
     use super::super::Format;
 
@@ -229,10 +230,6 @@ mod tests {
 
     #[test]
     fn merged_turns_keep_responses_first_and_every_kind_of_part_renders() {
-        let call = |id: &str, args: Value| json!({"type": "tool_call", "id": id, "name": "f", "arguments": args});
-        let result =
-            |id: &str, r: Value| json!({"type": "tool_call_response", "id": id, "result": r});
-        let text = |t: &str| json!({"type": "text", "content": t});
         let (f, w) = rendered(
             vec![
                 json!({"role": "system", "parts": [text("early"), text("")]}),

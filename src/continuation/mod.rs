@@ -524,6 +524,31 @@ mod tests {
         (serde_json::from_slice(&json).unwrap(), warnings)
     }
 
+    /// Parts of a stored message, for the format modules' tests.
+    pub(crate) mod parts {
+        use serde_json::{json, Value};
+
+        /// A call of tool `f` with the id and arguments given.
+        pub(crate) fn call(id: &str, args: Value) -> Value {
+            json!({"type": "tool_call", "id": id, "name": "f", "arguments": args})
+        }
+
+        /// The answer to call `id`.
+        pub(crate) fn result(id: &str, r: Value) -> Value {
+            json!({"type": "tool_call_response", "id": id, "result": r})
+        }
+
+        /// A text part (its content a string, or any JSON a sender may put there).
+        pub(crate) fn text(t: impl Into<Value>) -> Value {
+            json!({"type": "text", "content": t.into()})
+        }
+
+        /// An inline blob of the media type given.
+        pub(crate) fn blob(mime: &str) -> Value {
+            json!({"type": "blob", "mime_type": mime, "content": "QUJD"})
+        }
+    }
+
     /// The `role` of each message of a rendered list.
     pub(crate) fn roles(messages: &Value) -> Vec<&str> {
         messages

@@ -305,17 +305,13 @@ fn media<'a>(part: &'a Value, mi: usize, warnings: &mut Vec<String>) -> Option<O
 mod tests {
     use serde_json::{json, Value};
 
+    use super::super::tests::parts::{blob, call, result, text};
     use super::super::tests::{history, rendered_as_recorded, roles};
     use super::super::{render, Format, Out};
 
     /// A history that walks every path of the renderer: deferred messages flushed by an
     /// assistant, by a later message and at the end; joined texts; media; dropped parts.
     fn messages() -> Vec<Value> {
-        let call = |id: &str, args: Value| json!({"type": "tool_call", "id": id, "name": "f", "arguments": args});
-        let result =
-            |id: &str, r: Value| json!({"type": "tool_call_response", "id": id, "result": r});
-        let text = |t: Value| json!({"type": "text", "content": t});
-        let blob = |mime: &str| json!({"type": "blob", "mime_type": mime, "content": "QUJD"});
         vec![
             json!({"role": "system", "parts": [text(json!("a")), blob("image/png"), text(json!("b\n\"c\""))]}),
             json!({"role": "system", "parts": [blob("image/png")]}),
