@@ -13,7 +13,7 @@ use serde_json::Value;
 
 use super::json_writer;
 use super::parts::{self, Pairing, PartFields};
-use super::writer::{Commas, Obj};
+use super::writer::{joined_texts, write_content, Commas, Content, Obj};
 use super::{Fields, History, Out};
 use crate::{key, obj};
 
@@ -120,14 +120,6 @@ pub fn render(history: &History) -> (Fields<'_>, Vec<String>) {
     (vec![("messages", Out::Written(buf))], warnings)
 }
 
-/// A content part of a user or system message.
-enum Content<'a> {
-    /// A text part.
-    Text(Cow<'a, str>),
-    /// A media part, as [`media`] made it.
-    Media(Out<'a>),
-}
-
 /// Copies the deferred messages, if any, to the answer.
 fn flush(buf: &mut Vec<u8>, out: &mut Commas, deferred: &mut Vec<u8>) {
     if !deferred.is_empty() {
@@ -145,33 +137,8 @@ fn write_message(buf: &mut Vec<u8>, role: &str, content: &[Content<'_>]) {
     let body = m.key(key!("content"));
     match content {
         [Content::Text(text)] => json_writer::write_str(body, text),
-        _ if role == "system" => {
-            let texts: Vec<&str> = content
-                .iter()
-                .filter_map(|c| match c {
-                    Content::Text(t) => Some(t.as_ref()),
-                    Content::Media(_) => None,
-                })
-                .collect();
-            json_writer::write_str(body, &texts.join("\n\n"));
-        }
-        _ => {
-            body.push(b'[');
-            let mut items = Commas::default();
-            for c in content {
-                items.next(body);
-                match c {
-                    Content::Text(text) => {
-                        let mut p = Obj::open(body);
-                        p.str(key!("type"), "text");
-                        p.str(key!("text"), text);
-                        p.close();
-                    }
-                    Content::Media(media) => json_writer::write_out(body, media),
-                }
-            }
-            body.push(b']');
-        }
+        _ if role == "system" => json_writer::write_str(body, &joined_texts(content)),
+        _ => write_content(body, content, "text"),
     }
     m.close();
 }

@@ -6,13 +6,11 @@
 //! does not carry, so thinking is dropped with a warning; outputs are text, so structured results
 //! are stringified with a warning.
 
-use std::borrow::Cow;
-
 use serde_json::Value;
 
 use super::json_writer;
 use super::parts::{self, PartFields};
-use super::writer::{Commas, Obj};
+use super::writer::{joined_texts, write_content, Commas, Content, Obj};
 use super::{Fields, History, Out};
 use crate::{key, obj};
 
@@ -99,15 +97,6 @@ pub fn render<'h>(history: &'h History) -> (Fields<'h>, Vec<String>) {
     )
 }
 
-/// A content part of a message: `output_text` in an assistant message, else `input_text` or
-/// an input media part.
-enum Content<'a> {
-    /// A text part.
-    Text(Cow<'a, str>),
-    /// A media part, as [`media`] made it.
-    Media(Out<'a>),
-}
-
 /// Writes the content parts gathered, if any, as one message item of `role`, and empties them.
 /// An assistant's content is its texts joined; a lone text part of another role is the content
 /// as a string; otherwise the content is the list of parts.
@@ -121,16 +110,7 @@ fn flush(buf: &mut Vec<u8>, input: &mut Commas, role: &str, content: &mut Vec<Co
         m.str(key!("role"), "assistant");
         match content.as_slice() {
             [Content::Text(text)] => m.str(key!("content"), text),
-            _ => {
-                let texts: Vec<&str> = content
-                    .iter()
-                    .filter_map(|c| match c {
-                        Content::Text(t) => Some(t.as_ref()),
-                        Content::Media(_) => None,
-                    })
-                    .collect();
-                m.str(key!("content"), &texts.join("\n\n"));
-            }
+            _ => m.str(key!("content"), &joined_texts(content)),
         }
     } else {
         m.str(
@@ -140,23 +120,7 @@ fn flush(buf: &mut Vec<u8>, input: &mut Commas, role: &str, content: &mut Vec<Co
         let body = m.key(key!("content"));
         match content.as_slice() {
             [Content::Text(text)] => json_writer::write_str(body, text),
-            _ => {
-                body.push(b'[');
-                let mut items = Commas::default();
-                for c in content.iter() {
-                    items.next(body);
-                    match c {
-                        Content::Text(text) => {
-                            let mut p = Obj::open(body);
-                            p.str(key!("type"), "input_text");
-                            p.str(key!("text"), text);
-                            p.close();
-                        }
-                        Content::Media(media) => json_writer::write_out(body, media),
-                    }
-                }
-                body.push(b']');
-            }
+            _ => write_content(body, content, "input_text"),
         }
     }
     m.close();

@@ -7,6 +7,8 @@
 //! The bytes are those `serde_json` writes for the same fields in the same order (compact, the
 //! same escaping and number formatting), through the writer of [`json_writer`].
 
+use std::borrow::Cow;
+
 use serde_json::Value;
 
 use super::json_writer;
@@ -160,6 +162,46 @@ impl<'b> Obj<'b> {
     pub fn close(self) {
         self.buf.push(b'}');
     }
+}
+
+/// A content part of an OpenAI message: a text, or a media part as the renderer made it.
+pub enum Content<'a> {
+    /// A text part.
+    Text(Cow<'a, str>),
+    /// A media part.
+    Media(Out<'a>),
+}
+
+/// The texts of `content` joined by blank lines (its media left out): what a message whose
+/// content must be one string carries.
+pub fn joined_texts(content: &[Content<'_>]) -> String {
+    let texts: Vec<&str> = content
+        .iter()
+        .filter_map(|c| match c {
+            Content::Text(t) => Some(t.as_ref()),
+            Content::Media(_) => None,
+        })
+        .collect();
+    texts.join("\n\n")
+}
+
+/// Writes `content` as a list of parts, each text as `{"type": text_type, "text": ...}`.
+pub fn write_content(buf: &mut Vec<u8>, content: &[Content<'_>], text_type: &str) {
+    buf.push(b'[');
+    let mut items = Commas::default();
+    for c in content {
+        items.next(buf);
+        match c {
+            Content::Text(text) => {
+                let mut p = Obj::open(buf);
+                p.str(key!("type"), text_type);
+                p.str(key!("text"), text);
+                p.close();
+            }
+            Content::Media(media) => json_writer::write_out(buf, media),
+        }
+    }
+    buf.push(b']');
 }
 
 #[cfg(test)]
