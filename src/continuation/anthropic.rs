@@ -11,7 +11,7 @@ use serde_json::Value;
 use super::json_writer;
 use super::parts::{self, PartFields};
 use super::turns::TurnWriter;
-use super::writer::Obj;
+use super::writer::{self, Obj};
 use super::{Fields, History, Out};
 use crate::{key, obj};
 
@@ -25,15 +25,14 @@ const FILLER: &[u8] = br#"{"role":"user","content":[{"type":"text","text":"..."}
 /// Renders `system` (omitted when there is none) and `messages`, the messages written in place
 /// ([`super::writer`]): each block goes to the buffer as its part is read, with no tree of the
 /// whole answer in between.
-pub fn render(history: &History) -> (Fields<'_>, Vec<String>) {
+pub fn render(history: &History, mut buf: Vec<u8>) -> (Fields<'_>, Vec<String>) {
     let messages = &history.messages;
     let mut warnings = Vec::new();
     let (pairing, outcomes) = parts::tool_calls(history);
     pairing.warnings(messages, FORMAT, &mut warnings);
 
     let mut system: Vec<String> = parts::instructions_text(history).into_iter().collect();
-    // About 400 bytes a message for short texts; a longer history doubles its way up from there.
-    let mut buf = Vec::with_capacity(messages.len().saturating_mul(400) + 2);
+    writer::room(&mut buf, messages.len(), 400);
     let mut turns = TurnWriter::open(&mut buf, key!("content"), "assistant", FILLER);
 
     for (mi, message) in messages.iter().enumerate() {

@@ -15,7 +15,7 @@ use serde_json::Value;
 use super::json_writer;
 use super::parts::{self, PartFields};
 use super::turns::TurnWriter;
-use super::writer::Obj;
+use super::writer::{self, Obj};
 use super::{Fields, History, Out};
 use crate::{key, obj};
 
@@ -33,7 +33,7 @@ const SKIP_SIGNATURE: &str = "c2tpcF90aG91Z2h0X3NpZ25hdHVyZV92YWxpZGF0b3I=";
 /// Renders `system_instruction` (null when there is none) and `contents`, the contents written
 /// in place ([`super::writer`]): each part goes to the buffer as it is read, with no tree of the
 /// whole answer in between.
-pub fn render(history: &History) -> (Fields<'_>, Vec<String>) {
+pub fn render(history: &History, mut buf: Vec<u8>) -> (Fields<'_>, Vec<String>) {
     let messages = &history.messages;
     let mut warnings = Vec::new();
     let (pairing, outcomes) = parts::tool_calls(history);
@@ -43,8 +43,7 @@ pub fn render(history: &History) -> (Fields<'_>, Vec<String>) {
         .map(|t| obj! {"text" => t})
         .into_iter()
         .collect();
-    // About 400 bytes a message for short texts; a longer history doubles its way up from there.
-    let mut buf = Vec::with_capacity(messages.len().saturating_mul(400) + 2);
+    writer::room(&mut buf, messages.len(), 400);
     let mut turns = TurnWriter::open(&mut buf, key!("parts"), "model", FILLER);
     // Tool names of the open calls by id, earliest first, for responses that do not name
     // their tool (a response answers the earliest open call with its id, as in `Pairing`).

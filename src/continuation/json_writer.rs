@@ -44,6 +44,48 @@ pub(super) fn write_out(buf: &mut Vec<u8>, out: &Out<'_>) {
     }
 }
 
+/// The object of `fields` as compact JSON (the bytes [`write_out`] gives for
+/// `Out::Object(fields)`), written into the buffer of its first [`Out::Written`] field: the
+/// fields before it go in front of its bytes (one move within that buffer) and the ones after
+/// it behind them. So an answer's long array, written in place by its renderer, is not copied
+/// into a second buffer of its size. Without a written field, a new buffer of `capacity`.
+pub(super) fn object_in_written(
+    mut fields: Vec<(&'static str, Out<'_>)>,
+    capacity: usize,
+) -> Vec<u8> {
+    let written = fields
+        .iter_mut()
+        .enumerate()
+        .find_map(|(at, (_, value))| match value {
+            Out::Written(json) => Some((at, std::mem::take(json))),
+            _ => None,
+        });
+    let Some((at, mut buf)) = written else {
+        let mut buf = Vec::with_capacity(capacity);
+        write_out(&mut buf, &Out::Object(fields));
+        return buf;
+    };
+    let mut head = Vec::with_capacity(1024);
+    head.push(b'{');
+    for (key, value) in &fields[..at] {
+        write_key(&mut head, key);
+        write_out(&mut head, value);
+        head.push(b',');
+    }
+    write_key(&mut head, fields[at].0);
+    let end = buf.len();
+    buf.resize(end + head.len(), 0);
+    buf.copy_within(..end, head.len());
+    buf[..head.len()].copy_from_slice(&head);
+    for (key, value) in &fields[at + 1..] {
+        buf.push(b',');
+        write_key(&mut buf, key);
+        write_out(&mut buf, value);
+    }
+    buf.push(b'}');
+    buf
+}
+
 /// Writes a `serde_json::Value` as compact JSON to the end of `buf` (objects in the map's own
 /// iteration order, as serde_json serialises them).
 pub(super) fn write_value(buf: &mut Vec<u8>, value: &Value) {
@@ -305,6 +347,49 @@ mod tests {
     use super::*;
     use proptest::prelude::*;
     use serde_json::json;
+
+    #[test]
+    fn an_object_written_into_its_written_field_is_the_object_written_whole() {
+        let written = || Out::Written(br#"[{"a":1},"b"]"#.to_vec());
+        let cases: Vec<Vec<(&'static str, Out<'_>)>> = vec![
+            vec![("only", written())],
+            vec![
+                ("first", written()),
+                ("after", Out::Str("x\"y")),
+                ("n", Out::Null),
+            ],
+            vec![("before", Out::U64(7)), ("list", written())],
+            vec![
+                ("before", Out::Value(json!({"k": [1, "two"]}))),
+                ("list", written()),
+                ("after", Out::Bool(true)),
+                ("second", written()),
+            ],
+            vec![
+                ("none", Out::Str("written")),
+                ("empty", Out::Array(Vec::new())),
+            ],
+            Vec::new(),
+        ];
+        for fields in cases {
+            let whole = Out::Object(fields.clone()).to_json_vec();
+            let into = object_in_written(fields, 16);
+            assert_eq!(
+                String::from_utf8_lossy(&into),
+                String::from_utf8_lossy(&whole)
+            );
+        }
+        // With room enough, the answer is the written field's own buffer.
+        let mut list = Vec::with_capacity(1024);
+        list.extend_from_slice(b"[1,2]");
+        let at = list.as_ptr();
+        let into = object_in_written(
+            vec![("run", Out::Str("r")), ("list", Out::Written(list))],
+            0,
+        );
+        assert_eq!(into, br#"{"run":"r","list":[1,2]}"#);
+        assert_eq!(into.as_ptr(), at, "not copied into a buffer of its own");
+    }
 
     fn same_as_serde(out: &Out<'_>) {
         let expected = serde_json::to_vec(out).expect("serde_json serialises every Out");

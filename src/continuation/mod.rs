@@ -107,15 +107,26 @@ impl Format {
 /// Renders a history: the format's own request fields, ready to splat into a request, plus
 /// warnings for anything the format could not carry.
 pub fn render(format: Format, history: &History) -> (Fields<'_>, Vec<String>) {
+    render_into(format, history, Vec::new())
+}
+
+/// [`render`], the format's long array (messages, contents or input items) written in place
+/// into `buf` (empty; grown to the renderer's own guess of the size when its capacity is less)
+/// and handed back as the [`Out::Written`] field.
+pub fn render_into(format: Format, history: &History, buf: Vec<u8>) -> (Fields<'_>, Vec<String>) {
+    debug_assert!(
+        buf.is_empty(),
+        "a renderer writes from the start of its buffer"
+    );
     match format {
-        Format::Otel => otel::render(history),
-        Format::PydanticAi => pydantic_ai::render(history),
-        Format::OpenAiChat => openai_chat::render(history),
-        Format::OpenAiResponses => openai_responses::render(history),
-        Format::Anthropic => anthropic::render(history),
-        Format::Gemini => gemini::render(history),
-        Format::Strands => strands::render(history),
-        Format::VercelAi => vercel_ai::render(history),
+        Format::Otel => otel::render(history, buf),
+        Format::PydanticAi => pydantic_ai::render(history, buf),
+        Format::OpenAiChat => openai_chat::render(history, buf),
+        Format::OpenAiResponses => openai_responses::render(history, buf),
+        Format::Anthropic => anthropic::render(history, buf),
+        Format::Gemini => gemini::render(history, buf),
+        Format::Strands => strands::render(history, buf),
+        Format::VercelAi => vercel_ai::render(history, buf),
     }
 }
 

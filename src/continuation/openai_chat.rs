@@ -13,7 +13,7 @@ use serde_json::Value;
 
 use super::json_writer;
 use super::parts::{self, Pairing, PartFields};
-use super::writer::{joined_texts, write_content, Commas, Content, Obj};
+use super::writer::{self, joined_texts, write_content, Commas, Content, Obj};
 use super::{Fields, History, Out};
 use crate::{key, obj};
 
@@ -22,14 +22,13 @@ const FORMAT: &str = "OpenAI Chat Completions";
 /// Renders `messages`, written in place ([`super::writer`]): each message goes to the buffer as
 /// it is read (a user or system message that must wait for open tool calls to be answered goes
 /// to a small buffer of deferred messages first), with no tree of the whole answer in between.
-pub fn render(history: &History) -> (Fields<'_>, Vec<String>) {
+pub fn render(history: &History, mut buf: Vec<u8>) -> (Fields<'_>, Vec<String>) {
     let messages = &history.messages;
     let mut warnings = Vec::new();
     let (pairing, outcomes) = parts::tool_calls(history);
     pairing.warnings(messages, FORMAT, &mut warnings);
 
-    // About 500 bytes a message for short texts; a longer history doubles its way up from there.
-    let mut buf = Vec::with_capacity(messages.len().saturating_mul(512) + 2);
+    writer::room(&mut buf, messages.len(), 512);
     buf.push(b'[');
     let mut out = Commas::default();
     if let Some(text) = parts::instructions_text(history) {

@@ -10,7 +10,7 @@ use serde_json::Value;
 
 use super::json_writer;
 use super::parts::{self, PartFields};
-use super::writer::{joined_texts, write_content, Commas, Content, Obj};
+use super::writer::{self, joined_texts, write_content, Commas, Content, Obj};
 use super::{Fields, History, Out};
 use crate::{key, obj};
 
@@ -19,13 +19,12 @@ const FORMAT: &str = "OpenAI Responses";
 /// Renders `instructions` and `input`, the items written in place ([`super::writer`]): each goes
 /// to the buffer as it is read (a message's content parts are gathered until a tool item or the
 /// message's end), with no tree of the whole answer in between.
-pub fn render<'h>(history: &'h History) -> (Fields<'h>, Vec<String>) {
+pub fn render<'h>(history: &'h History, mut buf: Vec<u8>) -> (Fields<'h>, Vec<String>) {
     let messages = &history.messages;
     let mut warnings = Vec::new();
     let (pairing, outcomes) = parts::tool_calls(history);
     pairing.warnings(messages, FORMAT, &mut warnings);
-    // About 500 bytes a message for short texts; a longer history doubles its way up from there.
-    let mut buf = Vec::with_capacity(messages.len().saturating_mul(512) + 2);
+    writer::room(&mut buf, messages.len(), 512);
     buf.push(b'[');
     let mut input = Commas::default();
     // The content parts not yet written (kept across messages for its allocation).

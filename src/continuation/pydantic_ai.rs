@@ -10,17 +10,16 @@ use serde_json::Value;
 
 use super::json_writer;
 use super::parts::{self, PartFields};
-use super::writer::{Commas, Key, Obj};
+use super::writer::{self, Commas, Key, Obj};
 use super::{Fields, History, Out};
 use crate::domain::MessageHash;
 use crate::{key, obj};
 
 /// Renders `messages` as a list of `ModelMessage`, written in place ([`super::writer`]): each
 /// message goes to the buffer as it is read, with no tree of the whole answer in between.
-pub fn render(history: &History) -> (Fields<'_>, Vec<String>) {
+pub fn render(history: &History, mut buf: Vec<u8>) -> (Fields<'_>, Vec<String>) {
     let mut warnings = Vec::new();
-    // About 500 bytes a message for short texts; a longer history doubles its way up from there.
-    let mut buf = Vec::with_capacity(history.messages.len().saturating_mul(512) + 2);
+    writer::room(&mut buf, history.messages.len(), 512);
     buf.push(b'[');
     let mut writer = Writer {
         history,

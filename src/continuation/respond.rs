@@ -11,7 +11,7 @@ use serde_json::{json, Value};
 use super::context::ContextCache;
 use super::history::{load, ContinuationError, History};
 use super::rendered::{MediaMode, RenderedCache, Request};
-use super::{render, Format, Out};
+use super::{json_writer, render_into, Format, Out};
 use crate::media::{self, Media};
 use crate::store::Store;
 
@@ -33,13 +33,16 @@ impl AnswerSizes {
     /// Most bytes a buffer is sized for ahead.
     const MOST: usize = 64 << 20;
 
-    /// The bytes to set aside for an answer in `format` to a history of `messages`.
+    /// The bytes to set aside for an answer in `format` to a history of `messages` (none when
+    /// no answer in the format was noted yet: the renderer's own guess is taken then).
     fn expected(&self, format: Format, messages: usize) -> usize {
-        let per_message = self.0[format as usize].load(Ordering::Relaxed);
-        per_message
-            .saturating_mul(messages + 1)
-            .saturating_add(1024)
-            .min(Self::MOST)
+        match self.0[format as usize].load(Ordering::Relaxed) {
+            0 => 0,
+            per_message => per_message
+                .saturating_mul(messages + 1)
+                .saturating_add(1024)
+                .min(Self::MOST),
+        }
     }
 
     /// Notes the size of an answer in `format` to a history of `messages`.
@@ -174,10 +177,10 @@ impl Continuations {
             history.messages = messages.into_iter().map(Arc::new).collect();
         }
         // The answer is handed over as soon as it is written; what it was rendered from (the
-        // history, when this request holds the only copy, and the rendered fields) is freed after
-        // that, on the rendering thread: freeing is not the caller's wait. The service (and so
-        // the store) is let go before the answer is handed over, so a caller that then closes the
-        // store finds no other holder.
+        // history, when this request holds the only copy) is freed after that, on the rendering
+        // thread: freeing is not the caller's wait. The service (and so the store) is let go
+        // before the answer is handed over, so a caller that then closes the store finds no
+        // other holder.
         let this = self.clone();
         let (tx, rx) = tokio::sync::oneshot::channel();
         tokio::task::spawn_blocking(move || {
@@ -226,12 +229,12 @@ impl Continuations {
 }
 
 /// Renders the answer to `request` from the history of its snapshot (repairing it first when
-/// asked) and gives it to `deliver`, written into a buffer of `capacity` bytes; the rendered
-/// fields are freed after `deliver` returns.
+/// asked) and gives it to `deliver`, written into a buffer of at least `capacity` bytes.
 fn answer(history: &mut History, request: Request, capacity: usize, deliver: impl FnOnce(Vec<u8>)) {
     let repaired = request.repair.then(|| history.repair());
     let format = request.format;
-    let (fields, mut warnings) = render(format, history);
+    // The answer is written into the buffer the renderer writes its long array into.
+    let (fields, mut warnings) = render_into(format, history, Vec::with_capacity(capacity));
     // What interpretation could only guess (tool spans joined to calls by order) applies too.
     warnings.extend(history.run.warnings.iter().cloned());
     let unresolved = &history.unresolved;
@@ -257,11 +260,7 @@ fn answer(history: &mut History, request: Request, capacity: usize, deliver: imp
         body.push(("repaired", Out::Value(json!(repaired))));
     }
     body.extend(fields);
-    let tree = Out::Object(body);
-    let mut buf = Vec::with_capacity(capacity);
-    tree.write_json(&mut buf);
-    deliver(buf);
-    drop(tree);
+    deliver(json_writer::object_in_written(body, capacity));
 }
 
 #[cfg(test)]
@@ -375,8 +374,8 @@ mod tests {
         let sizes = AnswerSizes::default();
         assert_eq!(
             sizes.expected(Format::Otel, 1000),
-            1024,
-            "nothing known yet"
+            0,
+            "nothing known yet: the renderer's guess"
         );
         sizes.note(Format::Otel, 2000, 700_000);
         let next = sizes.expected(Format::Otel, 2002);
@@ -386,7 +385,7 @@ mod tests {
             short < 4_000,
             "a short history gets a small buffer: {short}"
         );
-        assert_eq!(sizes.expected(Format::Gemini, 2000), 1024, "per format");
+        assert_eq!(sizes.expected(Format::Gemini, 2000), 0, "per format");
         assert_eq!(
             sizes.expected(Format::Otel, usize::MAX - 1),
             AnswerSizes::MOST,
@@ -421,7 +420,7 @@ mod tests {
         assert_eq!(again, long);
         let expected = service.sizes.expected(asked.format, 8);
         assert!(expected < 1024 + 9 * (long.len() + 1), "{expected}");
-        // The tree is freed after the answer is handed over, but nothing holds the store by
+        // The history is freed after the answer is handed over, but nothing holds the store by
         // then: it can be closed and opened again at once.
         drop(service);
         drop(s.ingest);

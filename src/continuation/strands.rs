@@ -10,16 +10,15 @@ use serde_json::Value;
 
 use super::json_writer;
 use super::parts::PartFields;
-use super::writer::{Commas, Key, Obj};
+use super::writer::{self, Commas, Key, Obj};
 use super::{Fields, History, Out};
 use crate::key;
 
 /// `messages` (Converse messages, written in place: [`super::writer`]) and `system_prompt` (null
 /// when there are no instructions).
-pub fn render(history: &History) -> (Fields<'_>, Vec<String>) {
+pub fn render(history: &History, mut buf: Vec<u8>) -> (Fields<'_>, Vec<String>) {
     let mut warnings = Vec::new();
-    // About 300 bytes a message for short texts; a longer history doubles its way up from there.
-    let mut buf = Vec::with_capacity(history.messages.len().saturating_mul(320) + 2);
+    writer::room(&mut buf, history.messages.len(), 320);
     buf.push(b'[');
     let mut messages = Commas::default();
     // The message being written (its content array open): its role and the commas between its

@@ -17,7 +17,7 @@ use serde_json::Value;
 
 use super::json_writer;
 use super::parts::{self, Outcome, PartFields};
-use super::writer::{Commas, Obj};
+use super::writer::{self, Commas, Obj};
 use super::{Fields, History, Out};
 use crate::key;
 
@@ -27,7 +27,7 @@ const FORMAT: &str = "the Vercel AI SDK";
 /// ([`super::writer`]): each part goes to the buffer as it is read, with no tree of the whole
 /// answer in between (the other parts of a message with tool results wait in a small buffer of
 /// their own while the results, which come first, are written).
-pub fn render(history: &History) -> (Fields<'_>, Vec<String>) {
+pub fn render(history: &History, mut buf: Vec<u8>) -> (Fields<'_>, Vec<String>) {
     let messages = &history.messages;
     let mut warnings = Vec::new();
     let (pairing, outcomes) = parts::tool_calls(history);
@@ -38,9 +38,9 @@ pub fn render(history: &History) -> (Fields<'_>, Vec<String>) {
     // The fields of the parts of the message being written (kept to hold the next one's).
     let mut fields: Vec<PartFields<'_>> = Vec::new();
 
-    // About 300 bytes a message for short texts; a longer history doubles its way up from there.
+    writer::room(&mut buf, messages.len(), 320);
     let mut w = Writer {
-        buf: Vec::with_capacity(messages.len().saturating_mul(320) + 2),
+        buf,
         deferred: Vec::new(),
         messages: Commas::default(),
         content_role: None,
@@ -295,7 +295,7 @@ mod tests {
 
     fn rendered(messages: Vec<Value>, instructions: Option<&str>) -> (Value, Vec<String>) {
         let h = history(messages, instructions);
-        let (fields, warnings) = render(&h);
+        let (fields, warnings) = render(&h, Vec::new());
         (Out::Object(fields).to_value(), warnings)
     }
 

@@ -164,6 +164,17 @@ impl<'b> Obj<'b> {
     }
 }
 
+/// Sets aside room in a renderer's (empty) buffer: the caller's room when it gave some (it knows
+/// the size of the last answer in the format), else `per_message` bytes for each of `messages`
+/// (a guess for short texts; a longer history doubles its way up from there) and a few
+/// kilobytes for the answer's other fields, which go in front of the array once it is written
+/// ([`super::json_writer::object_in_written`]).
+pub fn room(buf: &mut Vec<u8>, messages: usize, per_message: usize) {
+    if buf.capacity() == 0 {
+        buf.reserve(messages.saturating_mul(per_message).saturating_add(4096));
+    }
+}
+
 /// A content part of an OpenAI message: a text, or a media part as the renderer made it.
 pub enum Content<'a> {
     /// A text part.
