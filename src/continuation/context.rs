@@ -14,11 +14,10 @@
 //! [`CONTEXT_CACHE_BYTES`]) over the estimated bytes of every context held ([`ByteCache`]); in
 //! memory only.
 
-use std::hash::BuildHasher;
+use std::collections::HashMap;
+use std::hash::{BuildHasher, RandomState};
 use std::mem::size_of;
 use std::sync::{Arc, Mutex};
-
-use rustc_hash::{FxBuildHasher, FxHashMap};
 
 use crate::cache_budget::{json_bytes, ByteCache, ENTRY_OVERHEAD};
 use crate::domain::{EffectOutcome, HistoryNode, IdMap, IdSet, MessageHash, NodeId, ToolEffect};
@@ -33,6 +32,18 @@ pub const CONTEXT_CACHE_BYTES: usize = 38 << 20;
 /// read at an earlier revision by the model requests added since; past this the run's nodes are
 /// read with one scan and the provenance indexed anew.
 const EXTEND_NODES: usize = 256;
+
+/// The key every [`fingerprint`] of this process is hashed with, chosen at random on first use.
+static FINGERPRINT_KEY: std::sync::LazyLock<RandomState> =
+    std::sync::LazyLock::new(RandomState::new);
+
+/// A stored record's 64-bit hash and length, by which a later read of the same run tells an
+/// unchanged record from a changed one without decoding it. The hash is keyed at random per
+/// process (SipHash): the records hold what senders sent, and with a hash known in advance a
+/// sender could make a changed record pass for the unchanged one.
+fn fingerprint(bytes: &[u8]) -> (u64, usize) {
+    (FINGERPRINT_KEY.hash_one(bytes), bytes.len())
+}
 
 /// Which model request sent and produced each message of a run.
 #[derive(Debug, Default)]
@@ -176,7 +187,7 @@ impl Provenance {
         let start = from.map(|(_, start, span_id)| (start, span_id));
         store.model_request_bytes_from(run_id, start, |bytes| {
             let at = stored.len();
-            let seen = (FxBuildHasher.hash_one(bytes), bytes.len());
+            let seen = fingerprint(bytes);
             stored.push(seen);
             match prior {
                 Some(p) if extends && at < p.stored.len() => {
@@ -329,8 +340,9 @@ pub struct Effects {
     outcomes: Vec<EffectOutcome>,
     /// Indices into `outcomes` grouped by tool-call id, ledger order within a group.
     order: Vec<u32>,
-    /// Each tool-call id's `(start, len)` in `order`.
-    by_call: FxHashMap<Box<str>, (u32, u32)>,
+    /// Each tool-call id's `(start, len)` in `order` (hashed with a random key: the ids are a
+    /// sender's, who could otherwise pick ids that all fall in one bucket).
+    by_call: HashMap<Box<str>, (u32, u32)>,
     /// Per entry, a 64-bit hash and the length of its stored bytes (empty unless read from the
     /// store), so the next read of the ledger can tell which entries are unchanged.
     stored: Vec<(u64, usize)>,
@@ -342,7 +354,8 @@ impl Effects {
     /// outcome instead of being decoded: a run's next step mostly adds or changes a few entries
     /// of a long ledger, and decoding every entry's JSON (arguments and results included) was
     /// most of a read. Taking a changed entry for an unchanged one needs its new bytes to have
-    /// the old ones' length and 64-bit hash.
+    /// the old ones' length and 64-bit hash ([`fingerprint`]: keyed at random per process, so
+    /// a sender cannot make such bytes).
     fn read(
         store: &Store,
         run_id: &str,
@@ -368,7 +381,7 @@ impl Effects {
         let at_from = u32::try_from(from).unwrap_or(u32::MAX);
         let (tail, unresolved) = store.effect_outcomes_with(run_id, at_from, |bytes| {
             let at = stored.len();
-            let seen = (FxBuildHasher.hash_one(bytes), bytes.len());
+            let seen = fingerprint(bytes);
             stored.push(seen);
             let prior = prior?;
             if prior.stored.get(at) != Some(&seen) {
@@ -445,7 +458,7 @@ impl Effects {
                 .tool_call_id
                 .cmp(&outcomes[b as usize].tool_call_id)
         });
-        let mut by_call: FxHashMap<Box<str>, (u32, u32)> = FxHashMap::default();
+        let mut by_call: HashMap<Box<str>, (u32, u32)> = HashMap::new();
         by_call.reserve(outcomes.len());
         for (at, &i) in order.iter().enumerate() {
             let id = outcomes[i as usize].tool_call_id.as_str();

@@ -7,9 +7,8 @@
 //! wrapped as `{"return_value": ...}`); the history starts with a user turn. Thought signatures
 //! must come back unchanged: thinking without one is dropped, with a warning.
 
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 
-use rustc_hash::FxHashMap;
 use serde_json::Value;
 
 use super::json_writer;
@@ -47,7 +46,7 @@ pub fn render(history: &History, mut buf: Vec<u8>) -> (Fields<'_>, Vec<String>) 
     let mut turns = TurnWriter::open(&mut buf, key!("parts"), "model", FILLER);
     // Tool names of the open calls by id, earliest first, for responses that do not name
     // their tool (a response answers the earliest open call with its id, as in `Pairing`).
-    let mut open_calls: FxHashMap<&str, VecDeque<&str>> = FxHashMap::default();
+    let mut open_calls: HashMap<&str, VecDeque<&str>> = HashMap::new();
 
     for (mi, message) in messages.iter().enumerate() {
         let role = parts::role(message);

@@ -18,6 +18,8 @@ mod pydantic_ai;
 mod rendered;
 mod repair;
 mod respond;
+#[cfg(test)]
+mod scaling_tests;
 mod strands;
 mod turns;
 mod vercel_ai;

@@ -3,9 +3,9 @@
 //! none reads another renderer's output.
 
 use std::borrow::Cow;
+use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 
-use rustc_hash::FxHashMap;
 use serde_json::{Map, Value};
 
 use super::json_writer::json_text;
@@ -272,9 +272,9 @@ fn outcome_of(said: Option<&str>, id: &str, n: usize, effects: &Effects) -> Outc
 /// call. Providers reject unanswered calls and orphan responses, so renderers drop both (with a
 /// warning) using this.
 pub struct Pairing {
-    /// `(message index, part index)` of calls that never get a response.
+    /// `(message index, part index)` of calls that never get a response, in history order.
     pub unanswered: Vec<(usize, usize)>,
-    /// `(message index, part index)` of responses that answer no open call.
+    /// `(message index, part index)` of responses that answer no open call, in history order.
     pub orphans: Vec<(usize, usize)>,
 }
 
@@ -285,18 +285,20 @@ impl Pairing {
         Self::walk(messages, None).0
     }
 
-    /// [`Pairing::of`], and with `effects` the outcome of each response too.
+    /// [`Pairing::of`], and with `effects` the outcome of each response too. Linear in the parts
+    /// however many calls stay open: the open calls are held by id, in maps whose hashing a
+    /// sender cannot aim at (the ids are the sender's).
     fn walk(messages: &[Arc<Value>], effects: Option<&Effects>) -> (Self, Outcomes) {
-        let mut open: Vec<(&str, usize, usize)> = Vec::new();
+        let mut open: HashMap<&str, VecDeque<(usize, usize)>> = HashMap::new();
         let mut orphans = Vec::new();
         let mut outcomes = Vec::new();
         // Responses seen so far per id (for the ledger match).
-        let mut seen: FxHashMap<&str, usize> = FxHashMap::default();
+        let mut seen: HashMap<&str, usize> = HashMap::new();
         for (mi, message) in messages.iter().enumerate() {
             for (pi, part) in parts(message).iter().enumerate() {
                 let part = PartFields::of(part);
                 match part.kind {
-                    "tool_call" => open.push((part.id_str(), mi, pi)),
+                    "tool_call" => open.entry(part.id_str()).or_default().push_back((mi, pi)),
                     "tool_call_response" => {
                         let id = part.id_str();
                         if let Some(effects) = effects {
@@ -304,19 +306,18 @@ impl Pairing {
                             outcomes.push(((mi, pi), outcome_of(part.outcome, id, *n, effects)));
                             *n += 1;
                         }
-                        match open.iter().position(|(o, _, _)| *o == id) {
-                            Some(i) => {
-                                open.remove(i);
-                            }
-                            None => orphans.push((mi, pi)),
+                        if open.get_mut(id).and_then(VecDeque::pop_front).is_none() {
+                            orphans.push((mi, pi));
                         }
                     }
                     _ => {}
                 }
             }
         }
+        let mut unanswered: Vec<(usize, usize)> = open.into_values().flatten().collect();
+        unanswered.sort_unstable();
         let pairing = Self {
-            unanswered: open.into_iter().map(|(_, m, p)| (m, p)).collect(),
+            unanswered,
             orphans,
         };
         (pairing, Outcomes { list: outcomes })
@@ -324,7 +325,17 @@ impl Pairing {
 
     /// True when the part at `(message, part)` must be left out.
     pub fn skip(&self, message: usize, part: usize) -> bool {
-        self.unanswered.contains(&(message, part)) || self.orphans.contains(&(message, part))
+        let at = (message, part);
+        self.unanswered.binary_search(&at).is_ok() || self.orphans.binary_search(&at).is_ok()
+    }
+
+    /// The part indexes of the unanswered calls of message `message`, in order.
+    pub fn unanswered_in(&self, message: usize) -> impl Iterator<Item = usize> + '_ {
+        let from = self.unanswered.partition_point(|&(m, _)| m < message);
+        self.unanswered[from..]
+            .iter()
+            .take_while(move |&&(m, _)| m == message)
+            .map(|&(_, p)| p)
     }
 
     /// Warnings for what [`Pairing::skip`] leaves out.

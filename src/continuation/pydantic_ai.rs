@@ -5,7 +5,8 @@
 //! emitted (an omitted one would default to "now" on load): a request's is the start of the first
 //! model request that sent it, a response's the end of the model request that produced it.
 
-use rustc_hash::FxHashMap;
+use std::collections::HashMap;
+
 use serde_json::Value;
 
 use super::json_writer;
@@ -25,7 +26,7 @@ pub fn render(history: &History, mut buf: Vec<u8>) -> (Fields<'_>, Vec<String>) 
         history,
         conversation: history.run.conversation_id.as_deref(),
         fallback_ns: history.models().last().map(|m| m.end_ns).unwrap_or(0),
-        seen_returns: FxHashMap::default(),
+        seen_returns: HashMap::new(),
         buf: &mut buf,
         messages: Commas::default(),
         request: None,
@@ -71,7 +72,7 @@ struct Writer<'h, 'b> {
     /// The time of a message no model request explains: the end of the last model request.
     fallback_ns: u64,
     /// Tool returns seen so far per call id (the n-th return matches the n-th ledger entry).
-    seen_returns: FxHashMap<&'h str, usize>,
+    seen_returns: HashMap<&'h str, usize>,
     buf: &'b mut Vec<u8>,
     messages: Commas,
     request: Option<OpenRequest>,

@@ -45,10 +45,8 @@ impl History {
             .enumerate()
         {
             let closes: Vec<Value> = pairing
-                .unanswered
-                .iter()
-                .filter(|(m, _)| *m == mi)
-                .filter_map(|&(_, p)| parts::parts(&message).get(p))
+                .unanswered_in(mi)
+                .filter_map(|p| parts::parts(&message).get(p))
                 .map(|call| {
                     json!({
                         "type": "tool_call_response",

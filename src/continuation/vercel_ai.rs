@@ -10,9 +10,9 @@
 //! results are left out, as the SDK rejects them. The system instructions are `system`.
 
 use std::borrow::Cow;
+use std::collections::HashMap;
 use std::sync::Arc;
 
-use rustc_hash::FxHashMap;
 use serde_json::Value;
 
 use super::json_writer;
@@ -34,7 +34,7 @@ pub fn render(history: &History, mut buf: Vec<u8>) -> (Fields<'_>, Vec<String>) 
     pairing.warnings(messages, FORMAT, &mut warnings);
     // Tool names by call id, for results that do not name their tool: read from the whole
     // history (the last call with an id names it) when the first such result is met.
-    let mut names: Option<FxHashMap<&str, &str>> = None;
+    let mut names: Option<HashMap<&str, &str>> = None;
     // The fields of the parts of the message being written (kept to hold the next one's).
     let mut fields: Vec<PartFields<'_>> = Vec::new();
 
@@ -246,12 +246,12 @@ fn write_tool_call(buf: &mut Vec<u8>, part: &PartFields<'_>) {
 /// The name of the tool of call `id`, from `names` (made from `messages` the first time: the
 /// last call with an id names it; empty when no call has the id).
 fn tool_name<'h>(
-    names: &mut Option<FxHashMap<&'h str, &'h str>>,
+    names: &mut Option<HashMap<&'h str, &'h str>>,
     messages: &'h [Arc<Value>],
     id: &str,
 ) -> &'h str {
     let names = names.get_or_insert_with(|| {
-        let mut names = FxHashMap::default();
+        let mut names = HashMap::new();
         for message in messages {
             for part in parts::parts(message) {
                 let f = PartFields::of(part);

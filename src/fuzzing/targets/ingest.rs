@@ -390,6 +390,44 @@ fn tool_calls(n: usize) -> Vec<u8> {
     trace_input(spans)
 }
 
+/// One model request whose input holds `n` tool calls that are never answered and `n` results
+/// that answer none of them: ten of each per message, the two kinds alternating. Every
+/// continuation read back drops (or, with `repair`, closes) each of them.
+fn unpaired_calls(n: usize) -> Vec<u8> {
+    let mut history =
+        vec![serde_json::json!({"role":"user","parts":[{"type":"text","content":"go"}]})];
+    for group in 0..n.div_ceil(10) {
+        let ids = (0..10).map(|i| group * 10 + i);
+        let calls: Vec<_> = ids
+            .clone()
+            .map(|i| serde_json::json!({"type":"tool_call","id":format!("c{i}"),"name":"t","arguments":{}}))
+            .collect();
+        let results: Vec<_> = ids
+            .map(|i| serde_json::json!({"type":"tool_call_response","id":format!("r{i}"),"name":"t","result":"r"}))
+            .collect();
+        history.push(serde_json::json!({"role":"assistant","parts":calls}));
+        history.push(serde_json::json!({"role":"tool","parts":results}));
+    }
+    trace_input(vec![seeds::span(
+        0,
+        2,
+        1,
+        "chat m",
+        10,
+        vec![
+            kv("gen_ai.operation.name", "chat"),
+            kv(
+                "gen_ai.input.messages",
+                serde_json::Value::Array(history).to_string(),
+            ),
+            kv(
+                "gen_ai.output.messages",
+                r#"[{"role":"assistant","parts":[{"type":"text","content":"done"}]}]"#,
+            ),
+        ],
+    )])
+}
+
 /// `n` legacy log records of one model-request span (the span itself is not in the input).
 fn log_records(n: usize) -> Vec<u8> {
     let (_, mut logs) = seeds::legacy_events();
@@ -427,6 +465,12 @@ fn probes() -> Vec<Probe> {
             name: "log records of one span",
             make: log_records,
             n: 200,
+            open: false,
+        },
+        Probe {
+            name: "unanswered calls and orphan results of one history",
+            make: unpaired_calls,
+            n: 4_000,
             open: false,
         },
     ]
