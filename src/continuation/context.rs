@@ -14,7 +14,6 @@
 //! [`CONTEXT_CACHE_BYTES`]) over the estimated bytes of every context held ([`ByteCache`]); in
 //! memory only.
 
-use std::collections::HashMap;
 use std::hash::{BuildHasher, RandomState};
 use std::mem::size_of;
 use std::sync::{Arc, Mutex};
@@ -334,15 +333,13 @@ fn effect_bytes(e: &ToolEffect) -> usize {
 }
 
 /// How each entry of a run's tool-effect ledger ended, in request order, with the entries of
-/// each tool-call id found without a scan (built once per revision and shared by every render).
+/// each tool-call id found by a binary search (built once per revision and shared by every
+/// render; no hash map of the ids, which are a sender's).
 #[derive(Debug, Default)]
 pub struct Effects {
     outcomes: Vec<EffectOutcome>,
-    /// Indices into `outcomes` grouped by tool-call id, ledger order within a group.
+    /// Indices into `outcomes` sorted by tool-call id, ledger order within an id.
     order: Vec<u32>,
-    /// Each tool-call id's `(start, len)` in `order` (hashed with a random key: the ids are a
-    /// sender's, who could otherwise pick ids that all fall in one bucket).
-    by_call: HashMap<Box<str>, (u32, u32)>,
     /// Per entry, a 64-bit hash and the length of its stored bytes (empty unless read from the
     /// store), so the next read of the ledger can tell which entries are unchanged.
     stored: Vec<(u64, usize)>,
@@ -458,45 +455,39 @@ impl Effects {
                 .tool_call_id
                 .cmp(&outcomes[b as usize].tool_call_id)
         });
-        let mut by_call: HashMap<Box<str>, (u32, u32)> = HashMap::new();
-        by_call.reserve(outcomes.len());
-        for (at, &i) in order.iter().enumerate() {
-            let id = outcomes[i as usize].tool_call_id.as_str();
-            let at = u32::try_from(at).unwrap_or(u32::MAX);
-            match by_call.get_mut(id) {
-                Some((_, len)) => *len += 1,
-                None => {
-                    by_call.insert(id.into(), (at, 1));
-                }
-            }
-        }
         Self {
             outcomes,
             order,
-            by_call,
             stored: Vec::new(),
         }
     }
 
+    /// The tool-call id of the entry at `order[at]`.
+    fn id_at(&self, at: usize) -> Option<&str> {
+        let i = *self.order.get(at)?;
+        self.outcomes
+            .get(i as usize)
+            .map(|o| o.tool_call_id.as_str())
+    }
+
     /// The `n`-th ledger entry (from 0, in request order) of the tool call `id`.
     pub fn of_call(&self, id: &str, n: usize) -> Option<&EffectOutcome> {
-        let &(start, len) = self.by_call.get(id)?;
-        if n >= len as usize {
+        let first = self.order.partition_point(|&i| {
+            self.outcomes
+                .get(i as usize)
+                .is_some_and(|o| o.tool_call_id.as_str() < id)
+        });
+        let at = first.checked_add(n)?;
+        if self.id_at(at)? != id {
             return None;
         }
-        let i = *self.order.get(start as usize + n)?;
-        self.outcomes.get(i as usize)
+        self.outcomes.get(*self.order.get(at)? as usize)
     }
 
     /// Estimated bytes held: outcomes, the call index and the stored-bytes fingerprints.
     fn bytes(&self) -> usize {
         self.outcomes.iter().map(outcome_bytes).sum::<usize>()
             + self.order.capacity() * size_of::<u32>()
-            + self
-                .by_call
-                .keys()
-                .map(|k| k.len() + size_of::<(Box<str>, (u32, u32))>() + 8)
-                .sum::<usize>()
             + self.stored.capacity() * size_of::<(u64, usize)>()
     }
 
@@ -1137,6 +1128,9 @@ mod tests {
         assert_eq!(tool("b", 0), Some("first"));
         assert_eq!(tool("c", 0), Some("third"));
         assert_eq!(tool("missing", 0), None);
+        assert_eq!(tool("0", 0), None, "before every id");
+        assert_eq!(tool("z", 0), None, "after every id");
+        assert_eq!(tool("b", usize::MAX), None);
         assert_eq!(effects.len(), 4);
         assert_eq!(effects.outcomes()[2].tool_name, "third");
         assert!(Effects::default().is_empty());

@@ -46,7 +46,7 @@ pub fn render(history: &History, mut buf: Vec<u8>) -> (Fields<'_>, Vec<String>) 
     let mut turns = TurnWriter::open(&mut buf, key!("parts"), "model", FILLER);
     // Tool names of the open calls by id, earliest first, for responses that do not name
     // their tool (a response answers the earliest open call with its id, as in `Pairing`).
-    let mut open_calls: HashMap<&str, VecDeque<&str>> = HashMap::new();
+    let mut open_calls: HashMap<&str, VecDeque<&str>> = HashMap::with_capacity(messages.len());
 
     for (mi, message) in messages.iter().enumerate() {
         let role = parts::role(message);

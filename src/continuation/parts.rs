@@ -289,11 +289,14 @@ impl Pairing {
     /// however many calls stay open: the open calls are held by id, in maps whose hashing a
     /// sender cannot aim at (the ids are the sender's).
     fn walk(messages: &[Arc<Value>], effects: Option<&Effects>) -> (Self, Outcomes) {
-        let mut open: HashMap<&str, VecDeque<(usize, usize)>> = HashMap::new();
+        // Sized ahead (about one call a message or fewer): growing a map hashes its keys again.
+        let mut open: HashMap<&str, VecDeque<(usize, usize)>> =
+            HashMap::with_capacity(messages.len());
         let mut orphans = Vec::new();
         let mut outcomes = Vec::new();
         // Responses seen so far per id (for the ledger match).
-        let mut seen: HashMap<&str, usize> = HashMap::new();
+        let mut seen: HashMap<&str, usize> =
+            HashMap::with_capacity(effects.map_or(0, |_| messages.len()));
         for (mi, message) in messages.iter().enumerate() {
             for (pi, part) in parts(message).iter().enumerate() {
                 let part = PartFields::of(part);

@@ -26,7 +26,7 @@ pub fn render(history: &History, mut buf: Vec<u8>) -> (Fields<'_>, Vec<String>) 
         history,
         conversation: history.run.conversation_id.as_deref(),
         fallback_ns: history.models().last().map(|m| m.end_ns).unwrap_or(0),
-        seen_returns: HashMap::new(),
+        seen_returns: HashMap::with_capacity(history.messages.len()),
         buf: &mut buf,
         messages: Commas::default(),
         request: None,

@@ -251,7 +251,7 @@ fn tool_name<'h>(
     id: &str,
 ) -> &'h str {
     let names = names.get_or_insert_with(|| {
-        let mut names = HashMap::new();
+        let mut names = HashMap::with_capacity(messages.len());
         for message in messages {
             for part in parts::parts(message) {
                 let f = PartFields::of(part);

@@ -16,6 +16,8 @@
 
 use std::sync::Arc;
 
+use opentelemetry_proto::tonic::trace::v1::Span;
+
 use crate::continuation::{Continuations, Format, MediaMode, Request};
 use crate::fuzzing::engine::{bucket, note, Probe, Target};
 use crate::fuzzing::generate::kv;
@@ -352,23 +354,9 @@ fn tool_calls(n: usize) -> Vec<u8> {
     let calls: Vec<_> = (0..n)
         .map(|i| serde_json::json!({"type":"tool_call","id":format!("c{i}"),"name":"t","arguments":{}}))
         .collect();
-    let mut spans = vec![seeds::span(
-        0,
-        2,
-        1,
-        "chat m",
-        10,
-        vec![
-            kv("gen_ai.operation.name", "chat"),
-            kv(
-                "gen_ai.input.messages",
-                r#"[{"role":"user","parts":[{"type":"text","content":"go"}]}]"#,
-            ),
-            kv(
-                "gen_ai.output.messages",
-                serde_json::json!([{"role":"assistant","parts":calls}]).to_string(),
-            ),
-        ],
+    let mut spans = vec![chat_span(
+        r#"[{"role":"user","parts":[{"type":"text","content":"go"}]}]"#.into(),
+        serde_json::json!([{"role":"assistant","parts":calls}]).to_string(),
     )];
     for i in 0..n {
         let mut s = seeds::span(
@@ -408,7 +396,15 @@ fn unpaired_calls(n: usize) -> Vec<u8> {
         history.push(serde_json::json!({"role":"assistant","parts":calls}));
         history.push(serde_json::json!({"role":"tool","parts":results}));
     }
-    trace_input(vec![seeds::span(
+    trace_input(vec![chat_span(
+        serde_json::Value::Array(history).to_string(),
+        r#"[{"role":"assistant","parts":[{"type":"text","content":"done"}]}]"#.into(),
+    )])
+}
+
+/// A model request (span 2 under span 1, at 10 ns) with the input and output messages given.
+fn chat_span(input: String, output: String) -> Span {
+    seeds::span(
         0,
         2,
         1,
@@ -416,16 +412,10 @@ fn unpaired_calls(n: usize) -> Vec<u8> {
         10,
         vec![
             kv("gen_ai.operation.name", "chat"),
-            kv(
-                "gen_ai.input.messages",
-                serde_json::Value::Array(history).to_string(),
-            ),
-            kv(
-                "gen_ai.output.messages",
-                r#"[{"role":"assistant","parts":[{"type":"text","content":"done"}]}]"#,
-            ),
+            kv("gen_ai.input.messages", input),
+            kv("gen_ai.output.messages", output),
         ],
-    )])
+    )
 }
 
 /// `n` legacy log records of one model-request span (the span itself is not in the input).
