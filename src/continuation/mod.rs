@@ -113,8 +113,8 @@ pub fn render(format: Format, history: &History) -> (Fields<'_>, Vec<String>) {
 }
 
 /// [`render`], the format's long array (messages, contents or input items) written in place
-/// into `buf` (empty; grown to the renderer's own guess of the size when its capacity is less)
-/// and handed back as the [`Out::Written`] field.
+/// into `buf` and handed back as the [`Out::Written`] field. `buf` is empty; given without
+/// capacity, it gets the renderer's own guess of the size ([`writer::room`]).
 pub fn render_into(format: Format, history: &History, buf: Vec<u8>) -> (Fields<'_>, Vec<String>) {
     debug_assert!(
         buf.is_empty(),
