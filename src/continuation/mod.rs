@@ -572,6 +572,36 @@ mod tests {
             .collect()
     }
 
+    /// Given room enough for what it will write, a renderer writes into that very buffer: its own
+    /// guess of the size (larger here) does not move it ([`super::writer::room`]).
+    #[test]
+    fn a_renderer_writes_into_the_room_it_is_given() {
+        let h = history(
+            vec![
+                json!({"role": "user", "parts": [parts::text("go")]}),
+                json!({"role": "assistant", "parts": [parts::call("a", json!({"x": 1}))]}),
+                json!({"role": "tool", "parts": [parts::result("a", json!("ok"))]}),
+                json!({"role": "assistant", "parts": [parts::text("done")]}),
+            ],
+            Some("be brief"),
+        );
+        let written = |fields: &super::Fields<'_>| {
+            fields.iter().find_map(|(_, value)| match value {
+                Out::Written(json) => Some((json.as_ptr(), json.len())),
+                _ => None,
+            })
+        };
+        for name in Format::NAMES {
+            let format = Format::parse(name).unwrap();
+            let (fields, _) = super::render(format, &h);
+            let (_, len) = written(&fields).unwrap();
+            let buf = Vec::with_capacity(len);
+            let at = buf.as_ptr();
+            let (fields, _) = super::render_into(format, &h, buf);
+            assert_eq!(written(&fields), Some((at, len)), "{name}");
+        }
+    }
+
     /// Every format renders 200 generated histories to the bytes and warnings recorded for them.
     #[test]
     fn generated_histories_render_to_the_recorded_bytes() {
