@@ -44,6 +44,12 @@ fn fingerprint(bytes: &[u8]) -> (u64, usize) {
     (FINGERPRINT_KEY.hash_one(bytes), bytes.len())
 }
 
+/// The key a tool-call id is found by in [`Effects`]: its 64-bit hash, keyed like
+/// [`fingerprint`] (at random per process, so a sender cannot choose ids whose keys collide).
+fn call_key(id: &str) -> u64 {
+    FINGERPRINT_KEY.hash_one(id.as_bytes())
+}
+
 /// Which model request sent and produced each message of a run.
 #[derive(Debug, Default)]
 pub struct Provenance {
@@ -334,12 +340,15 @@ fn effect_bytes(e: &ToolEffect) -> usize {
 
 /// How each entry of a run's tool-effect ledger ended, in request order, with the entries of
 /// each tool-call id found by a binary search (built once per revision and shared by every
-/// render; no hash map of the ids, which are a sender's).
+/// render; no hash map of the ids, which are a sender's). The search runs over the ids' keyed
+/// hashes held in one flat array, so each of its steps reads a word of that array rather than
+/// an entry and the heap bytes of its id; the id itself is compared only where a hash matches.
 #[derive(Debug, Default)]
 pub struct Effects {
     outcomes: Vec<EffectOutcome>,
-    /// Indices into `outcomes` sorted by tool-call id, ledger order within an id.
-    order: Vec<u32>,
+    /// Per entry, the [`call_key`] of its tool-call id and its index into `outcomes`, sorted
+    /// (so ledger order within an id, and within ids whose keys collide).
+    order: Vec<(u64, u32)>,
     /// Per entry, a 64-bit hash and the length of its stored bytes (empty unless read from the
     /// store), so the next read of the ledger can tell which entries are unchanged.
     stored: Vec<(u64, usize)>,
@@ -446,15 +455,13 @@ impl Effects {
 
     /// Indexes the ledger outcomes, given in request order.
     pub fn new(outcomes: Vec<EffectOutcome>) -> Self {
-        let mut order: Vec<u32> = (0..outcomes.len())
-            .filter_map(|i| u32::try_from(i).ok())
+        let mut order: Vec<(u64, u32)> = outcomes
+            .iter()
+            .enumerate()
+            .filter_map(|(i, o)| Some((call_key(&o.tool_call_id), u32::try_from(i).ok()?)))
             .collect();
-        // Stable: entries of one id keep their ledger order.
-        order.sort_by(|&a, &b| {
-            outcomes[a as usize]
-                .tool_call_id
-                .cmp(&outcomes[b as usize].tool_call_id)
-        });
+        // Indices are unique: entries of one id keep their ledger order.
+        order.sort_unstable();
         Self {
             outcomes,
             order,
@@ -462,32 +469,24 @@ impl Effects {
         }
     }
 
-    /// The tool-call id of the entry at `order[at]`.
-    fn id_at(&self, at: usize) -> Option<&str> {
-        let i = *self.order.get(at)?;
-        self.outcomes
-            .get(i as usize)
-            .map(|o| o.tool_call_id.as_str())
-    }
-
     /// The `n`-th ledger entry (from 0, in request order) of the tool call `id`.
     pub fn of_call(&self, id: &str, n: usize) -> Option<&EffectOutcome> {
-        let first = self.order.partition_point(|&i| {
-            self.outcomes
-                .get(i as usize)
-                .is_some_and(|o| o.tool_call_id.as_str() < id)
-        });
-        let at = first.checked_add(n)?;
-        if self.id_at(at)? != id {
-            return None;
-        }
-        self.outcomes.get(*self.order.get(at)? as usize)
+        let key = call_key(id);
+        let first = self.order.partition_point(|&(k, _)| k < key);
+        // The entries with this key: this id's, and any other id's whose key collides (walked
+        // past; a collision is a chance of one in 2^64 a pair, the key being secret).
+        self.order[first..]
+            .iter()
+            .take_while(|&&(k, _)| k == key)
+            .filter_map(|&(_, i)| self.outcomes.get(i as usize))
+            .filter(|o| o.tool_call_id == id)
+            .nth(n)
     }
 
     /// Estimated bytes held: outcomes, the call index and the stored-bytes fingerprints.
     fn bytes(&self) -> usize {
         self.outcomes.iter().map(outcome_bytes).sum::<usize>()
-            + self.order.capacity() * size_of::<u32>()
+            + self.order.capacity() * size_of::<(u64, u32)>()
             + self.stored.capacity() * size_of::<(u64, usize)>()
     }
 
