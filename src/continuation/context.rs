@@ -347,7 +347,7 @@ fn effect_bytes(e: &ToolEffect) -> usize {
 pub struct Effects {
     outcomes: Vec<EffectOutcome>,
     /// Per entry, the [`call_key`] of its tool-call id and its index into `outcomes`, sorted
-    /// (so ledger order within an id, and within ids whose keys collide).
+    /// by key, then id, then index (so ledger order within an id).
     order: Vec<(u64, u32)>,
     /// Per entry, a 64-bit hash and the length of its stored bytes (empty unless read from the
     /// store), so the next read of the ledger can tell which entries are unchanged.
@@ -460,8 +460,15 @@ impl Effects {
             .enumerate()
             .filter_map(|(i, o)| Some((call_key(&o.tool_call_id), u32::try_from(i).ok()?)))
             .collect();
-        // Indices are unique: entries of one id keep their ledger order.
-        order.sort_unstable();
+        // By key, then by id (only ids whose keys collide compare), then in ledger order.
+        order.sort_unstable_by(|a, b| {
+            a.0.cmp(&b.0)
+                .then_with(|| {
+                    let id = |i: u32| outcomes.get(i as usize).map(|o| &o.tool_call_id);
+                    id(a.1).cmp(&id(b.1))
+                })
+                .then(a.1.cmp(&b.1))
+        });
         Self {
             outcomes,
             order,
@@ -472,15 +479,20 @@ impl Effects {
     /// The `n`-th ledger entry (from 0, in request order) of the tool call `id`.
     pub fn of_call(&self, id: &str, n: usize) -> Option<&EffectOutcome> {
         let key = call_key(id);
-        let first = self.order.partition_point(|&(k, _)| k < key);
-        // The entries with this key: this id's, and any other id's whose key collides (walked
-        // past; a collision is a chance of one in 2^64 a pair, the key being secret).
-        self.order[first..]
-            .iter()
-            .take_while(|&&(k, _)| k == key)
-            .filter_map(|&(_, i)| self.outcomes.get(i as usize))
+        let start = self.order.partition_point(|&(k, _)| k < key);
+        let same = &self.order[start..];
+        let same = &same[..same.partition_point(|&(k, _)| k == key)];
+        // Within a key, the entries of ids whose keys collide sort by id (a chance of one in
+        // 2^64 a pair, the key being secret); the id's own are consecutive, in ledger order.
+        let first = same.partition_point(|&(_, i)| {
+            self.outcomes
+                .get(i as usize)
+                .is_some_and(|o| o.tool_call_id.as_str() < id)
+        });
+        let &(_, i) = same.get(first.checked_add(n)?)?;
+        self.outcomes
+            .get(i as usize)
             .filter(|o| o.tool_call_id == id)
-            .nth(n)
     }
 
     /// Estimated bytes held: outcomes, the call index and the stored-bytes fingerprints.
@@ -1130,6 +1142,24 @@ mod tests {
         assert_eq!(tool("0", 0), None, "before every id");
         assert_eq!(tool("z", 0), None, "after every id");
         assert_eq!(tool("b", usize::MAX), None);
+        // An id repeated many times among others: its n-th entry, by position, not by a walk.
+        let many = Effects::new(
+            (0..3000)
+                .map(|i| match i % 3 {
+                    0 => entry("same", &i.to_string()),
+                    _ => entry(&format!("other{i}"), "other"),
+                })
+                .collect(),
+        );
+        for n in [0, 1, 500, 999] {
+            let found = many.of_call("same", n).map(|e| e.tool_name.clone());
+            assert_eq!(found, Some((3 * n).to_string()));
+        }
+        assert!(many.of_call("same", 1000).is_none());
+        assert_eq!(
+            many.of_call("other4", 0).map(|e| e.tool_name.as_str()),
+            Some("other")
+        );
         assert_eq!(effects.len(), 4);
         assert_eq!(effects.outcomes()[2].tool_name, "third");
         assert!(Effects::default().is_empty());
