@@ -21,4 +21,4 @@ pub use fact::{
 pub use log_event::LogEvent;
 pub use model_request::{request_start, ModelRequestRecord};
 pub use run_state::{RunMeta, RunState};
-pub use schema::{MIGRATED_SCHEMA, MODEL_REQUESTS_SCHEMA, SCHEMA_VERSION};
+pub use schema::{MIGRATED_SCHEMA, MODEL_REQUESTS_SCHEMA, RUN_KEYED_SCHEMA, SCHEMA_VERSION};

@@ -120,11 +120,8 @@ fn run_key_range(key: RunKey) -> (Vec<u8>, Vec<u8>) {
 }
 
 /// Column families keyed by run id.
-const BY_RUN_ID: [Cf; 8] = [
+const BY_RUN_ID: [Cf; 5] = [
     Cf::Runs,
-    Cf::Events,
-    Cf::Effects,
-    Cf::Facts,
     Cf::RunMeta,
     Cf::RunState,
     Cf::RunKeys,
@@ -132,7 +129,15 @@ const BY_RUN_ID: [Cf; 8] = [
 ];
 
 /// Column families keyed by run key.
-const BY_RUN_KEY: [Cf; 4] = [Cf::Messages, Cf::History, Cf::Snapshots, Cf::ModelRequests];
+pub(super) const BY_RUN_KEY: [Cf; 7] = [
+    Cf::Facts,
+    Cf::Events,
+    Cf::Effects,
+    Cf::Messages,
+    Cf::History,
+    Cf::Snapshots,
+    Cf::ModelRequests,
+];
 
 impl Store {
     /// The deletion in progress for a run, if any.
@@ -456,7 +461,16 @@ impl WriteBatch<'_> {
         budget: usize,
     ) -> Result<(usize, Option<Vec<u8>>), StoreError> {
         let store = self.store;
-        let prefix = keys::run_prefix(&d.run_id);
+        // A deletion begun before the run's facts were keyed by run key (schema 6) has none
+        // recorded: the key its facts were given since is the run's.
+        let run = match d.run_key {
+            Some(key) => RunKey::of(key),
+            None => match store.run_key(&d.run_id)? {
+                Some(key) => key,
+                None => return Ok((0, None)),
+            },
+        };
+        let prefix = run.0;
         let from = Self::resume_at(d, &prefix);
         let mut found: Vec<(Vec<u8>, Option<StoredFact>)> = Vec::new();
         store.scan(cf::FACTS, &prefix, &from, |k, v| {

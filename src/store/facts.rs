@@ -21,19 +21,23 @@ pub(crate) const FACT_RUNS_HAVE_META: &[u8] = b"fact_runs_have_meta";
 const META_BATCH: usize = 1_000;
 
 impl Store {
-    /// A run's records in a per-run column family, decoded as `T` (for readers that need only
-    /// some of a record's fields: serde skips the others without building them).
+    /// A run's records in a column family keyed by run key (facts, step events, ledger
+    /// entries), decoded as `T` (for readers that need only some of a record's fields: serde
+    /// skips the others without building them). None for a run without a key.
     pub fn run_records<T: DeserializeOwned>(
         &self,
         cf: Cf,
         run_id: &str,
     ) -> Result<Vec<T>, StoreError> {
-        self.scan_json(cf, &keys::run_prefix(run_id))
+        match self.run_key(run_id)? {
+            Some(run) => self.scan_json(cf, &run.0),
+            None => Ok(Vec::new()),
+        }
     }
 
     /// A run's span facts as stored (histories by reference), in span id order.
     pub fn stored_facts(&self, run_id: &str) -> Result<Vec<StoredFact>, StoreError> {
-        self.scan_json(cf::FACTS, &keys::run_prefix(run_id))
+        self.run_records(cf::FACTS, run_id)
     }
 
     /// One stored fact of a run.
@@ -42,7 +46,10 @@ impl Store {
         run_id: &str,
         span_id: &str,
     ) -> Result<Option<StoredFact>, StoreError> {
-        self.get_json(cf::FACTS, &keys::run_child(run_id, span_id))
+        match self.run_key(run_id)? {
+            Some(run) => self.get_json(cf::FACTS, &keys::fact_key(run, span_id)),
+            None => Ok(None),
+        }
     }
 
     /// A run's span facts with their histories resolved, in span id order (reads every fact,

@@ -1,7 +1,9 @@
 //! Key layout. Keys are byte strings ordered so that a run's records, and runs in start order,
 //! are prefix scans. Run ids are hex and `-`, so `\0` separates components. The column families
-//! that grow with a run's history (messages, history nodes, snapshots) key a run by its short
-//! [`RunKey`] instead of its id, with binary hashes after it.
+//! that grow with a run's history (facts, step events, ledger entries, messages, history nodes,
+//! snapshots, model-request records) key a run by its short [`RunKey`] instead of its id, with
+//! the record's own part after it: their keys grow from run to run, so what a flush writes
+//! seldom overlaps what is stored and compaction moves it down instead of rewriting it.
 
 pub use super::column::Cf;
 use crate::domain::{MessageHash, NodeId, Run, MESSAGE_HASH_BYTES, NODE_ID_BYTES};
@@ -57,8 +59,8 @@ pub mod cf {
 }
 
 /// A run's short key in the column families that grow with its history: a number the store gives
-/// the run when it first writes one of its messages, nodes or snapshots (never reused), so those
-/// keys carry 8 bytes instead of the run id's 49.
+/// the run when it first writes one of its facts, events, ledger entries, messages, nodes or
+/// snapshots (never reused), so those keys carry 8 bytes instead of the run id's 49.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct RunKey(pub [u8; 8]);
 
@@ -106,7 +108,28 @@ pub fn model_request_key(run: RunKey, start_ns: u64, span_id: &str) -> Vec<u8> {
     k
 }
 
-/// `run_id \0`: the prefix of all of a run's records in a per-run column family.
+/// `run key` `n(be32)`: a step event or a ledger entry.
+pub fn run_key_seq(run: RunKey, n: u32) -> Vec<u8> {
+    let mut k = Vec::with_capacity(12);
+    k.extend_from_slice(&run.0);
+    k.extend_from_slice(&n.to_be_bytes());
+    k
+}
+
+/// `run key` `span id`: a span fact.
+pub fn fact_key(run: RunKey, span_id: &str) -> Vec<u8> {
+    let mut k = Vec::with_capacity(8 + span_id.len());
+    k.extend_from_slice(&run.0);
+    k.extend_from_slice(span_id.as_bytes());
+    k
+}
+
+/// Column families whose records schema 6 and earlier keyed by run id (`run_id \0 …`), and
+/// later ones by run key.
+pub const REKEYED_CFS: [Cf; 3] = [Cf::Facts, Cf::Events, Cf::Effects];
+
+/// `run_id \0`: the prefix of all of a run's records in a column family keyed by run id (the
+/// run state's call counts; the facts, events and ledger entries of schema 6 and earlier).
 pub fn run_prefix(run_id: &str) -> Vec<u8> {
     let mut k = run_id.as_bytes().to_vec();
     k.push(0);

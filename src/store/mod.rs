@@ -37,6 +37,9 @@ pub mod open_files;
 mod outbox;
 mod readback;
 mod recent_requests;
+mod rekey;
+#[cfg(test)]
+pub(crate) use rekey::key_by_run_id;
 mod resolved;
 mod rocks;
 mod run_key_cache;

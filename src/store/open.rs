@@ -1,5 +1,6 @@
 //! Opening a store: on RocksDB in a directory ([`Store::open`]) or in memory
-//! ([`Store::in_memory`]), with the schema check, and the migration of a schema-3 database.
+//! ([`Store::in_memory`]), with the schema check, and the migration of a database of schema 3
+//! to 6.
 
 use std::path::Path;
 use std::sync::atomic::Ordering;
@@ -10,7 +11,7 @@ use super::error::StoreError;
 use super::kv::{KvBatch, KvStore};
 use super::memory::MemoryKv;
 use super::rocks::RocksKv;
-use crate::records::{MIGRATED_SCHEMA, MODEL_REQUESTS_SCHEMA, SCHEMA_VERSION};
+use crate::records::{MIGRATED_SCHEMA, MODEL_REQUESTS_SCHEMA, RUN_KEYED_SCHEMA, SCHEMA_VERSION};
 
 /// Where the schema version is kept ([`Cf::Meta`], decimal text).
 pub(super) const SCHEMA_KEY: &[u8] = b"schema_version";
@@ -48,22 +49,26 @@ impl Store {
         store
             .next_run_key
             .store(store.stored_next_run_key()?, Ordering::SeqCst);
-        let finish = (SCHEMA_KEY, SCHEMA_VERSION.to_string().into_bytes());
-        match migrate {
-            Some(found) if found < MODEL_REQUESTS_SCHEMA => {
-                store.migrate_model_requests((finish.0, &finish.1))?;
+        // Stores written before every run with a fact had a meta get the missing metas once
+        // (reading the facts' keys of schema 6 and earlier, so before they are moved).
+        store.give_fact_runs_meta()?;
+        if let Some(found) = migrate {
+            // Each step ends by raising the version past it, so an interrupted migration
+            // resumes at the step it stopped in.
+            let version = |v: u32| v.to_string().into_bytes();
+            if found < MODEL_REQUESTS_SCHEMA {
+                let before_rekey = version(RUN_KEYED_SCHEMA - 1);
+                store.migrate_model_requests((SCHEMA_KEY, &before_rekey))?;
             }
-            Some(_) => {
-                let mut batch = KvBatch::default();
-                batch.put(Cf::Meta, finish.0, finish.1);
-                store.kv.write(batch, true)?;
+            if found < RUN_KEYED_SCHEMA {
+                store.rekey_run_records()?;
             }
-            None => {}
+            let mut batch = KvBatch::default();
+            batch.put(Cf::Meta, SCHEMA_KEY, version(SCHEMA_VERSION));
+            store.kv.write(batch, true)?;
         }
         // Stores written before the media index existed are indexed once.
         store.index_media_refs()?;
-        // Stores written before every run with a fact had a meta get the missing metas once.
-        store.give_fact_runs_meta()?;
         Ok(store)
     }
 }
@@ -156,9 +161,18 @@ mod tests {
         let mut batch = store.batch();
         batch.put_event("r-1", 1, &event(1)).unwrap();
         store.commit(batch).unwrap();
+        // The JSON event moved under the run's key, the new one is put there too.
+        let run = store.run_key("r-1").unwrap().unwrap();
+        assert_eq!(
+            store
+                .kv()
+                .get(cf::EVENTS, &keys::run_seq("r-1", 0))
+                .unwrap(),
+            None
+        );
         let stored = store
             .kv()
-            .get(cf::EVENTS, &keys::run_seq("r-1", 1))
+            .get(cf::EVENTS, &keys::run_key_seq(run, 1))
             .unwrap();
         assert_ne!(stored.and_then(|v| v.first().copied()), Some(b'{'));
         // The JSON event reads as it was (its nanoseconds were never stored), the new one whole.

@@ -91,22 +91,26 @@ pub const FILTERED_CFS: [Cf; 5] = [Cf::Runs, Cf::RunMeta, Cf::RunKeys, Cf::Alias
 /// files a flush writes seldom overlap the ones before and are moved down whole, not rewritten,
 /// so they are compressed when flushed. The others (keyed by run id or trace id) have their
 /// flushed files merged by compaction, which compresses what it writes: they are flushed
-/// uncompressed.
-pub const APPEND_ONLY_CFS: [Cf; 4] = [Cf::Messages, Cf::History, Cf::Snapshots, Cf::ModelRequests];
-
-/// Column families keyed by a run id or a trace id, whose flushed files compaction merges and
-/// that cost it the most CPU: facts, effects, events, the lineage index and span runs (3.7 of
-/// its 4.3 s of CPU per 20 s of agent load; examples/README.md, "Level-0 compactions that wait
-/// for eight files"). Their keys are spread over the whole key space, so each flushed file
-/// overlaps all of the level below, and each compaction out of level 0 writes that level
-/// again: it waits for [`MERGED_L0_TRIGGER`] flushed files, not RocksDB's 4.
-pub const MERGED_CFS: [Cf; 5] = [
+/// uncompressed. Facts, events and ledger entries joined these in schema 7: at steady state
+/// (10,000 agent runs) 13 % more agent spans per CPU-second, and 10 % fewer table bytes
+/// (examples/README.md, "Facts, events and ledger entries under the run key").
+pub const APPEND_ONLY_CFS: [Cf; 7] = [
     Cf::Facts,
     Cf::Effects,
     Cf::Events,
-    Cf::Lineage,
-    Cf::SpanRuns,
+    Cf::Messages,
+    Cf::History,
+    Cf::Snapshots,
+    Cf::ModelRequests,
 ];
+
+/// Column families keyed by a run id or a trace id, whose flushed files compaction merges: the
+/// lineage index and span runs (with the facts, effects and events keyed by run id before
+/// schema 7, 3.7 of compaction's 4.3 s of CPU per 20 s of agent load; examples/README.md,
+/// "Level-0 compactions that wait for eight files"). Their keys are spread over the whole key space, so each flushed file
+/// overlaps all of the level below, and each compaction out of level 0 writes that level
+/// again: it waits for [`MERGED_L0_TRIGGER`] flushed files, not RocksDB's 4.
+pub const MERGED_CFS: [Cf; 2] = [Cf::Lineage, Cf::SpanRuns];
 /// Level-0 files of a column family in [`MERGED_CFS`] that start a compaction: twice as many
 /// flushed bytes per rewrite of the level below. RocksDB slows writes at 20 and stops them at
 /// 36, as for the others.
@@ -679,13 +683,13 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let kv = RocksKv::open(dir.path()).unwrap();
         // 2 MiB of text that compresses well, in a column family whose flushed files are merged
-        // by compaction (facts), in one whose files are moved down whole (messages), and in the
+        // by compaction (span runs), in one whose files are moved down whole (messages), and in the
         // outbox. Two flushes, of the even keys then the odd ones: the files overlap, as those
         // of run ids do, so compaction merges them (a lone file would be moved down whole, as
         // it is).
         let value = b"{\"role\":\"user\",\"content\":\"the same words again\"}".repeat(64);
         let keys = (2 << 20) / value.len();
-        let cfs = [Cf::Facts, Cf::Messages, Cf::Outbox];
+        let cfs = [Cf::SpanRuns, Cf::Messages, Cf::Outbox];
         for odd in [0, 1] {
             let mut batch = KvBatch::default();
             for n in (odd..keys as u64).step_by(2) {
@@ -698,15 +702,21 @@ mod tests {
         }
         let raw = (keys * value.len()) as u64;
         let on_disk = || cfs.map(|cf| kv.live_bytes(cf));
-        // Flushed: facts as they are (compaction compresses them), messages compressed, the
+        // Flushed: span runs as they are (compaction compresses them), messages compressed, the
         // outbox as it is.
-        let [facts, messages, outbox] = on_disk();
-        assert!(facts >= raw, "facts {facts} bytes on disk for {raw}");
+        let [span_runs, messages, outbox] = on_disk();
+        assert!(
+            span_runs >= raw,
+            "span runs {span_runs} bytes on disk for {raw}"
+        );
         assert!(messages < raw / 4, "messages {messages} bytes for {raw}");
         assert!(outbox >= raw, "outbox {outbox} bytes on disk for {raw}");
         kv.compact().unwrap();
-        let [facts, messages, outbox] = on_disk();
-        assert!(facts < raw / 4, "facts {facts} bytes once compacted");
+        let [span_runs, messages, outbox] = on_disk();
+        assert!(
+            span_runs < raw / 4,
+            "span runs {span_runs} bytes once compacted"
+        );
         assert!(
             messages < raw / 4,
             "messages {messages} bytes once compacted"
@@ -783,12 +793,12 @@ mod tests {
         flush(7);
         settled();
         assert!(
-            level_0(Cf::Facts) < 8,
-            "facts: {} level-0 files",
-            level_0(Cf::Facts)
+            level_0(Cf::SpanRuns) < 8,
+            "span runs: {} level-0 files",
+            level_0(Cf::SpanRuns)
         );
         assert_eq!(
-            kv.get(Cf::Facts, &7u64.to_be_bytes()).unwrap(),
+            kv.get(Cf::SpanRuns, &7u64.to_be_bytes()).unwrap(),
             Some(vec![7; 100])
         );
     }

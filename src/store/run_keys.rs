@@ -2,7 +2,7 @@
 //! grow with a run's history (see [`RunKey`]).
 //!
 //! A run gets its key from the single writer, in the batch that first writes one of its
-//! messages, nodes or snapshots; the mapping (`run_keys`) and the next free number (in `default`)
+//! facts, events, ledger entries, messages, nodes or snapshots; the mapping (`run_keys`) and the next free number (in `default`)
 //! are committed with that batch. Committed mappings are cached in memory; a batch's new ones
 //! join the cache only once the batch is committed, so a failed commit leaves no mapping behind
 //! (its numbers are skipped, never reused).
@@ -78,8 +78,8 @@ impl WriteBatch<'_> {
         self.run_keys.assigned.contains_key(run_id)
     }
 
-    /// Deletes a run's messages, history nodes, snapshots and model-request records, and its key
-    /// (a merged run).
+    /// Deletes a run's facts, step events, ledger entries, messages, history nodes, snapshots and
+    /// model-request records, and its key (a merged run, a deleted one).
     pub fn delete_run_history(&mut self, run_id: &str) -> Result<(), StoreError> {
         let key = match self.run_keys.assigned.remove(run_id) {
             Some(key) => Some(key),
@@ -89,7 +89,7 @@ impl WriteBatch<'_> {
         if let Some(key) = key {
             // A range, not the keys found on disk: it also covers what this batch put before.
             let end = RunKey::of(key.number().saturating_add(1));
-            for name in [cf::MESSAGES, cf::HISTORY, cf::SNAPSHOTS, cf::MODEL_REQUESTS] {
+            for name in super::deletion::BY_RUN_KEY {
                 self.delete_range(name, &key.0, &end.0);
             }
         }

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use super::activity::WrittenRun;
 use super::changes::{ChangeMark, Changed};
-use super::core::{decode, lock_cache, Store};
+use super::core::{decode, lock_cache, Store, WriteBatch};
 use super::damage;
 use super::error::StoreError;
 use super::keys::{self, cf, RunFilter};
@@ -113,7 +113,7 @@ impl Store {
 
     /// A run's tool-effect ledger.
     pub fn effects(&self, run_id: &str) -> Result<Vec<ToolEffect>, StoreError> {
-        self.scan_json(cf::EFFECTS, &keys::run_prefix(run_id))
+        self.run_records(cf::EFFECTS, run_id)
     }
 
     /// A run's tool-effect ledger as a continuation reads it: how each entry ended, in request
@@ -142,7 +142,11 @@ impl Store {
     /// What commits after `mark` changed of the run's ledger: from which entry (its position,
     /// from 0) entries were put or deleted.
     pub fn ledger_changes(&self, run_id: &str, mark: ChangeMark) -> Changed<u32> {
-        let prefix = keys::run_prefix(run_id);
+        // A run without a key has no ledger; a key that cannot be read tells nothing.
+        let Ok(Some(run)) = self.run_key(run_id) else {
+            return Changed::Unknown;
+        };
+        let prefix = run.0;
         match lock_cache(&self.changes).since(cf::EFFECTS, &prefix, mark) {
             Changed::From(key) => key
                 .get(prefix.len()..)
@@ -163,9 +167,11 @@ impl Store {
         from: u32,
         mut known: impl FnMut(&[u8]) -> Option<EffectOutcome>,
     ) -> Result<(Vec<EffectOutcome>, Vec<ToolEffect>), StoreError> {
-        let prefix = keys::run_prefix(run_id);
-        let start = keys::run_seq(run_id, from);
         let (mut outcomes, mut unresolved) = (Vec::new(), Vec::new());
+        let Some(run) = self.run_key(run_id)? else {
+            return Ok((outcomes, unresolved));
+        };
+        let (prefix, start) = (run.0, keys::run_key_seq(run, from));
         self.scan(cf::EFFECTS, &prefix, &start, |_, v| {
             let outcome: EffectOutcome = match known(v).or_else(|| effect_outcome::read(v)) {
                 Some(outcome) => outcome,
@@ -208,5 +214,18 @@ impl Store {
     /// old; a run written again later is given again (see [`super::activity`]).
     pub fn take_quiet_runs(&self, quiet: Duration) -> Vec<WrittenRun> {
         lock_cache(&self.recent).take_quiet(quiet)
+    }
+}
+
+impl WriteBatch<'_> {
+    /// Puts a run's ledger entry at position `seq`.
+    pub fn put_effect(
+        &mut self,
+        run_id: &str,
+        seq: u32,
+        effect: &ToolEffect,
+    ) -> Result<(), StoreError> {
+        let key = keys::run_key_seq(self.run_key(run_id)?, seq);
+        self.put_json(cf::EFFECTS, &key, effect)
     }
 }

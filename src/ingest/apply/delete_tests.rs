@@ -95,7 +95,13 @@ fn mentions(cf: Cf, key: &[u8], value: &[u8], run: &str, run_key: Option<RunKey>
     let id = run.as_bytes();
     let has = |bytes: &[u8]| bytes.windows(id.len()).any(|w| w == id);
     let keyed = run_key.is_some_and(|k| match cf {
-        Cf::Messages | Cf::History | Cf::Snapshots | Cf::ModelRequests => key.starts_with(&k.0),
+        Cf::Facts
+        | Cf::Events
+        | Cf::Effects
+        | Cf::Messages
+        | Cf::History
+        | Cf::Snapshots
+        | Cf::ModelRequests => key.starts_with(&k.0),
         Cf::MediaRefs => key.get(32..40) == Some(&k.0[..]),
         _ => false,
     });

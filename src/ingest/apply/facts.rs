@@ -163,7 +163,8 @@ fn write_fact_with(
     chains: &FactChains,
     bodies: Bodies<'_>,
 ) -> Result<(), StoreError> {
-    batch.put_json(cf::FACTS, &keys::run_child(run_id, &fact.span_id), stored)?;
+    let key = keys::fact_key(batch.run_key(run_id)?, &fact.span_id);
+    batch.put_json(cf::FACTS, &key, stored)?;
     batch.note_fact(run_id, previous_start, stored)?;
     // Messages before the first new node of a history are stored already (a node is written
     // with its message); the others may be new.

@@ -179,12 +179,9 @@ pub(super) fn merge_run(
         }
     }
 
-    // Forget the orphan run.
-    let prefix = keys::run_prefix(from);
-    for name in [cf::FACTS, cf::EVENTS, cf::EFFECTS, cf::RUN_STATE] {
-        for key in store.keys_with_prefix(name, &prefix)? {
-            batch.delete(name, &key)?;
-        }
+    // Forget the orphan run: its call counts, and everything under its run key.
+    for key in store.keys_with_prefix(cf::RUN_STATE, &keys::run_prefix(from))? {
+        batch.delete(cf::RUN_STATE, &key)?;
     }
     batch.delete_run_history(from)?;
     if let Some(old) = &orphan.old {

@@ -111,7 +111,7 @@ pub(super) fn write_run(
         run_id,
         &derived.effects,
         old.map_or(0, |r| r.tool_call_count),
-        |batch, seq, effect| batch.put_json(cf::EFFECTS, &keys::run_seq(run_id, seq), effect),
+        |batch, seq, effect| batch.put_effect(run_id, seq, effect),
     )?;
     for s in &derived.snapshots {
         batch.put_snapshot(run_id, s)?;
@@ -240,7 +240,7 @@ fn try_append(
         batch.put_event(run_id, e.seq, e)?;
     }
     for (index, effect) in &a.effects {
-        batch.put_json(cf::EFFECTS, &keys::run_seq(run_id, *index), effect)?;
+        batch.put_effect(run_id, *index, effect)?;
     }
     for s in &a.snapshots {
         batch.put_snapshot(run_id, s)?;
@@ -292,7 +292,7 @@ fn rewrite_seq<T>(
         put(batch, n as u32, item)?;
     }
     for n in items.len() as u32..old_len {
-        batch.delete(cf_name, &keys::run_seq(run_id, n))?;
+        batch.delete_at(cf_name, run_id, n)?;
     }
     Ok(())
 }

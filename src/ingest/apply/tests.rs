@@ -98,6 +98,46 @@ fn everything(store: &Store) -> Everything {
 }
 
 #[test]
+fn a_schema_6_store_has_its_records_moved_under_run_keys_and_reads_and_ingests_as_before() {
+    let dir = tempfile::tempdir().unwrap();
+    let all = spans();
+    let (first, last) = all.split_at(4);
+    let (before, facts) = {
+        let store = Store::open(dir.path(), false).unwrap();
+        apply_group(&store, &[spans_work(interpreted(first))], 1).unwrap();
+        let facts = store.facts(&outer_id()).unwrap();
+        assert!(!facts.is_empty());
+        (everything(&store), facts)
+    };
+    assert!(before
+        .iter()
+        .any(|(_, events, effects, _)| { !events.is_empty() && !effects.is_empty() }));
+    crate::store::key_by_run_id(dir.path());
+    let store = Store::open(dir.path(), false).unwrap();
+    assert_eq!(everything(&store), before);
+    assert_eq!(store.facts(&outer_id()).unwrap(), facts);
+    assert!(store.check_readable().unwrap().is_empty());
+    // Nothing is left under a run id: every key starts with a run key.
+    for cf_name in crate::store::keys::REKEYED_CFS {
+        let keys = store.keys_with_prefix(cf_name, b"").unwrap();
+        assert!(!keys.is_empty(), "{cf_name}");
+        for key in keys {
+            assert_eq!(key.first(), Some(&0), "{cf_name} {key:?}");
+        }
+    }
+    // The rest of the runs arrives after the migration: as if it had all arrived on one build.
+    apply_group(&store, &[spans_work(interpreted(last))], 2).unwrap();
+    let reference = Store::in_memory();
+    apply_group(&reference, &[spans_work(interpreted(first))], 1).unwrap();
+    apply_group(&reference, &[spans_work(interpreted(last))], 2).unwrap();
+    assert_eq!(everything(&store), everything(&reference));
+    assert_eq!(
+        store.facts(&outer_id()).unwrap(),
+        reference.facts(&outer_id()).unwrap()
+    );
+}
+
+#[test]
 fn strands_children_reach_the_run_through_cycles_in_any_order() {
     let all = crate::test_fixtures::strands_scenario();
     let mut reference: Option<Everything> = None;
@@ -121,21 +161,21 @@ fn strands_children_reach_the_run_through_cycles_in_any_order() {
         assert_eq!(run.model_request_count, 2);
         assert_eq!(got[0].2.len(), 1);
         assert_eq!(got[0].2[0].status, EffectStatus::Completed, "{order:?}");
-        for cf_name in [cf::FACTS, cf::EVENTS] {
-            for key in store.keys_with_prefix(cf_name, b"").unwrap() {
-                assert!(
-                    key.starts_with(run_id(1).as_bytes()),
-                    "left-over {cf_name} key"
-                );
-            }
-        }
-        // The merged runs' histories went with them: what is left is the run's.
+        // The merged runs' records went with them: what is left is the run's.
         let run_key = store.run_key(&run_id(1)).unwrap().unwrap();
         assert_eq!(
             store.keys_with_prefix(cf::RUN_KEYS, b"").unwrap(),
             vec![run_id(1).into_bytes()]
         );
-        for cf_name in [cf::MESSAGES, cf::HISTORY, cf::SNAPSHOTS, cf::MODEL_REQUESTS] {
+        for cf_name in [
+            cf::FACTS,
+            cf::EVENTS,
+            cf::EFFECTS,
+            cf::MESSAGES,
+            cf::HISTORY,
+            cf::SNAPSHOTS,
+            cf::MODEL_REQUESTS,
+        ] {
             for key in store.keys_with_prefix(cf_name, b"").unwrap() {
                 assert!(key.starts_with(&run_key.0), "left-over {cf_name} key");
             }
