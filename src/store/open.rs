@@ -61,7 +61,15 @@ impl Store {
                 store.migrate_model_requests((SCHEMA_KEY, &before_rekey))?;
             }
             if found < RUN_KEYED_SCHEMA {
-                store.rekey_run_records()?;
+                let started = std::time::Instant::now();
+                let moved = store.rekey_run_records()?;
+                tracing::info!(
+                    storage = place,
+                    from_schema = found,
+                    records = moved,
+                    seconds = started.elapsed().as_secs_f64(),
+                    "facts, step events and ledger entries moved under run keys"
+                );
             }
             let mut batch = KvBatch::default();
             batch.put(Cf::Meta, SCHEMA_KEY, version(SCHEMA_VERSION));
