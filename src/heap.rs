@@ -1,6 +1,12 @@
 //! The process's allocator: mimalloc, and, built with the `count-allocations` feature, a count
 //! of the bytes allocated and not yet freed (for benchmarks that measure what a request holds,
 //! e.g. `examples/interp_bench`; the count costs an atomic add per call, so it is off by default).
+//!
+//! mimalloc is built without asking for transparent huge pages (`libmimalloc-sys`'s `no_thp`):
+//! by default it advises the kernel to back its memory with 2 MiB pages, and the first touch of
+//! such a page zeroes all of it at once. A continuation's next-step read that needed fresh memory
+//! then spent 3.4 ms of its 6.2 ms zeroing a huge page, and the next-step p99 of some format went
+//! past 5 ms in every run (examples/README.md, "Memory zeroed 2 MiB at a time").
 
 use std::alloc::{GlobalAlloc, Layout};
 use std::ffi::c_void;
