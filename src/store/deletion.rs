@@ -461,8 +461,8 @@ impl WriteBatch<'_> {
         budget: usize,
     ) -> Result<(usize, Option<Vec<u8>>), StoreError> {
         let store = self.store;
-        // A deletion begun before the run's facts were keyed by run key (schema 6) has none
-        // recorded: the key its facts were given since is the run's.
+        // A deletion begun by a build of schema 6 or earlier may have no key recorded: the key
+        // the run's facts were moved under on opening is the run's.
         let run = match d.run_key {
             Some(key) => RunKey::of(key),
             None => match store.run_key(&d.run_id)? {

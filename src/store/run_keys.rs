@@ -1,9 +1,9 @@
 //! Run keys: the short number that stands for a run id in the keys of the column families that
 //! grow with a run's history (see [`RunKey`]).
 //!
-//! A run gets its key from the single writer, in the batch that first writes one of its
-//! facts, events, ledger entries, messages, nodes or snapshots; the mapping (`run_keys`) and the next free number (in `default`)
-//! are committed with that batch. Committed mappings are cached in memory; a batch's new ones
+//! A run gets its key from the single writer, in the batch that first writes one of its facts,
+//! events, ledger entries, messages, nodes or snapshots; the mapping (`run_keys`) and the next
+//! free number (in `default`) are committed with that batch. Committed mappings are cached in memory; a batch's new ones
 //! join the cache only once the batch is committed, so a failed commit leaves no mapping behind
 //! (its numbers are skipped, never reused).
 
