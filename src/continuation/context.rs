@@ -131,6 +131,12 @@ impl Provenance {
         run_id: &str,
         prior: Option<&Provenance>,
     ) -> Result<Provenance, StoreError> {
+        let prior = prior.map(|p| {
+            Arc::new(Provenance {
+                stored: p.stored.clone(),
+                ..p.copied()
+            })
+        });
         Self::read_after_from(store, run_id, prior, None)
     }
 
@@ -138,17 +144,19 @@ impl Provenance {
     /// prior itself when no record changed since (and no input chain of it was broken), else
     /// [`Provenance::read_after`] reading only the records from the first one changed since on
     /// (see [`Store::model_request_changes`]).
+    ///
+    /// A prior no one else holds is extended in place; a shared one is copied first.
     fn read_since(
         store: &Store,
         run_id: &str,
-        prior: Option<(&Arc<Provenance>, ChangeMark)>,
+        prior: Option<(Arc<Provenance>, ChangeMark)>,
     ) -> Result<Arc<Provenance>, StoreError> {
         let Some((prior, mark)) = prior else {
             return Ok(Arc::new(Self::read_after(store, run_id, None)?));
         };
         let from = match store.model_request_changes(run_id, mark)? {
             // A broken prior waits on a history node, not a record: it is read anew.
-            Changed::Nothing if !prior.broken => return Ok(prior.clone()),
+            Changed::Nothing if !prior.broken => return Ok(prior),
             Changed::Nothing => None,
             Changed::From(from) => Some(from),
             Changed::Unknown => None,
@@ -174,10 +182,11 @@ impl Provenance {
     fn read_after_from(
         store: &Store,
         run_id: &str,
-        prior: Option<&Provenance>,
+        prior: Option<Arc<Provenance>>,
         from: Option<(usize, u64, &str)>,
     ) -> Result<Provenance, StoreError> {
-        let prior = prior.filter(|p| !p.broken && p.stored.len() == p.models.len());
+        let owned = prior.filter(|p| !p.broken && p.stored.len() == p.models.len());
+        let prior = owned.as_deref();
         // Records before the first changed ones are the prior's (a `from` without a prior to
         // take them from reads everything).
         let from = from.filter(|(held, _, _)| prior.is_some_and(|p| *held <= p.stored.len()));
@@ -205,20 +214,20 @@ impl Provenance {
             }
             Ok(true)
         })?;
-        if let Some(p) = prior.filter(|p| extends && stored.len() >= p.stored.len()) {
+        if let Some(p) = owned.filter(|p| extends && stored.len() >= p.stored.len()) {
             let nodes = Nodes::Each {
                 store,
                 run_id,
                 left: EXTEND_NODES,
             };
-            let base = Provenance {
-                models: p.models.clone(),
-                sent_at: p.sent_at.clone(),
-                produced_by: p.produced_by.clone(),
-                stored: Vec::new(),
-                seen: p.seen.clone(),
-                broken: false,
-            };
+            // Taken whole when no one else holds it: a next step then adds its records without
+            // copying the run's (1,000 records and their indexes at step 1,000).
+            let base = Arc::try_unwrap(p)
+                .map(|mut p| {
+                    p.stored = Vec::new();
+                    p
+                })
+                .unwrap_or_else(|shared| shared.copied());
             if let Some(mut extended) = base.extend(nodes, added)? {
                 extended.stored = stored;
                 return Ok(extended);
@@ -235,6 +244,19 @@ impl Provenance {
             provenance.stored = stored;
         }
         Ok(provenance)
+    }
+
+    /// A copy of what the index holds, without the records' fingerprints (a shared prior, before
+    /// it is extended).
+    fn copied(&self) -> Provenance {
+        Provenance {
+            models: self.models.clone(),
+            sent_at: self.sent_at.clone(),
+            produced_by: self.produced_by.clone(),
+            stored: Vec::new(),
+            seen: self.seen.clone(),
+            broken: self.broken,
+        }
     }
 
     /// Indexes a run's model requests, given in start order (ties by span id).
@@ -582,10 +604,12 @@ impl ContextCache {
         provenance: bool,
     ) -> Result<RunContext, StoreError> {
         let cached = self.lookup(run_id, revision);
-        // The context read at an earlier revision, if any: only what changed since is read.
-        let prior = match &cached {
+        // The context read at an earlier revision, if any, taken out of the cache (the one read
+        // now replaces it): only what changed since is read, and a provenance no one else holds
+        // is extended in place. Should the read fail, the next one reads everything.
+        let mut prior = match &cached {
             Some(_) => None,
-            None => self.prior(run_id),
+            None => self.take_prior(run_id),
         };
         // Taken before anything is read: what commits after it change is read again next time.
         let mark = store.change_mark();
@@ -600,8 +624,8 @@ impl ContextCache {
             (_, Some(p)) => Some(p),
             (true, None) => {
                 let held = prior
-                    .as_ref()
-                    .and_then(|p| p.provenance.as_ref().map(|prov| (prov, p.mark)));
+                    .as_mut()
+                    .and_then(|p| p.provenance.take().map(|prov| (prov, p.mark)));
                 Some(Provenance::read_since(store, run_id, held)?)
             }
             (false, None) => None,
@@ -632,10 +656,10 @@ impl ContextCache {
             .unwrap_or(false)
     }
 
-    /// The context last read for `run_id`, at whatever revision.
-    fn prior(&self, run_id: &str) -> Option<RunContext> {
-        let entries = self.entries.lock().ok()?;
-        entries.peek(run_id).map(|entry| entry.context.clone())
+    /// The context last read for `run_id`, at whatever revision, taken out of the cache.
+    fn take_prior(&self, run_id: &str) -> Option<RunContext> {
+        let taken = self.entries.lock().ok()?.remove(run_id);
+        taken.map(|(_, entry)| entry.context)
     }
 
     fn lookup(&self, run_id: &str, revision: u64) -> Option<RunContext> {
@@ -1084,7 +1108,7 @@ mod tests {
         assert!(Arc::ptr_eq(&again.effects, &next.effects));
         // Past what the store remembers (another store's mark here), every entry is read again:
         // the planted one, its fingerprint altered, is decoded anew.
-        let mut forgotten = contexts.prior(&run).unwrap();
+        let mut forgotten = contexts.take_prior(&run).unwrap();
         let mut effects = Effects::new(forgotten.effects.outcomes().to_vec());
         effects.stored = forgotten.effects.stored.clone();
         effects.stored[0].0 ^= 1;
@@ -1096,7 +1120,7 @@ mod tests {
         assert_eq!(whole.effects.stored, fresh.effects.stored);
         // A provenance whose input chain was broken waits on a node, not a record: with no
         // record changed since, it is still read anew.
-        let mut held = contexts.prior(&run).unwrap();
+        let mut held = contexts.take_prior(&run).unwrap();
         let p = held.provenance.clone().unwrap();
         let mut models = p.models.clone();
         models[0].model = Some("planted".into());
@@ -1113,6 +1137,31 @@ mod tests {
         let anew = context_now(&store, &contexts, &run).provenance.unwrap();
         assert_eq!(anew.models[0].model.as_deref(), Some("m"));
         assert_eq!(*anew, *fresh.provenance.unwrap());
+    }
+
+    #[test]
+    fn a_provenance_held_elsewhere_is_copied_and_one_only_the_cache_holds_is_extended() {
+        let store = Store::in_memory();
+        let run = run_id(1);
+        let contexts = ContextCache::default();
+        apply(&store, &[agent(), calling(1, "10"), answering(1)]);
+        let first = context_now(&store, &contexts, &run).provenance.unwrap();
+        // Held here too: the next step's read copies it and leaves it as it was.
+        apply(&store, &[calling(2, "20")]);
+        let second = context_now(&store, &contexts, &run).provenance.unwrap();
+        assert_eq!(first.models.len(), 1);
+        assert_eq!(second.models.len(), 2);
+        assert_eq!(first.stored.len(), 1);
+        drop((first, second));
+        // Held by the cache alone: extended in place, and the same as a read from nothing.
+        apply(&store, &[answering(2), calling(3, "30")]);
+        let third = context_now(&store, &contexts, &run).provenance.unwrap();
+        let fresh = context_now(&store, &ContextCache::default(), &run)
+            .provenance
+            .unwrap();
+        assert_eq!(third.models.len(), 3);
+        assert_eq!(*third, *fresh);
+        assert_eq!(third.stored, fresh.stored);
     }
 
     #[test]
