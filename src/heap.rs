@@ -166,6 +166,39 @@ mod tests {
         }
     }
 
+    /// With the kernel's transparent huge pages on request only (`madvise`), touching 64 MiB
+    /// of fresh blocks leaves no huge page: mimalloc does not request them (`no_thp`). Under
+    /// another setting (`always` gives them unasked, `never` never) there is nothing to check.
+    #[test]
+    fn fresh_memory_is_not_backed_by_huge_pages() {
+        let mode = std::fs::read_to_string("/sys/kernel/mm/transparent_hugepage/enabled");
+        if !mode.is_ok_and(|m| m.contains("[madvise]")) {
+            eprintln!("transparent huge pages are not on request here: nothing to check");
+            return;
+        }
+        let heap = Heap;
+        let layout = Layout::from_size_align(4 << 20, 8).expect("layout");
+        // SAFETY: a non-zero size; each block is written within it and freed once.
+        let blocks: Vec<*mut u8> = (0..16)
+            .map(|_| unsafe {
+                let p = heap.alloc(layout);
+                assert!(!p.is_null());
+                p.write_bytes(1, layout.size());
+                p
+            })
+            .collect();
+        let rollup = std::fs::read_to_string("/proc/self/smaps_rollup").expect("smaps_rollup");
+        for p in blocks {
+            // SAFETY: allocated above with `layout`.
+            unsafe { heap.dealloc(p, layout) };
+        }
+        let huge = rollup
+            .lines()
+            .find_map(|l| l.strip_prefix("AnonHugePages:"))
+            .map(|v| v.trim().to_string());
+        assert_eq!(huge.as_deref(), Some("0 kB"), "{rollup}");
+    }
+
     #[test]
     fn plain_calls_serve_only_alignments_their_blocks_have() {
         assert!(plain(1, 1) && plain(8, 8) && plain(24, 8) && plain(48, 16));

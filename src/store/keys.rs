@@ -94,9 +94,7 @@ pub fn node_key(run: RunKey, id: &NodeId) -> Vec<u8> {
 
 /// `run key` `seq(be32)`: a snapshot record.
 pub fn snapshot_key(run: RunKey, seq: u32) -> Vec<u8> {
-    let mut k = run.0.to_vec();
-    k.extend_from_slice(&seq.to_be_bytes());
-    k
+    run_key_seq(run, seq)
 }
 
 /// `run key` `start_ns(be64)` `span id`: a model-request record.
@@ -108,7 +106,7 @@ pub fn model_request_key(run: RunKey, start_ns: u64, span_id: &str) -> Vec<u8> {
     k
 }
 
-/// `run key` `n(be32)`: a step event or a ledger entry.
+/// `run key` `n(be32)`: a step event, a ledger entry or a snapshot record.
 pub fn run_key_seq(run: RunKey, n: u32) -> Vec<u8> {
     let mut k = Vec::with_capacity(12);
     k.extend_from_slice(&run.0);

@@ -92,7 +92,7 @@ pub const FILTERED_CFS: [Cf; 5] = [Cf::Runs, Cf::RunMeta, Cf::RunKeys, Cf::Alias
 /// so they are compressed when flushed. The others (keyed by run id or trace id) have their
 /// flushed files merged by compaction, which compresses what it writes: they are flushed
 /// uncompressed. Facts, events and ledger entries joined these in schema 7: at steady state
-/// (10,000 agent runs) 13 % more agent spans per CPU-second, and 10 % fewer table bytes
+/// (10,000 agent runs) 20 % more agent spans per CPU-second, and 8 % fewer table bytes
 /// (examples/README.md, "Facts, events and ledger entries under the run key").
 pub const APPEND_ONLY_CFS: [Cf; 7] = [
     Cf::Facts,
