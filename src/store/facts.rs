@@ -139,8 +139,11 @@ impl Store {
             loop {
                 let mut run_ids: Vec<Vec<u8>> = Vec::new();
                 self.scan(cf::FACTS, b"", &from, |key, _| {
-                    let end = key.iter().position(|b| *b == 0).unwrap_or(key.len());
-                    let run_id = &key[..end];
+                    // A key without a run id is read by no one: it has no run to give meta.
+                    let Some((run_id, _)) = keys::split_run_id_key(key) else {
+                        return Ok(true);
+                    };
+                    let run_id = run_id.as_bytes();
                     if run_ids.last().map(Vec::as_slice) != Some(run_id) {
                         if run_ids.len() == META_BATCH {
                             return Ok(false);

@@ -126,6 +126,15 @@ pub fn fact_key(run: RunKey, span_id: &str) -> Vec<u8> {
 /// later ones by run key.
 pub const REKEYED_CFS: [Cf; 3] = [Cf::Facts, Cf::Events, Cf::Effects];
 
+/// The run id and the rest of a key made by [`run_prefix`] (`run_id \0 rest`); `None` when the
+/// key has no `\0`, nothing before it, or no UTF-8 there. The one reader of the keys of schema 6
+/// and earlier, for their migrations.
+pub fn split_run_id_key(key: &[u8]) -> Option<(&str, &[u8])> {
+    let sep = key.iter().position(|b| *b == 0)?;
+    let run_id = std::str::from_utf8(&key[..sep]).ok()?;
+    (!run_id.is_empty()).then_some((run_id, &key[sep + 1..]))
+}
+
 /// `run_id \0`: the prefix of all of a run's records in a column family keyed by run id (the
 /// run state's call counts; the facts, events and ledger entries of schema 6 and earlier).
 pub fn run_prefix(run_id: &str) -> Vec<u8> {
@@ -284,6 +293,19 @@ pub fn index_keys(run: &Run) -> Vec<Vec<u8>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_run_id_key_names_its_run_and_a_key_without_one_is_none() {
+        assert_eq!(
+            split_run_id_key(b"t-s\0abc"),
+            Some(("t-s", &b"abc"[..])),
+            "the run id, then the rest"
+        );
+        assert_eq!(split_run_id_key(b"t-s\0"), Some(("t-s", &b""[..])));
+        assert_eq!(split_run_id_key(b"no-separator"), None);
+        assert_eq!(split_run_id_key(b"\0rest"), None);
+        assert_eq!(split_run_id_key(&[0xff, 0xfe, 0]), None, "not UTF-8");
+    }
 
     #[test]
     fn keys_order_by_start_then_span_id() {

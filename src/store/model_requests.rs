@@ -5,7 +5,7 @@
 use super::changes::{ChangeMark, Changed};
 use super::core::{decode as decode_json, lock_cache, Store, WriteBatch};
 use super::error::StoreError;
-use super::keys::{cf, model_request_key, Cf};
+use super::keys::{self, cf, model_request_key, Cf};
 use crate::records::model_request;
 use crate::records::{FactKind, StoredFact};
 
@@ -19,19 +19,14 @@ pub fn decode(bytes: &[u8]) -> Result<ModelRequestRecord, StoreError> {
     model_request::decode(bytes).map_err(|e| StoreError::corrupt(cf::MODEL_REQUESTS, e))
 }
 
-/// The run id of a `facts` key (`run_id \0 span_id`).
+/// The run id of a `facts` key of schema 6 and earlier (`run_id \0 span_id`).
 fn fact_run_id(key: &[u8]) -> Result<&str, StoreError> {
-    let end = key
-        .iter()
-        .position(|b| *b == 0)
+    keys::split_run_id_key(key)
+        .map(|(run_id, _)| run_id)
         .ok_or(StoreError::Corrupt {
             cf: cf::FACTS,
             reason: "fact key without a run id".into(),
-        })?;
-    std::str::from_utf8(&key[..end]).map_err(|_| StoreError::Corrupt {
-        cf: cf::FACTS,
-        reason: "fact key's run id is not UTF-8".into(),
-    })
+        })
 }
 
 impl WriteBatch<'_> {

@@ -39,7 +39,7 @@ impl Store {
                 let full = found.len() == REKEY_BATCH;
                 let mut batch = self.batch();
                 for (key, value) in &found {
-                    let Some((run_id, rest)) = old_key(key) else {
+                    let Some((run_id, rest)) = keys::split_run_id_key(key) else {
                         continue;
                     };
                     let run: RunKey = batch.run_key(run_id)?;
@@ -58,13 +58,6 @@ impl Store {
         }
         Ok(moved)
     }
-}
-
-/// The run id and the rest of a key of schema 6 and earlier (`run_id \0 rest`).
-fn old_key(key: &[u8]) -> Option<(&str, &[u8])> {
-    let sep = key.iter().position(|b| *b == 0)?;
-    let run_id = std::str::from_utf8(&key[..sep]).ok()?;
-    (!run_id.is_empty()).then_some((run_id, &key[sep + 1..]))
 }
 
 /// Puts the facts, step events and ledger entries of the closed RocksDB store in `dir` back
@@ -106,19 +99,6 @@ mod tests {
     use super::*;
     use crate::store::keys::{cf, Cf};
     use crate::store::kv::KvBatch;
-
-    #[test]
-    fn an_old_key_names_its_run_and_a_key_without_one_is_none() {
-        assert_eq!(
-            old_key(b"t-s\0abc"),
-            Some(("t-s", &b"abc"[..])),
-            "the run id, then the rest"
-        );
-        assert_eq!(old_key(b"t-s\0"), Some(("t-s", &b""[..])));
-        assert_eq!(old_key(b"no-separator"), None);
-        assert_eq!(old_key(b"\0rest"), None);
-        assert_eq!(old_key(&[0xff, 0xfe, 0]), None, "not UTF-8");
-    }
 
     #[test]
     fn records_past_a_batch_move_under_one_key_per_run_and_a_rerun_moves_nothing() {
