@@ -1,8 +1,10 @@
 //! Messages in the canonical OTel GenAI shape, content-addressed so each is stored once per run.
 
 use std::borrow::Cow;
+use std::ops::Deref;
+use std::sync::Arc;
 
-use serde::{Deserialize, Serialize};
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 
@@ -134,11 +136,74 @@ pub struct MessageShape {
     /// references clone without allocating).
     pub role: Cow<'static, str>,
     /// Tool-call ids this message opens (tool_call parts).
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub opens: Vec<String>,
+    #[serde(default, skip_serializing_if = "CallIds::is_empty")]
+    pub opens: CallIds,
     /// Tool-call ids this message answers (tool_call_response parts).
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub closes: Vec<String>,
+    #[serde(default, skip_serializing_if = "CallIds::is_empty")]
+    pub closes: CallIds,
+}
+
+/// The tool-call ids of a message's shape, shared: a reference clones (and drops) without
+/// allocating, and a message without ids holds nothing. Reads as a slice of ids; serialised as a
+/// JSON array of strings, as the `Vec<String>` it replaced.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct CallIds(Option<Arc<[String]>>);
+
+impl CallIds {
+    /// True when there are no ids.
+    pub fn is_empty(&self) -> bool {
+        self.0.is_none()
+    }
+}
+
+impl Deref for CallIds {
+    type Target = [String];
+
+    fn deref(&self) -> &[String] {
+        self.0.as_deref().unwrap_or(&[])
+    }
+}
+
+impl From<Vec<String>> for CallIds {
+    fn from(ids: Vec<String>) -> Self {
+        CallIds((!ids.is_empty()).then(|| ids.into()))
+    }
+}
+
+impl FromIterator<String> for CallIds {
+    fn from_iter<I: IntoIterator<Item = String>>(ids: I) -> Self {
+        ids.into_iter().collect::<Vec<_>>().into()
+    }
+}
+
+impl<'a> IntoIterator for &'a CallIds {
+    type Item = &'a String;
+    type IntoIter = std::slice::Iter<'a, String>;
+
+    fn into_iter(self) -> Self::IntoIter {
+        self.iter()
+    }
+}
+
+impl<T> PartialEq<Vec<T>> for CallIds
+where
+    String: PartialEq<T>,
+{
+    fn eq(&self, other: &Vec<T>) -> bool {
+        self.len() == other.len() && self.iter().zip(other).all(|(a, b)| a == b)
+    }
+}
+
+impl Serialize for CallIds {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_seq(self.iter())
+    }
+}
+
+impl<'de> Deserialize<'de> for CallIds {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        Vec::<String>::deserialize(deserializer).map(CallIds::from)
+    }
 }
 
 impl MessageShape {
@@ -150,10 +215,7 @@ impl MessageShape {
                 .and_then(Value::as_str)
                 .unwrap_or("other"),
         );
-        let mut shape = MessageShape {
-            role,
-            ..Default::default()
-        };
+        let (mut opens, mut closes) = (Vec::new(), Vec::new());
         for part in message
             .get("parts")
             .and_then(Value::as_array)
@@ -166,12 +228,16 @@ impl MessageShape {
                 .unwrap_or("")
                 .to_string();
             match part.get("type").and_then(Value::as_str) {
-                Some("tool_call") => shape.opens.push(id),
-                Some("tool_call_response") => shape.closes.push(id),
+                Some("tool_call") => opens.push(id),
+                Some("tool_call_response") => closes.push(id),
                 _ => {}
             }
         }
-        shape
+        MessageShape {
+            role,
+            opens: opens.into(),
+            closes: closes.into(),
+        }
     }
 }
 
@@ -304,6 +370,38 @@ mod tests {
             assert_eq!(serde_json::from_str::<MessageShape>(&text).unwrap(), shape);
         }
         assert_eq!(MessageShape::of(&json!({"parts": []})).role, "other");
+    }
+
+    #[test]
+    fn call_ids_read_and_write_as_the_list_they_were_and_clone_without_copying() {
+        let m = json!({"role":"assistant","parts":[
+            {"type":"tool_call","id":"a","name":"f"},
+            {"type":"tool_call","id":"b","name":"g"}]});
+        let shape = MessageShape::of(&m);
+        let text = serde_json::to_string(&shape).unwrap();
+        assert_eq!(
+            text, r#"{"role":"assistant","opens":["a","b"]}"#,
+            "closes skipped"
+        );
+        let back: MessageShape = serde_json::from_str(&text).unwrap();
+        assert_eq!(back, shape);
+        // The form before: both lists written out, empty ones too.
+        let old: MessageShape =
+            serde_json::from_str(r#"{"role":"user","opens":[],"closes":["a"]}"#).unwrap();
+        assert!(
+            old.opens.is_empty() && old.opens.0.is_none(),
+            "an empty list holds nothing"
+        );
+        assert_eq!(old.closes, vec!["a"]);
+        let copy = shape.clone();
+        let (Some(one), Some(other)) = (&shape.opens.0, &copy.opens.0) else {
+            panic!("ids held");
+        };
+        assert!(Arc::ptr_eq(one, other), "a clone shares the ids");
+        assert!(MessageShape::of(&json!({"role":"user","parts":[]}))
+            .closes
+            .0
+            .is_none());
     }
 
     #[test]

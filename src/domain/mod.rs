@@ -17,7 +17,9 @@ pub use effect::{EffectOutcome, EffectStatus, ToolEffect};
 pub use event::{EventKind, StepEvent};
 pub use history::{ChainIds, ChainRef, HistoryNode, NodeId, NODE_ID_BYTES};
 pub use interaction::{Interaction, InteractionKind, InteractionStatus, Resolution};
-pub use message::{write_canonical, MessageHash, MessageRef, MessageShape, MESSAGE_HASH_BYTES};
+pub use message::{
+    write_canonical, CallIds, MessageHash, MessageRef, MessageShape, MESSAGE_HASH_BYTES,
+};
 pub use rollup::{duration_ms, ToolCallCounts};
 pub use run::{ContinuedFrom, LineageKind, LineageScope, Run, RunStatus};
 pub use snapshot::{SnapshotMeta, SnapshotRecord, SnapshotSource, SnapshotState};

@@ -118,12 +118,12 @@ mod tests {
             let ids: Vec<String> = (0..n).map(|i| format!("c{i}")).collect();
             let open = MessageShape {
                 role: "assistant".into(),
-                opens: ids.clone(),
-                closes: Vec::new(),
+                opens: ids.clone().into(),
+                closes: Default::default(),
             };
             let close = MessageShape {
                 role: "user".into(),
-                opens: Vec::new(),
+                opens: Default::default(),
                 closes: ids.into_iter().rev().collect(),
             };
             (open, close)
