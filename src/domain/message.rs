@@ -185,6 +185,8 @@ impl<'a> IntoIterator for &'a CallIds {
     }
 }
 
+/// For tests: ids compared with a list of them.
+#[cfg(test)]
 impl<T> PartialEq<Vec<T>> for CallIds
 where
     String: PartialEq<T>,

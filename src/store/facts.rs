@@ -416,6 +416,8 @@ mod tests {
                 ..RunMeta::default()
             };
             batch.put(cf::RUN_META, b"t-b", serde_json::to_vec(&meta).unwrap());
+            // A key without a run id before its `\0`: it names no run to give a meta.
+            batch.put(cf::FACTS, b"\0g3", stored_v4("g3", &inline));
             batch.delete(Cf::Meta, FACT_RUNS_HAVE_META);
             batch.put(Cf::Meta, b"schema_version", b"4".to_vec());
             store.kv().write(batch, true).unwrap();
@@ -425,6 +427,11 @@ mod tests {
         assert_eq!(store.run_meta("t-a").unwrap(), Some(RunMeta::default()));
         assert_eq!(store.run_meta("t-b").unwrap().unwrap().last_seen_ns, 7);
         assert_eq!(store.run_meta("t-c").unwrap(), None);
+        assert_eq!(
+            store.run_meta("").unwrap(),
+            None,
+            "no meta for a key without a run id"
+        );
         assert_eq!(
             store.kv().get(Cf::Meta, b"schema_version").unwrap(),
             Some(SCHEMA_VERSION.to_string().into_bytes())
