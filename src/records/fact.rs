@@ -34,6 +34,7 @@ pub struct SpanFact {
     /// Span id (hex).
     pub span_id: String,
     /// Parent span id (hex), if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub parent_span_id: Option<String>,
     /// Span name.
     pub name: String,
@@ -42,12 +43,16 @@ pub struct SpanFact {
     /// End, nanoseconds since the epoch.
     pub end_ns: u64,
     /// Error text when the span ended in error.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
     /// `gen_ai.agent.name`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub agent_name: Option<String>,
     /// Framework run id (`gen_ai.agent.call.id`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub agent_call_id: Option<String>,
     /// `gen_ai.conversation.id`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub conversation_id: Option<String>,
     /// The resource's `service.name` (model requests only: where lineage is looked for when
     /// the run has no conversation id).
