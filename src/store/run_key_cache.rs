@@ -33,6 +33,10 @@ pub(super) struct RunKeyCache {
 pub(super) struct BatchRunKeys {
     pub(super) assigned: HashMap<String, RunKey>,
     pub(super) removed: HashSet<String>,
+    /// The run whose key was asked for last, and its key: a batch writes a run's records one
+    /// after another, each asking for the key again. Forgotten when the batch deletes a run's
+    /// history.
+    pub(super) last: Option<(String, RunKey)>,
 }
 
 /// Decodes a stored run key (be64).

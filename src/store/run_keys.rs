@@ -55,6 +55,25 @@ impl WriteBatch<'_> {
     /// The key of a run for writing its history: the committed one, the one this batch gave it,
     /// or a new one recorded in this batch.
     pub fn run_key(&mut self, run_id: &str) -> Result<RunKey, StoreError> {
+        if let Some((last, key)) = &self.run_keys.last {
+            if last == run_id {
+                return Ok(*key);
+            }
+        }
+        let key = self.find_or_give_run_key(run_id)?;
+        match &mut self.run_keys.last {
+            Some((last, at)) => {
+                last.clear();
+                last.push_str(run_id);
+                *at = key;
+            }
+            None => self.run_keys.last = Some((run_id.to_string(), key)),
+        }
+        Ok(key)
+    }
+
+    /// The key of a run as [`WriteBatch::run_key`] gives it, without the last run's shortcut.
+    fn find_or_give_run_key(&mut self, run_id: &str) -> Result<RunKey, StoreError> {
         if let Some(key) = self.run_keys.assigned.get(run_id) {
             return Ok(*key);
         }
@@ -81,6 +100,7 @@ impl WriteBatch<'_> {
     /// Deletes a run's facts, step events, ledger entries, messages, history nodes, snapshots and
     /// model-request records, and its key (a merged run, a deleted one).
     pub fn delete_run_history(&mut self, run_id: &str) -> Result<(), StoreError> {
+        self.run_keys.last = None;
         let key = match self.run_keys.assigned.remove(run_id) {
             Some(key) => Some(key),
             None if self.run_keys.removed.contains(run_id) => None,
@@ -147,6 +167,7 @@ mod tests {
 
         // Deleting a run's history removes its key; the run made again gets a new one.
         let mut batch = store.batch();
+        assert_eq!(batch.run_key("run-a").unwrap(), a, "the committed key");
         batch.delete_run_history("run-a").unwrap();
         let again = batch.run_key("run-a").unwrap();
         assert!(again.number() > a.number(), "keys are not reused");
