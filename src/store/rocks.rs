@@ -762,8 +762,8 @@ mod tests {
             .find(|e| e.file_name().to_string_lossy().starts_with("OPTIONS-"))
             .map(|e| std::fs::read_to_string(e.path()).unwrap())
             .unwrap();
-        let hinted = "memtable_insert_with_hint_prefix_extractor=rocksdb.FixedPrefix.8";
-        assert_eq!(options.matches(hinted).count(), APPEND_ONLY_CFS.len());
+        let hinted = options.matches(RUN_KEY_INSERT_HINT).count();
+        assert_eq!(hinted, APPEND_ONLY_CFS.len());
         // Keys of several run keys, each run's in and out of order, with keys shorter than a
         // run key among them (outside the hint's domain), in batches: all read back, sorted.
         let mut written = std::collections::BTreeSet::new();
